@@ -1,0 +1,133 @@
+"""Which algorithm runs: DE, CE, DP-MASE and the two baselines, with their derived parameters.
+
+One frozen object holds what an experiment needs (the coordinator stores it, the agents and the
+simulators read it): the vote threshold M, each agent's local subroutine and confidence, the vote
+drop probability, and whether a SER4 reset resets the whole experiment (DSER4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.errors import ParameterError
+from common.params import (
+    check_agents_for_threshold,
+    check_epsilon,
+    check_open_unit,
+    corrupted_local_confidence,
+    corrupted_threshold,
+    vote_threshold,
+)
+from common.subroutines import SUBROUTINES, LocalParams
+
+ALGORITHMS = ("de", "ce", "dp-mase", "independent", "central")
+VOTING = ("de", "ce", "dp-mase")
+USER_SUBROUTINES = ("se", "ser3", "ser4", "me", "lucb")
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    algorithm: str = "de"
+    subroutine: str = "ser3"
+    epsilon: float = 0.25
+    delta: float = 0.05
+    eta: float = 0.9
+    xi: float = 0.0
+    dp_epsilon: float = 0.1
+    beta: float = 0.5
+    phi: float = 0.0
+    every_arm: bool = False
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ParameterError("algorithm", self.algorithm, f"must be one of {', '.join(ALGORITHMS)}")
+        if self.subroutine not in USER_SUBROUTINES:
+            raise ParameterError(
+                "subroutine", self.subroutine, f"must be one of {', '.join(USER_SUBROUTINES)}"
+            )
+        check_epsilon(self.epsilon)
+        check_open_unit("delta", self.delta)
+        check_open_unit("eta", self.eta)
+        if self.algorithm == "de" and self.delta >= self.eta:
+            raise ParameterError("delta", self.delta, f"must be < eta={self.eta}")
+        if self.algorithm != "ce" and self.xi != 0.0:
+            raise ParameterError("xi", self.xi, "vote dropping is for --algorithm ce only")
+        if self.algorithm == "ce" and not 0.0 < self.xi < 1.0:
+            raise ParameterError("xi", self.xi, "CE needs xi in (0, 1)")
+        if self.algorithm == "dp-mase":
+            check_open_unit("beta", self.beta)
+            if not self.dp_epsilon > 0:
+                raise ParameterError("dp_epsilon", self.dp_epsilon, "must be > 0")
+            if self.subroutine not in ("se", "ser3"):
+                raise ParameterError(
+                    "subroutine", self.subroutine, "DP-MASE runs its own DP successive elimination"
+                )
+            if self.delta >= self.beta:
+                raise ParameterError("delta", self.delta, f"must be < beta={self.beta}")
+        if self.subroutine == "ser4":
+            if not 0.0 < self.phi < 1.0:
+                raise ParameterError("phi", self.phi, "SER4 needs a reset probability in (0, 1)")
+        elif self.phi != 0.0:
+            raise ParameterError("phi", self.phi, "a reset probability is for --subroutine ser4 only")
+
+    @property
+    def local_subroutine(self) -> str:
+        return "dp-se" if self.algorithm == "dp-mase" else self.subroutine
+
+    @property
+    def votes(self) -> bool:
+        return self.algorithm in VOTING
+
+    @property
+    def vote_drop(self) -> float:
+        return self.xi if self.algorithm == "ce" else 0.0
+
+    @property
+    def global_reset(self) -> bool:
+        """DSER4: an agent's SER4 reset resets the experiment (votes cleared, every arm back)."""
+        return self.votes and self.subroutine == "ser4"
+
+    def threshold(self, n_arms: int) -> int | None:
+        """M, or None for the baselines, which do not vote."""
+        if self.algorithm == "de":
+            return vote_threshold(self.delta, self.eta)
+        if self.algorithm == "ce":
+            return corrupted_threshold(self.delta, self.eta, self.xi, n_arms)
+        if self.algorithm == "dp-mase":
+            return vote_threshold(self.delta, self.beta)
+        return None
+
+    def local_confidence(self, n_arms: int, n_agents: int) -> float:
+        if self.algorithm == "de":
+            return self.eta
+        if self.algorithm == "ce":
+            return corrupted_local_confidence(self.eta, self.xi, n_arms)
+        if self.algorithm == "dp-mase":
+            return self.beta
+        if self.algorithm == "independent":
+            return self.delta / n_agents
+        return self.delta
+
+    def local_params(self, n_arms: int, n_agents: int, sigma: float | None) -> LocalParams:
+        if self.algorithm == "dp-mase" and sigma is not None:
+            raise ParameterError("rewards", "gaussian", "DP-MASE needs rewards in [0, 1] (Bernoulli)")
+        return LocalParams(
+            epsilon=self.epsilon,
+            confidence=self.local_confidence(n_arms, n_agents),
+            sigma=sigma,
+            every_arm=self.every_arm,
+            phi=self.phi,
+            dp_epsilon=self.dp_epsilon,
+        )
+
+    def validate_for(self, n_arms: int, n_agents: int) -> int | None:
+        """Check the whole configuration for K arms and N agents; return M."""
+        if n_arms < 2:
+            raise ParameterError("arms", n_arms, "need at least 2 arms")
+        if n_agents < 1:
+            raise ParameterError("agents", n_agents, "must be >= 1")
+        threshold = self.threshold(n_arms)
+        if threshold is not None:
+            check_agents_for_threshold(n_agents, threshold)
+        assert self.local_subroutine in SUBROUTINES
+        return threshold

@@ -1,0 +1,88 @@
+"""Thresholds and local confidence levels of the papers, with their validity ranges.
+
+M = ceil(log(delta) / log(eta)) (ALGORITHMS.md: the paper's 28 is a truncation; 29 is right for
+delta=0.05, eta=0.9). CE runs its local subroutine at eta_xi so that the apparent privacy stays eta.
+"""
+
+from __future__ import annotations
+
+import math
+
+from common.errors import ParameterError
+
+# log(delta)/log(eta) can land a hair above an integer through rounding; never round a true
+# integer up to the next one.
+_CEIL_SLACK = 1e-9
+
+
+def check_open_unit(name: str, value: float) -> float:
+    if not (isinstance(value, int | float) and 0.0 < value < 1.0):
+        raise ParameterError(name, value, "must be in (0, 1)")
+    return float(value)
+
+
+def check_epsilon(value: float) -> float:
+    if not (isinstance(value, int | float) and value > 0.0):
+        raise ParameterError("epsilon", value, "must be > 0")
+    return float(value)
+
+
+def check_arms(n_arms: int) -> int:
+    if n_arms < 2:
+        raise ParameterError("arms", n_arms, "need at least 2 arms")
+    return n_arms
+
+
+def ceil_log_ratio(delta: float, eta: float) -> int:
+    return math.ceil(math.log(delta) / math.log(eta) - _CEIL_SLACK)
+
+
+def vote_threshold(delta: float, eta: float) -> int:
+    """M = ceil(log delta / log eta): the number of distinct voters that removes an arm."""
+    check_open_unit("delta", delta)
+    check_open_unit("eta", eta)
+    if delta >= eta:
+        raise ParameterError("delta", delta, f"must be < eta={eta} (else M < 2 votes would suffice)")
+    return ceil_log_ratio(delta, eta)
+
+
+def corrupted_local_confidence(eta: float, xi: float, n_arms: int) -> float:
+    """eta_xi = max(0, 1 - (1 - eta) / (1 - xi)^(K - 1)) (Rio et al., Proposition 5.1)."""
+    check_open_unit("eta", eta)
+    check_arms(n_arms)
+    if not (isinstance(xi, int | float) and 0.0 <= xi < 1.0):
+        raise ParameterError("xi", xi, "must be in [0, 1)")
+    if xi == 0.0:
+        return eta
+    limit = max_vote_drop(eta, n_arms)
+    eta_xi = 1.0 - (1.0 - eta) / (1.0 - xi) ** (n_arms - 1)
+    if eta_xi <= 0.0:
+        raise ParameterError(
+            "xi", xi, f"must be < 1 - (1 - eta)^(1/(K-1)) = {limit:.4f} (else eta_xi = 0)"
+        )
+    return eta_xi
+
+
+def max_vote_drop(eta: float, n_arms: int) -> float:
+    """Largest xi with eta_xi > 0: 1 - (1 - eta)^(1/(K-1))."""
+    return 1.0 - (1.0 - eta) ** (1.0 / (n_arms - 1))
+
+
+def corrupted_threshold(delta: float, eta: float, xi: float, n_arms: int) -> int:
+    """CE threshold ceil(log delta / log eta_xi); K=10, eta=0.9: xi=0.05 -> 18, xi=0.1 -> 11."""
+    eta_xi = corrupted_local_confidence(eta, xi, n_arms)
+    check_open_unit("delta", delta)
+    if delta >= eta_xi:
+        raise ParameterError("delta", delta, f"must be < eta_xi={eta_xi:.4f}")
+    return ceil_log_ratio(delta, eta_xi)
+
+
+def check_agents_for_threshold(n_agents: int, threshold: int) -> int:
+    """Algorithm 2 needs M <= N: with fewer agents than votes needed no arm can ever leave."""
+    if n_agents < threshold:
+        raise ParameterError(
+            "agents",
+            n_agents,
+            f"must be >= the vote threshold M={threshold}: with fewer agents no arm can be eliminated",
+        )
+    return n_agents

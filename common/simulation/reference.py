@@ -1,0 +1,167 @@
+"""The reference simulator: one activation at a time through the very objects the services use.
+
+Slow and plain on purpose: it is the definition the fast simulator is tested against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from common.agent import AgentSpec, LocalAgent
+from common.simulation.config import SimulationConfig, TrialResult, majority_arm
+from common.votes import GlobalState
+
+_BLOCK = 4096
+
+
+class _AgentDraws:
+    """Agents drawn i.i.d. from P_N restricted to the present ones (retired agents are skipped,
+    which is exactly the renormalised distribution); redrawn over the present ones when most of
+    the mass has retired."""
+
+    def __init__(self, probabilities: np.ndarray, rng: np.random.Generator) -> None:
+        self.base = probabilities
+        self.rng = rng
+        self.present = np.ones(len(probabilities), dtype=bool)
+        self._reweigh()
+
+    def _reweigh(self) -> None:
+        weights = np.where(self.present, self.base, 0.0)
+        self.mass = weights.sum()
+        self.p = weights / self.mass
+        self.block: np.ndarray = np.empty(0, dtype=np.int64)
+        self.pos = 0
+
+    def retire(self, n: int) -> None:
+        self.present[n] = False
+        if self.present.any() and self.base[self.present].sum() < 0.5 * self.mass:
+            self._reweigh()
+
+    def any_present(self) -> bool:
+        return bool(self.present.any())
+
+    def next(self) -> int:
+        while True:
+            if self.pos >= len(self.block):
+                self.block = self.rng.choice(len(self.p), size=_BLOCK, p=self.p)
+                self.pos = 0
+            n = int(self.block[self.pos])
+            self.pos += 1
+            if self.present[n]:
+                return n
+
+
+def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> TrialResult:
+    env = config.environment
+    algo = config.algorithm
+    n_arms, n_agents = env.n_arms, config.n_agents
+    seeds = np.random.SeedSequence(seed)
+    rng = np.random.default_rng(seeds.spawn(1)[0])
+    params = algo.local_params(n_arms, n_agents, config.sigma)
+    spec = AgentSpec(n_arms, algo.local_subroutine, params, algo.vote_drop)
+    draws = _AgentDraws(config.probabilities(), rng)
+
+    if algo.algorithm == "central":
+        return _run_central(config, LocalAgent(spec, np.random.default_rng(seeds.spawn(1)[0])), draws, rng)
+
+    agent_rngs = [np.random.default_rng(s) for s in seeds.spawn(n_agents)]
+    agents = [LocalAgent(spec, agent_rngs[n]) for n in range(n_agents)]
+    threshold = config.threshold or n_agents + 1  # baselines: no arm ever leaves
+    state = GlobalState(n_arms, threshold)
+    votes_sent = np.zeros((n_agents, n_arms), dtype=bool)
+    voting = algo.votes
+    retire = config.stop == "global"
+    settled = np.zeros(n_agents, dtype=bool)  # holds one arm that is still in the global set
+
+    def refresh_settled() -> None:
+        for m, other in enumerate(agents):
+            settled[m] = other.done and other.local_arms[0] in state.remaining
+
+    t = 0
+    stopped_by = "budget"
+    while t < config.budget:
+        if retire and not draws.any_present():
+            stopped_by = "exhausted"
+            break
+        n = draws.next()
+        agent = agents[n]
+        t += 1
+        votes: list[int] = []
+        if voting:
+            votes += agent.sync(state.remaining, state.epoch)
+        if agent.wants_reset():
+            if algo.global_reset:
+                state.reset()
+                votes_sent[:] = False
+                refresh_settled()
+                agent.sync(state.remaining, state.epoch)
+            else:
+                agent.reset(state.remaining)
+        arms = agent.select()
+        if arms:
+            votes += agent.observe(arms, env.draw(arms, t - 1, rng))
+        if voting:
+            version = state.version
+            for arm in votes:
+                votes_sent[n, arm] = True
+                state.vote(str(n), arm, time=t)
+            if state.version != version:
+                refresh_settled()
+        settled[n] = agent.done and agent.local_arms[0] in state.remaining
+        if retire:
+            if voting and len(state.remaining) == 1:
+                stopped_by = "global"
+                break
+            if agent.done:
+                draws.retire(n)
+        elif settled.all():
+            stopped_by = "all-agents"
+            break
+
+    agent_arms = np.array([a.local_arms[0] if a.done else -1 for a in agents], dtype=np.int64)
+    if stopped_by == "all-agents" or not voting:
+        best = majority_arm(agent_arms, n_arms)
+        held = agent_arms[agent_arms >= 0]
+        correct = bool(
+            held.size == n_agents and all(env.eps_optimal(int(a), algo.epsilon, t) for a in held)
+        )
+    else:
+        best = next(iter(state.remaining)) if len(state.remaining) == 1 else state.fewest_votes_arm()
+        correct = env.eps_optimal(best, algo.epsilon, t)
+    return TrialResult(
+        sample_complexity=t,
+        messages=state.messages,
+        best_arm=best,
+        correct=correct,
+        stopped_by=stopped_by,
+        eliminations=list(state.eliminations),
+        resets=state.epoch,
+        agent_votes=votes_sent,
+        agent_arms=agent_arms,
+    )
+
+
+def _run_central(
+    config: SimulationConfig, center: LocalAgent, draws: _AgentDraws, rng: np.random.Generator
+) -> TrialResult:
+    """0-privacy: every reward goes to one subroutine at confidence 1 - delta; each activation costs
+    N - 1 broadcasts (Feraud et al.'s count)."""
+    env = config.environment
+    all_arms = list(range(env.n_arms))
+    t = 0
+    while t < config.budget and not center.done:
+        draws.next()
+        t += 1
+        if center.wants_reset():
+            center.reset(all_arms)
+        arms = center.select()
+        center.observe(arms, env.draw(arms, t - 1, rng))
+    best = center.local_arms[0] if center.done else majority_arm(np.array(center.local_arms), env.n_arms)
+    return TrialResult(
+        sample_complexity=t,
+        messages=t * (config.n_agents - 1),
+        best_arm=best,
+        correct=center.done and env.eps_optimal(best, config.algorithm.epsilon, t),
+        stopped_by="global" if center.done else "budget",
+        agent_arms=np.array([best if center.done else -1]),
+    )

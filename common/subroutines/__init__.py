@@ -1,0 +1,45 @@
+"""Arm Selection subroutines, by the names the CLI and the experiments use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from common.errors import ParameterError
+from common.subroutines.base import ArmSelection, LocalParams
+from common.subroutines.dp import DPSuccessiveElimination
+from common.subroutines.lucb import LUCB
+from common.subroutines.median import MedianElimination
+from common.subroutines.successive import SER3, SER4, SuccessiveElimination
+
+SUBROUTINES: dict[str, type[ArmSelection]] = {
+    cls.name: cls
+    for cls in (SuccessiveElimination, SER3, SER4, MedianElimination, LUCB, DPSuccessiveElimination)
+}
+
+
+def subroutine_class(name: str) -> type[ArmSelection]:
+    try:
+        return SUBROUTINES[name]
+    except KeyError:
+        raise ParameterError("subroutine", name, f"must be one of {', '.join(SUBROUTINES)}") from None
+
+
+def restore(state: dict[str, Any], rng: np.random.Generator) -> ArmSelection:
+    return subroutine_class(state["name"]).from_state(state, rng)
+
+
+__all__ = [
+    "LUCB",
+    "SER3",
+    "SER4",
+    "SUBROUTINES",
+    "ArmSelection",
+    "DPSuccessiveElimination",
+    "LocalParams",
+    "MedianElimination",
+    "SuccessiveElimination",
+    "restore",
+    "subroutine_class",
+]

@@ -1,0 +1,65 @@
+"""LUCB1 (Kalyanakrishnan et al. 2012), the explore-then-commit subroutine (UGapEc-style).
+
+After one sample of every arm, each decision compares the empirical best h with the challenger l of
+highest upper bound; it stops when UCB_l - LCB_h < eps and then eliminates every arm but h. Otherwise
+it plays h and l (one per activation, or both in one activation in the every-arm model). t in the
+radius is the number of samples since the (re)start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from common.subroutines.base import ArmSelection
+from common.subroutines.radius import lucb_radius
+
+
+class LUCB(ArmSelection):
+    name = "lucb"
+
+    def _restart(self) -> None:
+        self.queue: list[int] = []
+
+    def select(self) -> list[int]:
+        if self.done:
+            return []
+        unseen = [a for a in self.active if self.counts[a] == 0]
+        if unseen:
+            return unseen if self.params.every_arm else unseen[:1]
+        return list(self.queue) if self.params.every_arm else self.queue[:1]
+
+    def observe(self, arms: Sequence[int], rewards: Sequence[float]) -> list[int]:
+        self._record(arms, rewards)
+        self.queue = [a for a in self.queue if a not in arms]
+        return self._decide()
+
+    def _after_discard(self) -> list[int]:
+        self.queue = [a for a in self.queue if a in self.active]
+        return self._decide()
+
+    def _decide(self) -> list[int]:
+        if self.done or self.queue or any(self.counts[a] == 0 for a in self.active):
+            return []
+        mu = self.means()
+        time = max(1, int(self.counts.sum()))
+        radius = {
+            a: lucb_radius(
+                int(self.counts[a]), time, self.initial_arms, self.params.confidence, self.params.sigma
+            )
+            for a in self.active
+        }
+        best = max(self.active, key=lambda a: (mu[a], -a))
+        challenger = max(
+            (a for a in self.active if a != best), key=lambda a: (mu[a] + radius[a], -a)
+        )
+        if (mu[challenger] + radius[challenger]) - (mu[best] - radius[best]) < self.params.epsilon:
+            return self._keep_only(best)
+        self.queue = [best, challenger]
+        return []
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"queue": list(self.queue)}
+
+    def _load_extra(self, state: dict[str, Any]) -> None:
+        self.queue = [int(a) for a in state["queue"]]
