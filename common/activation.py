@@ -34,7 +34,9 @@ class Activation:
         if self.kind == "power":
             alpha, gamma = self.params
             if alpha < 0 or gamma <= 0:
-                raise ParameterError("activation", self.spec, "power:ALPHA:GAMMA needs ALPHA >= 0, GAMMA > 0")
+                raise ParameterError(
+                    "activation", self.spec, "power:ALPHA:GAMMA needs ALPHA >= 0, GAMMA > 0"
+                )
         if self.kind == "zipf" and self.params[0] <= 0:
             raise ParameterError("activation", self.spec, "zipf:S needs S > 0")
 

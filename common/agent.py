@@ -69,7 +69,7 @@ class LocalAgent:
     def select(self) -> list[int]:
         return self.sub.select()
 
-    def observe(self, arms: Sequence[int], rewards: Sequence[float]) -> list[int]:
+    def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
         return self._votes(self.sub.observe(arms, rewards))
 
     def _votes(self, eliminated: list[int]) -> list[int]:

@@ -40,7 +40,9 @@ class AlgorithmConfig:
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
-            raise ParameterError("algorithm", self.algorithm, f"must be one of {', '.join(ALGORITHMS)}")
+            raise ParameterError(
+                "algorithm", self.algorithm, f"must be one of {', '.join(ALGORITHMS)}"
+            )
         if self.subroutine not in USER_SUBROUTINES:
             raise ParameterError(
                 "subroutine", self.subroutine, f"must be one of {', '.join(USER_SUBROUTINES)}"
@@ -68,7 +70,9 @@ class AlgorithmConfig:
             if not 0.0 < self.phi < 1.0:
                 raise ParameterError("phi", self.phi, "SER4 needs a reset probability in (0, 1)")
         elif self.phi != 0.0:
-            raise ParameterError("phi", self.phi, "a reset probability is for --subroutine ser4 only")
+            raise ParameterError(
+                "phi", self.phi, "a reset probability is for --subroutine ser4 only"
+            )
 
     @property
     def local_subroutine(self) -> str:
@@ -110,7 +114,9 @@ class AlgorithmConfig:
 
     def local_params(self, n_arms: int, n_agents: int, sigma: float | None) -> LocalParams:
         if self.algorithm == "dp-mase" and sigma is not None:
-            raise ParameterError("rewards", "gaussian", "DP-MASE needs rewards in [0, 1] (Bernoulli)")
+            raise ParameterError(
+                "rewards", "gaussian", "DP-MASE needs rewards in [0, 1] (Bernoulli)"
+            )
         return LocalParams(
             epsilon=self.epsilon,
             confidence=self.local_confidence(n_arms, n_agents),

@@ -125,4 +125,6 @@ def problem(name: str) -> Problem:
     try:
         return PROBLEMS[name]
     except KeyError:
-        raise ParameterError("problem", name, f"must be one of {', '.join(sorted(PROBLEMS))}") from None
+        raise ParameterError(
+            "problem", name, f"must be one of {', '.join(sorted(PROBLEMS))}"
+        ) from None

@@ -42,7 +42,9 @@ def vote_threshold(delta: float, eta: float) -> int:
     check_open_unit("delta", delta)
     check_open_unit("eta", eta)
     if delta >= eta:
-        raise ParameterError("delta", delta, f"must be < eta={eta} (else M < 2 votes would suffice)")
+        raise ParameterError(
+            "delta", delta, f"must be < eta={eta} (else M < 2 votes would suffice)"
+        )
     return ceil_log_ratio(delta, eta)
 
 

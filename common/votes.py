@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class VoteOutcome(str, Enum):
+class VoteOutcome(StrEnum):
     COUNTED = "counted"  # a new voter for an arm still in the set
     ELIMINATED = "eliminated"  # counted, and it brought the arm to the threshold
     DUPLICATE = "duplicate"  # this agent already voted against this arm in this epoch
@@ -95,5 +95,5 @@ class GlobalState:
         return len(self.voters[arm])
 
     def fewest_votes_arm(self) -> int:
-        """The arm the set points at when it still holds several: fewest votes, then lowest index."""
+        """The arm the set points at while it holds several: fewest votes, then lowest index."""
         return min(self.remaining, key=lambda arm: (len(self.voters[arm]), arm))

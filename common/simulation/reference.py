@@ -55,14 +55,20 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
     env = config.environment
     algo = config.algorithm
     n_arms, n_agents = env.n_arms, config.n_agents
-    seeds = np.random.SeedSequence(seed)
+    # a fresh copy: spawn() advances the caller's SeedSequence, so re-running it would differ
+    if isinstance(seed, np.random.SeedSequence):
+        seeds = np.random.SeedSequence(seed.entropy, spawn_key=seed.spawn_key)
+    else:
+        seeds = np.random.SeedSequence(seed)
     rng = np.random.default_rng(seeds.spawn(1)[0])
     params = algo.local_params(n_arms, n_agents, config.sigma)
     spec = AgentSpec(n_arms, algo.local_subroutine, params, algo.vote_drop)
     draws = _AgentDraws(config.probabilities(), rng)
 
     if algo.algorithm == "central":
-        return _run_central(config, LocalAgent(spec, np.random.default_rng(seeds.spawn(1)[0])), draws, rng)
+        return _run_central(
+            config, LocalAgent(spec, np.random.default_rng(seeds.spawn(1)[0])), draws, rng
+        )
 
     agent_rngs = [np.random.default_rng(s) for s in seeds.spawn(n_agents)]
     agents = [LocalAgent(spec, agent_rngs[n]) for n in range(n_agents)]
@@ -126,7 +132,9 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
             held.size == n_agents and all(env.eps_optimal(int(a), algo.epsilon, t) for a in held)
         )
     else:
-        best = next(iter(state.remaining)) if len(state.remaining) == 1 else state.fewest_votes_arm()
+        best = (
+            next(iter(state.remaining)) if len(state.remaining) == 1 else state.fewest_votes_arm()
+        )
         correct = env.eps_optimal(best, algo.epsilon, t)
     return TrialResult(
         sample_complexity=t,
@@ -156,7 +164,11 @@ def _run_central(
             center.reset(all_arms)
         arms = center.select()
         center.observe(arms, env.draw(arms, t - 1, rng))
-    best = center.local_arms[0] if center.done else majority_arm(np.array(center.local_arms), env.n_arms)
+    best = (
+        center.local_arms[0]
+        if center.done
+        else majority_arm(np.array(center.local_arms), env.n_arms)
+    )
     return TrialResult(
         sample_complexity=t,
         messages=t * (config.n_agents - 1),

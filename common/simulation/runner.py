@@ -71,5 +71,7 @@ def summarize(results: list[TrialResult]) -> dict[str, Any]:
         "sample_complexity": {"mean": float(sample.mean()), "std": float(sample.std())},
         "messages": {"mean": float(messages.mean()), "std": float(messages.std())},
         "failure_rate": float(np.mean([not r.correct for r in results])),
-        "stopped_by": {k: sum(r.stopped_by == k for r in results) for k in {r.stopped_by for r in results}},
+        "stopped_by": {
+            k: sum(r.stopped_by == k for r in results) for k in {r.stopped_by for r in results}
+        },
     }

@@ -23,7 +23,9 @@ def subroutine_class(name: str) -> type[ArmSelection]:
     try:
         return SUBROUTINES[name]
     except KeyError:
-        raise ParameterError("subroutine", name, f"must be one of {', '.join(SUBROUTINES)}") from None
+        raise ParameterError(
+            "subroutine", name, f"must be one of {', '.join(SUBROUTINES)}"
+        ) from None
 
 
 def restore(state: dict[str, Any], rng: np.random.Generator) -> ArmSelection:

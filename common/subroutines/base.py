@@ -62,6 +62,7 @@ class ArmSelection(ABC):
         if n_arms < 2:
             raise ParameterError("arms", n_arms, "need at least 2 arms")
         self.n_arms = n_arms
+        self.active: list[int] = []
         self.params = params
         self.rng = rng
         self.restart(range(n_arms) if arms is None else arms)
@@ -72,7 +73,7 @@ class ArmSelection(ABC):
         """Arms to play at this activation (empty once done)."""
 
     @abstractmethod
-    def observe(self, arms: Sequence[int], rewards: Sequence[float]) -> list[int]:
+    def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
         """Record the rewards; return the arms eliminated locally by them."""
 
     def discard(self, arms: Iterable[int]) -> list[int]:
@@ -105,7 +106,7 @@ class ArmSelection(ABC):
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.counts > 0, self.sums / np.maximum(self.counts, 1), 0.0)
 
-    def _record(self, arms: Sequence[int], rewards: Sequence[float]) -> None:
+    def _record(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> None:
         idx = np.asarray(arms, dtype=int)
         np.add.at(self.counts, idx, 1)
         np.add.at(self.sums, idx, np.asarray(rewards, dtype=float))

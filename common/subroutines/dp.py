@@ -42,7 +42,7 @@ class DPSuccessiveElimination(ArmSelection):
         least = min(int(self.counts[a]) for a in self.active)
         return [next(a for a in self.active if self.counts[a] == least)]
 
-    def observe(self, arms: Sequence[int], rewards: Sequence[float]) -> list[int]:
+    def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
         self._record(arms, rewards)
         return self._end_epoch_if_complete()
 
@@ -60,16 +60,25 @@ class DPSuccessiveElimination(ArmSelection):
             0.0, self.noise_scale(), size=len(arms)
         )
         gap = dp_elimination_gap(
-            self.epoch, self.epoch_rounds, self.epoch_arms, self.params.confidence,
+            self.epoch,
+            self.epoch_rounds,
+            self.epoch_arms,
+            self.params.confidence,
             self.params.dp_epsilon,
         )
-        out = self._eliminate(int(a) for a, mu in zip(arms, noisy, strict=True) if noisy.max() - mu > gap)
+        out = self._eliminate(
+            int(a) for a, mu in zip(arms, noisy, strict=True) if noisy.max() - mu > gap
+        )
         self.epoch += 1
         self._start_epoch()
         return out
 
     def _extra_state(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "epoch_arms": self.epoch_arms, "epoch_rounds": self.epoch_rounds}
+        return {
+            "epoch": self.epoch,
+            "epoch_arms": self.epoch_arms,
+            "epoch_rounds": self.epoch_rounds,
+        }
 
     def _load_extra(self, state: dict[str, Any]) -> None:
         self.epoch = int(state["epoch"])

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from common.subroutines.base import ArmSelection
 from common.subroutines.radius import lucb_radius
 
@@ -29,7 +31,7 @@ class LUCB(ArmSelection):
             return unseen if self.params.every_arm else unseen[:1]
         return list(self.queue) if self.params.every_arm else self.queue[:1]
 
-    def observe(self, arms: Sequence[int], rewards: Sequence[float]) -> list[int]:
+    def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
         self._record(arms, rewards)
         self.queue = [a for a in self.queue if a not in arms]
         return self._decide()
@@ -45,7 +47,11 @@ class LUCB(ArmSelection):
         time = max(1, int(self.counts.sum()))
         radius = {
             a: lucb_radius(
-                int(self.counts[a]), time, self.initial_arms, self.params.confidence, self.params.sigma
+                int(self.counts[a]),
+                time,
+                self.initial_arms,
+                self.params.confidence,
+                self.params.sigma,
             )
             for a in self.active
         }

@@ -10,6 +10,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from common.subroutines.base import ArmSelection
 from common.subroutines.radius import median_elimination_samples
 
@@ -33,7 +35,7 @@ class MedianElimination(ArmSelection):
         least = min(int(self.counts[a]) for a in pending)
         return [next(a for a in pending if self.counts[a] == least)]
 
-    def observe(self, arms: Sequence[int], rewards: Sequence[float]) -> list[int]:
+    def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
         self._record(arms, rewards)
         return self._end_round_if_complete()
 

@@ -16,7 +16,9 @@ def elimination_radius(rounds: int, n_arms: int, confidence: float, sigma: float
     return sigma * math.sqrt(2.0 * log_term / rounds)
 
 
-def lucb_radius(pulls: int, time: int, n_arms: int, confidence: float, sigma: float | None) -> float:
+def lucb_radius(
+    pulls: int, time: int, n_arms: int, confidence: float, sigma: float | None
+) -> float:
     """LUCB1's beta(u, t) = sqrt(log(5 K t^4 / (4 conf)) / (2 u)) (Kalyanakrishnan et al. 2012)."""
     log_term = math.log(5.0 * n_arms * float(time) ** 4 / (4.0 * confidence))
     if sigma is None:
@@ -43,7 +45,9 @@ def dp_epoch_length(epoch: int, n_arms: int, beta: float, dp_epsilon: float) -> 
     )
 
 
-def dp_elimination_gap(epoch: int, rounds: int, n_arms: int, beta: float, dp_epsilon: float) -> float:
+def dp_elimination_gap(
+    epoch: int, rounds: int, n_arms: int, beta: float, dp_epsilon: float
+) -> float:
     """2 (h + c): h = sqrt(log(8 K e^2 / beta) / (2 R)), c = log(4 K e^2 / beta) / (eps_dp R)."""
     e2 = float(epoch * epoch)
     h = math.sqrt(math.log(8.0 * n_arms * e2 / beta) / (2.0 * rounds))

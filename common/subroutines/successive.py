@@ -39,9 +39,11 @@ class SuccessiveElimination(ArmSelection):
         if self.params.every_arm:
             return list(self.active)
         least = min(int(self.counts[a]) for a in self.active)
-        return [min((a for a in self.active if self.counts[a] == least), key=lambda a: self.order[a])]
+        return [
+            min((a for a in self.active if self.counts[a] == least), key=lambda a: self.order[a])
+        ]
 
-    def observe(self, arms: Sequence[int], rewards: Sequence[float]) -> list[int]:
+    def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
         self._record(arms, rewards)
         counts = {int(self.counts[a]) for a in self.active}
         if len(counts) != 1:
@@ -55,7 +57,9 @@ class SuccessiveElimination(ArmSelection):
         return out
 
     def radius(self, rounds: int) -> float:
-        return elimination_radius(rounds, self.initial_arms, self.params.confidence, self.params.sigma)
+        return elimination_radius(
+            rounds, self.initial_arms, self.params.confidence, self.params.sigma
+        )
 
     def _check(self, rounds: int) -> list[int]:
         radius = self.radius(rounds)
