@@ -87,7 +87,8 @@ class LocalAgent:
     def from_state(
         cls, spec: AgentSpec, state: dict[str, Any], rng: np.random.Generator
     ) -> LocalAgent:
-        agent = cls(spec, rng)
+        agent = cls(spec, np.random.default_rng(0))  # construction must not draw from `rng`
+        agent.rng = rng
         agent.sub = restore(state["sub"], rng)
         agent.voted = {int(a) for a in state["voted"]}
         agent.epoch = int(state["epoch"])

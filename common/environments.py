@@ -128,3 +128,55 @@ def problem(name: str) -> Problem:
         raise ParameterError(
             "problem", name, f"must be one of {', '.join(sorted(PROBLEMS))}"
         ) from None
+
+
+def parse_numbers(name: str, text: str) -> tuple[float, ...]:
+    """'0.7,0.5,0.3' -> (0.7, 0.5, 0.3); names the parameter when a part is not a number."""
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ParameterError(name, text, "must be comma-separated numbers") from None
+
+
+def parse_rewards(text: str) -> tuple[str, float]:
+    """'bernoulli' -> ('bernoulli', 1.0); 'gaussian:0.5' -> ('gaussian', 0.5)."""
+    kind, _, sigma = text.strip().partition(":")
+    if kind == "bernoulli" and not sigma:
+        return kind, 1.0
+    if kind == "gaussian":
+        try:
+            value = float(sigma) if sigma else 1.0
+        except ValueError:
+            raise ParameterError("rewards", text, "gaussian:SIGMA needs a number SIGMA") from None
+        if not value > 0:
+            raise ParameterError("rewards", text, "SIGMA must be > 0")
+        return kind, value
+    raise ParameterError("rewards", text, "must be bernoulli or gaussian:SIGMA")
+
+
+def build_problem(
+    name: str | None = None,
+    means: str | None = None,
+    rewards: str | None = None,
+    drift: str | None = None,
+    activation: str | None = None,
+) -> Problem:
+    """A problem from a name and/or explicit parts, as the CLI and the load generator take them."""
+    base = problem(name) if name else None
+    if base is None and not means:
+        raise ParameterError("means", means, "give a --problem name or --means")
+    env = base.environment if base else None
+    if means or rewards or drift:
+        kind, sigma = (
+            parse_rewards(rewards)
+            if rewards
+            else ((env.rewards, env.sigma) if env else ("bernoulli", 1.0))
+        )
+        mu = parse_numbers("means", means) if means else env.means  # type: ignore[union-attr]
+        rates = parse_numbers("drift", drift) if drift else (env.drift if env and not means else ())
+        env = Environment(mu, kind, sigma, rates)
+    assert env is not None
+    act = (
+        Activation.parse(activation) if activation else (base.activation if base else Activation())
+    )
+    return Problem(name or "custom", env, act, base.description if base else "")

@@ -99,7 +99,8 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
             if algo.global_reset:
                 state.reset()
                 votes_sent[:] = False
-                refresh_settled()
+                votes = []  # decided on the old epoch's statistics: never sent
+                settled[:] = False  # every agent restarts in the new epoch
                 agent.sync(state.remaining, state.epoch)
             else:
                 agent.reset(state.remaining)

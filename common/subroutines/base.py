@@ -146,7 +146,10 @@ class ArmSelection(ABC):
 
     @classmethod
     def from_state(cls, state: dict[str, Any], rng: np.random.Generator) -> ArmSelection:
-        obj = cls(state["n_arms"], LocalParams(**state["params"]), rng)
+        # built on a throwaway generator: construction may draw (SER3's order), and the restored
+        # object must continue from `rng` exactly as the original would
+        obj = cls(state["n_arms"], LocalParams(**state["params"]), np.random.default_rng(0))
+        obj.rng = rng
         obj.active = [int(a) for a in state["active"]]
         obj.initial_arms = int(state["initial_arms"])
         obj.counts = np.asarray(state["counts"], dtype=np.int64)

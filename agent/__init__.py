@@ -1,0 +1,5 @@
+"""Agents: run local elimination on private rewards and send only votes to the coordinator.
+
+`agent.library.Agent` is what an application embeds; `agent.service` hosts many of them in one
+process, fed by Redis streams of activations.
+"""

@@ -1,0 +1,3 @@
+from agent.service import main
+
+main()

@@ -1,0 +1,104 @@
+"""The coordinator's HTTP API as the agents use it: keep-alive, retries with capped back-off.
+
+A retried vote is harmless: the coordinator ignores a second vote by the same agent on the same arm.
+Client errors (4xx) are not retried: they mean the request itself is wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+log = logging.getLogger("dexp.agent.client")
+
+
+class CoordinatorError(RuntimeError):
+    """The coordinator refused a request (4xx): retrying would not help."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+class CoordinatorClient:
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = 10.0,
+        retry_max_seconds: float = 5.0,
+        give_up_after: float | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.http = httpx.Client(
+            base_url=base_url,
+            timeout=timeout,
+            limits=httpx.Limits(max_keepalive_connections=4, max_connections=8),
+        )
+        self.retry_max_seconds = retry_max_seconds
+        self.give_up_after = give_up_after
+        self.should_stop = should_stop
+        self.retries = 0
+
+    def close(self) -> None:
+        self.http.close()
+
+    def request(self, method: str, path: str, token: str | None = None, **kwargs: Any) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        delay, start = 0.05, time.monotonic()
+        while True:
+            try:
+                response = self.http.request(method, path, headers=headers, **kwargs)
+            except httpx.TransportError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code < 400:
+                    return response.json() if response.content else None
+                detail = _detail(response)
+                if response.status_code < 500 and response.status_code != 429:
+                    raise CoordinatorError(response.status_code, detail)
+                problem = f"{response.status_code}: {detail}"
+            if self.should_stop() or (
+                self.give_up_after is not None and time.monotonic() - start > self.give_up_after
+            ):
+                raise ConnectionError(f"coordinator unreachable: {problem}")
+            self.retries += 1
+            log.warning("%s %s failed (%s); retrying in %.2fs", method, path, problem, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, self.retry_max_seconds)
+
+    def enroll(self, secret: str, experiment: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request(
+            "POST", "/v1/agents", token=secret, json={"experiment": experiment}
+        )
+        return result
+
+    def experiment(self, experiment: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", f"/v1/experiments/{experiment}")
+        return result
+
+    def vote(self, experiment: str, token: str, arm: int, epoch: int) -> dict[str, Any]:
+        result: dict[str, Any] = self.request(
+            "POST",
+            f"/v1/experiments/{experiment}/votes",
+            token=token,
+            json={"arm": arm, "epoch": epoch},
+        )
+        return result
+
+    def reset(self, experiment: str, token: str, epoch: int) -> dict[str, Any]:
+        result: dict[str, Any] = self.request(
+            "POST", f"/v1/experiments/{experiment}/reset", token=token, json={"epoch": epoch}
+        )
+        return result
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("detail", response.text))
+    except ValueError:
+        return response.text[:200]

@@ -1,0 +1,56 @@
+"""Every Redis key the services use, in one place (names only: common does no I/O).
+
+An experiment's keys share the hash tag {id}, so a multi-key script stays valid on Redis Cluster.
+"""
+
+from __future__ import annotations
+
+PREFIX = "dexp"
+EXPERIMENTS = f"{PREFIX}:experiments"  # set of experiment ids (an index; not read by scripts)
+
+
+def meta(exp: str) -> str:
+    """Hash: config JSON, threshold, n_arms, version, epoch, messages, ignored, created_at."""
+    return f"{PREFIX}:{{{exp}}}:meta"
+
+
+def remaining(exp: str) -> str:
+    """Set of the arm indices still in the global set."""
+    return f"{PREFIX}:{{{exp}}}:remaining"
+
+
+def voters(exp: str, arm: int) -> str:
+    """Set of the agent ids that voted against `arm` in the current epoch."""
+    return f"{PREFIX}:{{{exp}}}:voters:{arm}"
+
+
+def eliminations(exp: str) -> str:
+    """List of JSON eliminations of the current epoch, in order."""
+    return f"{PREFIX}:{{{exp}}}:eliminations"
+
+
+def agents(exp: str) -> str:
+    """Sorted set of enrolled agent ids, scored by enrollment order."""
+    return f"{PREFIX}:{{{exp}}}:agents"
+
+
+def agent_seq(exp: str) -> str:
+    return f"{PREFIX}:{{{exp}}}:agent-seq"
+
+
+def events(exp: str) -> str:
+    """Pub/sub channel: the new state version, published when the global set changes."""
+    return f"{PREFIX}:{{{exp}}}:events"
+
+
+def activations(exp: str, agent: str) -> str:
+    """Stream of one agent's activations (written by the load generator, read by the agent)."""
+    return f"{PREFIX}:{{{exp}}}:activations:{agent}"
+
+
+def credential(agent: str) -> str:
+    """Hash: the agent's token digest and its experiment."""
+    return f"{PREFIX}:agent:{agent}"
+
+
+ACTIVATION_GROUP = "agents"

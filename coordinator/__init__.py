@@ -1,0 +1,1 @@
+"""The coordinator: a stateless FastAPI service over Redis that applies agents' votes atomically."""

@@ -1,0 +1,1 @@
+"""HTTP routes under /v1, each module with the schemas it speaks."""

@@ -1,0 +1,244 @@
+"""The experiment store: every read and write of an experiment's state in Redis.
+
+Votes, resets and creations are Lua scripts (lua/ beside this file) registered once and run with
+EVALSHA, so each one is atomic; no state lives in the coordinator process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+
+from common import redis_keys as keys
+from common.algorithms import AlgorithmConfig
+from common.errors import ParameterError
+from common.votes import VoteOutcome
+from coordinator.errors import Conflict, Forbidden, Invalid, NotFound, Unauthorized
+
+_LUA = Path(__file__).with_name("lua")
+SERVICE_ALGORITHMS = ("de", "ce", "dp-mase")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class VoteResult:
+    outcome: VoteOutcome | str
+    version: int
+    epoch: int
+    votes: int
+
+    @property
+    def counted(self) -> bool:
+        return self.outcome in (VoteOutcome.COUNTED, VoteOutcome.ELIMINATED, VoteOutcome.LAST_ARM)
+
+    @property
+    def eliminated(self) -> bool:
+        return self.outcome == VoteOutcome.ELIMINATED
+
+
+@dataclass(frozen=True)
+class Enrollment:
+    agent_id: str
+    token: str
+    index: int
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ExperimentStore:
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self._vote = redis.register_script((_LUA / "vote.lua").read_text())
+        self._reset = redis.register_script((_LUA / "reset.lua").read_text())
+        self._create = redis.register_script((_LUA / "create.lua").read_text())
+
+    # -- experiments --------------------------------------------------------------------
+    async def create(
+        self, exp: str, arms: list[str], config: AlgorithmConfig, sigma: float | None = None
+    ) -> dict[str, Any]:
+        if config.algorithm not in SERVICE_ALGORITHMS:
+            raise Invalid(
+                f"algorithm={config.algorithm!r} is invalid: the services run the voting "
+                f"algorithms {', '.join(SERVICE_ALGORITHMS)}"
+            )
+        try:
+            threshold = config.threshold(len(arms))
+        except ParameterError as exc:
+            raise Invalid(str(exc)) from None
+        if config.algorithm == "dp-mase" and sigma is not None:
+            raise Invalid("sigma: DP-MASE needs rewards in [0, 1]")
+        document = {"arms": arms, "params": asdict(config), "sigma": sigma}
+        created = await self._create(
+            keys=[keys.meta(exp), keys.remaining(exp)],
+            args=[json.dumps(document), threshold, len(arms), _now_ms()],
+        )
+        if not created:
+            raise Conflict(f"experiment {exp!r} already exists")
+        await self.redis.sadd(keys.EXPERIMENTS, exp)
+        return await self.get(exp)
+
+    async def exists(self, exp: str) -> bool:
+        return bool(await self.redis.exists(keys.meta(exp)))
+
+    async def ids(self) -> list[str]:
+        return sorted(
+            m.decode() if isinstance(m, bytes) else m
+            for m in await self.redis.smembers(keys.EXPERIMENTS)
+        )
+
+    async def delete(self, exp: str) -> None:
+        meta = await self._meta(exp)
+        n_arms = int(meta["n_arms"])
+        streams = [k async for k in self.redis.scan_iter(match=keys.activations(exp, "*"))]
+        await self.redis.delete(
+            keys.meta(exp),
+            keys.remaining(exp),
+            keys.eliminations(exp),
+            keys.agents(exp),
+            keys.agent_seq(exp),
+            *[keys.voters(exp, arm) for arm in range(n_arms)],
+            *streams,
+        )
+        await self.redis.srem(keys.EXPERIMENTS, exp)
+
+    async def _meta(self, exp: str) -> dict[str, str]:
+        raw = await self.redis.hgetall(keys.meta(exp))
+        if not raw:
+            raise NotFound(f"experiment {exp!r} does not exist")
+        return {_s(k): _s(v) for k, v in raw.items()}
+
+    async def config(self, exp: str) -> tuple[list[str], AlgorithmConfig]:
+        document = json.loads((await self._meta(exp))["config"])
+        return document["arms"], AlgorithmConfig(**document["params"])
+
+    async def get(self, exp: str) -> dict[str, Any]:
+        """The full state: config, threshold, global set, voters, eliminations, counters."""
+        meta = await self._meta(exp)
+        document = json.loads(meta["config"])
+        arms: list[str] = document["arms"]
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.smembers(keys.remaining(exp))
+            for arm in range(len(arms)):
+                pipe.smembers(keys.voters(exp, arm))
+            pipe.lrange(keys.eliminations(exp), 0, -1)
+            pipe.zcard(keys.agents(exp))
+            pipe.hgetall(keys.meta(exp))
+            replies = await pipe.execute()
+        remaining = sorted(int(_s(a)) for a in replies[0])
+        voters = [sorted(_s(v) for v in replies[1 + arm]) for arm in range(len(arms))]
+        eliminations = [json.loads(_s(e)) for e in replies[1 + len(arms)]]
+        n_agents = int(replies[2 + len(arms)])
+        meta = {_s(k): _s(v) for k, v in replies[3 + len(arms)].items()} or meta
+        threshold = int(meta["threshold"])
+        for e in eliminations:
+            e["name"] = arms[e["arm"]]
+        return {
+            "id": exp,
+            "arms": arms,
+            "params": document["params"],
+            "sigma": document.get("sigma"),
+            "threshold": threshold,
+            "remaining_arms": remaining,
+            "votes": [len(v) for v in voters],
+            "voters": voters,
+            "eliminations": eliminations,
+            "messages": int(meta["messages"]),
+            "ignored_messages": int(meta["ignored"]),
+            "version": int(meta["version"]),
+            "epoch": int(meta["epoch"]),
+            "agents": n_agents,
+            "created_at": int(meta["created_at"]),
+        }
+
+    # -- agents ---------------------------------------------------------------------------
+    async def enroll(self, exp: str) -> Enrollment:
+        await self._meta(exp)
+        index = int(await self.redis.incr(keys.agent_seq(exp)))
+        agent_id = f"{exp}-{index:05d}-{secrets.token_hex(3)}"
+        token = f"{agent_id}.{secrets.token_urlsafe(24)}"
+        await self.redis.hset(
+            keys.credential(agent_id), mapping={"digest": _digest(token), "experiment": exp}
+        )
+        await self.redis.zadd(keys.agents(exp), {agent_id: index})
+        return Enrollment(agent_id, token, index)
+
+    async def authenticate(self, token: str, exp: str) -> str:
+        """The agent id a bearer token belongs to, if it is enrolled in `exp`."""
+        if not await self.exists(exp):
+            raise NotFound(f"experiment {exp!r} does not exist")
+        agent_id = token.rsplit(".", 1)[0] if "." in token else ""
+        raw = await self.redis.hgetall(keys.credential(agent_id)) if agent_id else {}
+        stored = _s(raw.get(b"digest", raw.get("digest", ""))) if raw else ""
+        if not stored or not hmac.compare_digest(stored, _digest(token)):
+            raise Unauthorized("invalid agent token")
+        if _s(raw.get(b"experiment", raw.get("experiment", ""))) != exp:
+            raise Forbidden(f"this agent is not enrolled in experiment {exp!r}")
+        return agent_id
+
+    async def agent_ids(self, exp: str) -> list[str]:
+        return [_s(a) for a in await self.redis.zrange(keys.agents(exp), 0, -1)]
+
+    # -- votes ------------------------------------------------------------------------------
+    async def vote(self, exp: str, agent: str, arm: int, epoch: int) -> VoteResult:
+        reply = await self._vote(
+            keys=[
+                keys.meta(exp),
+                keys.remaining(exp),
+                keys.voters(exp, arm),
+                keys.eliminations(exp),
+                keys.agents(exp),
+            ],
+            args=[agent, arm, epoch, _now_ms()],
+        )
+        outcome = _s(reply[0])
+        if outcome == "no_experiment":
+            raise NotFound(f"experiment {exp!r} does not exist")
+        if outcome == "bad_arm":
+            n_arms = int((await self._meta(exp))["n_arms"])
+            raise Invalid(f"arm={arm} is invalid: must be in [0, {n_arms - 1}]")
+        if outcome == "unknown_agent":
+            raise Forbidden(f"agent {agent!r} is not enrolled in experiment {exp!r}")
+        result = VoteResult(
+            VoteOutcome(outcome) if outcome in VoteOutcome._value2member_map_ else outcome,
+            int(reply[1]),
+            int(reply[2]),
+            int(reply[3]),
+        )
+        if result.eliminated:
+            await self.redis.publish(keys.events(exp), result.version)
+        return result
+
+    async def reset(self, exp: str, epoch: int | None) -> tuple[bool, int, int]:
+        meta = await self._meta(exp)
+        n_arms = int(meta["n_arms"])
+        reply = await self._reset(
+            keys=[
+                keys.meta(exp),
+                keys.remaining(exp),
+                keys.eliminations(exp),
+                *[keys.voters(exp, arm) for arm in range(n_arms)],
+            ],
+            args=["" if epoch is None else epoch],
+        )
+        if int(reply[0]) < 0:
+            raise NotFound(f"experiment {exp!r} does not exist")
+        if int(reply[0]) == 1:
+            await self.redis.publish(keys.events(exp), int(reply[1]))
+        return bool(int(reply[0])), int(reply[1]), int(reply[2])
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,30 @@
+"""The load generator's configuration, read from the environment (prefix DEXP_)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class LoadSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DEXP_", extra="ignore")
+
+    coordinator_url: str = "http://127.0.0.1:8000"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    experiment: str = "demo"
+    problem: str = "feraud-1"  # a named problem of common.environments; `means` overrides its arms
+    means: str = ""  # e.g. "0.7,0.5,0.3"
+    rewards: str = ""  # bernoulli | gaussian:SIGMA (default: the problem's)
+    drift: str = ""  # per-arm drift of the means per activation, e.g. "0,-1e-5,-1e-5"
+    activation: str = (
+        ""  # uniform | groups:P:Q | power:ALPHA:GAMMA | zipf:S (default: the problem's)
+    )
+    seed: int | None = None
+    rate: float = Field(0.0, ge=0, description="activations per second; 0: as fast as it goes")
+    budget: int = Field(50_000_000, ge=1, description="most activations before giving up")
+    max_seconds: float = Field(3600.0, gt=0, description="most wall time before giving up")
+    batch: int = Field(500, ge=1, le=100_000)
+    max_backlog: int = Field(20_000, ge=1, description="activations in flight before it waits")
+    agent_wait_seconds: float = Field(120.0, ge=0, description="how long to wait for M agents")
+    settle_seconds: float = Field(2.0, ge=0, description="enrollment quiet time before starting")
+    json_output: bool = Field(False, description="print the summary as one JSON object")
