@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,10 +56,10 @@ class LocalStack:
     coordinator_url: str = ""
 
     def spawn(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        process = subprocess.Popen(
-            args, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
-        )
+        with open(self.workdir / f"{name}.log", "wb") as log:  # the child keeps its own copy
+            process = subprocess.Popen(
+                args, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
+            )
         self.processes.append(process)
         return process
 
@@ -84,7 +84,7 @@ class LocalStack:
                 )
 
 
-def wait_until(check: callable, what: str, timeout: float = 30.0) -> None:  # type: ignore[valid-type]
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(Exception):
@@ -103,8 +103,12 @@ def local_stack(
     sigma: float | None = None,
     seed: int | None = None,
     workdir: Path | None = None,
+    agent_url: Callable[[str], str] | None = None,
 ) -> Iterator[LocalStack]:
-    """Redis, the coordinator (experiment `demo` from `config`) and the agent processes."""
+    """Redis, the coordinator (experiment `demo` from `config`) and the agent processes.
+
+    `agent_url` maps the coordinator's URL to the one agents should use (a test's recording proxy).
+    """
     tmp = tempfile.TemporaryDirectory(prefix="dexp-demo-") if workdir is None else None
     stack = LocalStack(Path(tmp.name) if tmp else workdir)  # type: ignore[arg-type]
     try:
@@ -151,6 +155,9 @@ def local_stack(
             lambda: httpx.get(f"{stack.coordinator_url}/readyz", timeout=1).status_code == 200,
             "the coordinator",
         )
+        agent_env = dict(env)
+        if agent_url is not None:
+            agent_env["DEXP_COORDINATOR_URL"] = agent_url(stack.coordinator_url)
         per_process = math.ceil(agents / processes)
         for i in range(processes):
             count = min(per_process, agents - i * per_process)
@@ -160,7 +167,7 @@ def local_stack(
                 f"agent-{i}",
                 [sys.executable, "-m", "agent"],
                 {
-                    **env,
+                    **agent_env,
                     "AGENTS_PER_REPLICA": str(count),
                     **({"DEXP_SEED": str(seed * 1000 + i)} if seed is not None else {}),
                 },
@@ -201,6 +208,6 @@ def run_demo(
             agent_wait_seconds=60,
             settle_seconds=1.0,
         )
-        generator = LoadGenerator(settings)
         stack.check_alive()
-        return generator.run()
+        with LoadGenerator(settings) as generator:
+            return generator.run()

@@ -1,0 +1,589 @@
+"""The `dexp` command: `dexp simulate` runs seeded trials of one configuration, `dexp reproduce`
+runs one of the papers' experiments and writes CSV files and figures.
+
+Bad arguments exit with status 2 and one line on stderr (`error: eta=1.5 is invalid: ...`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from typer.core import TyperGroup
+
+from common.algorithms import ALGORITHMS, USER_SUBROUTINES, AlgorithmConfig
+from common.environments import PROBLEMS, build_problem
+from common.errors import ParameterError
+from common.simulation import ENGINES, SimulationConfig, TrialResult, run_trials, summarize
+from common.simulation.config import DEFAULT_BUDGET, STOP_RULES
+from dexp.engines import EngineUnavailable, check_engine, trial_function
+from dexp.stats import describe
+
+PULLS = ("one", "every-arm")
+STOP_HELP = {
+    "all-agents": "every agent holds one arm that is still in the global set (Feraud et al.)",
+    "global": "the global set has one arm; agents with one local arm retire (Rio et al.)",
+}
+DEFAULT_PROBLEM = "feraud-1"
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    """One line on stderr, then exit."""
+    line = " ".join(message.split())
+    sys.stderr.write(f"error: {line}\n")
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+# typer >= 0.2x vendors click (typer._click), older typer uses click itself: find the classes
+# through a public exception rather than importing either.
+_CLICK_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
+_USAGE_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+)
+
+
+class UsageProblem(Exception):
+    """A usage error found by a command itself; the message is printed as it is."""
+
+
+class DexpGroup(TyperGroup):
+    """Reports every error as one line: click's usage errors, ParameterError, a missing engine."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name or "dexp", complete_var, False, **extra)
+        except _USAGE_ERROR as err:
+            ctx = getattr(err, "ctx", None)
+            if type(err).__name__ == "NoArgsIsHelpError" and ctx is not None:
+                sys.stdout.write(ctx.get_help() + "\n")  # `dexp` alone: the help, as click does
+                sys.exit(2)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            _fail(err.format_message() + hint, getattr(err, "exit_code", 2))  # type: ignore[attr-defined]
+        except _CLICK_ERROR as err:
+            _fail(err.format_message(), getattr(err, "exit_code", 1))  # type: ignore[attr-defined]
+        except typer.Abort:
+            _fail("aborted", 1)
+        except (ParameterError, UsageProblem) as err:
+            _fail(str(err), 2)
+        except EngineUnavailable as err:
+            _fail(str(err), 1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+app = typer.Typer(
+    cls=DexpGroup,
+    name="dexp",
+    help="Private decentralized best-arm identification: simulate and reproduce experiments.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _console(stderr: bool = False) -> Console:
+    """Made per call, on the current sys.stdout/stderr; wide when not a terminal (logs, pipes)."""
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, highlight=False, width=160)
+    return console
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def parse_ints(name: str, text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ParameterError(name, text, "must be comma-separated integers") from None
+    if not values:
+        raise ParameterError(name, text, "must be comma-separated integers")
+    return values
+
+
+def check_choice(name: str, value: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ParameterError(name, value, f"must be one of {', '.join(choices)}")
+    return value
+
+
+def check_at_least(name: str, value: int, low: int) -> int:
+    if value < low:
+        raise ParameterError(name, value, f"must be >= {low}")
+    return value
+
+
+# ----------------------------------------------------------------------------- simulate
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=_console(stderr=True),
+        transient=False,
+    )
+
+
+def _json_number(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def summary_json(results: list[TrialResult]) -> dict[str, Any]:
+    """common.simulation.summarize, with sorted stop counts and a 95% CI on each mean."""
+    summary = summarize(results)
+    summary["stopped_by"] = dict(sorted(summary["stopped_by"].items()))
+    for metric in ("sample_complexity", "messages"):
+        d = describe([getattr(r, metric) for r in results])
+        summary[metric]["ci95"] = [d.ci95_low, d.ci95_high] if math.isfinite(d.ci95_low) else None
+    return summary
+
+
+@app.command()
+def simulate(
+    problem: Annotated[
+        str | None,
+        typer.Option(help=f"A named problem ({', '.join(PROBLEMS)}); default {DEFAULT_PROBLEM}."),
+    ] = None,
+    means: Annotated[
+        str | None,
+        typer.Option(help="Arm means (alone, or replacing the problem's), e.g. 0.7,0.5."),
+    ] = None,
+    rewards: Annotated[
+        str | None, typer.Option(help="bernoulli (default with --means) or gaussian:SIGMA.")
+    ] = None,
+    drift: Annotated[
+        str | None, typer.Option(help="Per-arm drift of the means per activation, e.g. 0,-1e-5.")
+    ] = None,
+    agents: Annotated[int, typer.Option(help="Number of agents N.")] = 32,
+    activation: Annotated[
+        str | None,
+        typer.Option(
+            help="uniform | groups:P:Q | power:ALPHA:GAMMA | zipf:S (default: the problem's)."
+        ),
+    ] = None,
+    algorithm: Annotated[str, typer.Option(help=" | ".join(ALGORITHMS))] = "de",
+    subroutine: Annotated[str, typer.Option(help=" | ".join(USER_SUBROUTINES))] = "ser3",
+    epsilon: Annotated[float, typer.Option(help="Target accuracy eps.")] = 0.25,
+    delta: Annotated[float, typer.Option(help="Global failure probability.")] = 0.05,
+    eta: Annotated[float, typer.Option(help="Privacy level (local failure probability).")] = 0.9,
+    xi: Annotated[float, typer.Option(help="CE: probability of dropping a vote.")] = 0.0,
+    dp_epsilon: Annotated[float, typer.Option(help="DP-MASE: differential privacy level.")] = 0.1,
+    beta: Annotated[float, typer.Option(help="DP-MASE: local failure probability.")] = 0.5,
+    phi: Annotated[float, typer.Option(help="SER4: reset probability per step.")] = 0.0,
+    pulls: Annotated[
+        str, typer.Option(help="Per activation: one arm, or every arm of the local set (Rio).")
+    ] = "one",
+    stop: Annotated[str, typer.Option(help=" | ".join(STOP_RULES))] = "all-agents",
+    budget: Annotated[int, typer.Option(help="Most activations per trial.")] = DEFAULT_BUDGET,
+    trials: Annotated[int, typer.Option(help="Number of trials.")] = 20,
+    seed: Annotated[
+        int, typer.Option(help="Seed; trial i uses SeedSequence(seed).spawn(T)[i].")
+    ] = 0,
+    workers: Annotated[int, typer.Option(help="Processes running trials.")] = 1,
+    engine: Annotated[str, typer.Option(help=" | ".join(ENGINES))] = "fast",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object on stdout.")
+    ] = False,
+    per_trial: Annotated[
+        bool | None,
+        typer.Option(
+            "--per-trial/--no-per-trial", help="Table of trials (default: when trials <= 30)."
+        ),
+    ] = None,
+) -> None:
+    """Run seeded trials of one configuration and report sample complexity, messages, failures."""
+    # The parser the load generator uses too: a named problem, possibly with its means, rewards
+    # or drift replaced, or a problem made of --means alone.
+    name = problem if problem is not None or means is not None else DEFAULT_PROBLEM
+    built = build_problem(name, means, rewards, drift, activation)
+    env, act = built.environment, built.activation
+    check_choice("pulls", pulls, PULLS)
+    check_at_least("trials", trials, 1)
+    check_at_least("workers", workers, 1)
+    check_at_least("seed", seed, 0)
+    check_at_least("agents", agents, 1)
+    check_engine(engine)
+    algo = AlgorithmConfig(
+        algorithm=algorithm,
+        subroutine=subroutine,
+        epsilon=epsilon,
+        delta=delta,
+        eta=eta,
+        xi=xi,
+        dp_epsilon=dp_epsilon,
+        beta=beta,
+        phi=phi,
+        every_arm=pulls == "every-arm",
+    )
+    config = SimulationConfig(
+        environment=env, algorithm=algo, n_agents=agents, activation=act, stop=stop, budget=budget
+    )
+    trial_function(engine)
+
+    with _progress() as progress:
+        task = progress.add_task(f"{algorithm}-{subroutine} N={agents}", total=trials)
+        results = run_trials(
+            config,
+            trials,
+            seed=seed,
+            engine=engine,
+            workers=workers,
+            on_trial=lambda _r: progress.advance(task),
+        )
+
+    config_json: dict[str, Any] = {
+        "problem": name,  # the named problem, if any; the fields below are what ran
+        "means": list(env.means),
+        "rewards": env.rewards,
+        "sigma": None if env.bounded else env.sigma,
+        "drift": list(env.drift),
+        "agents": agents,
+        "activation": act.spec,
+        "algorithm": algorithm,
+        "subroutine": subroutine,
+        "local_subroutine": algo.local_subroutine,
+        "epsilon": epsilon,
+        "delta": delta,
+        "eta": eta,
+        "xi": xi,
+        "dp_epsilon": dp_epsilon,
+        "beta": beta,
+        "phi": phi,
+        "pulls": pulls,
+        "every_arm": algo.every_arm,
+        "stop": stop,
+        "budget": budget,
+        "trials": trials,
+        "seed": seed,
+        "workers": workers,
+        "engine": engine,
+    }
+    summary = summary_json(results)
+    if as_json:
+        document = {
+            "config": config_json,
+            "threshold": config.threshold,
+            "trials": [r.to_json() for r in results],
+            "summary": summary,
+        }
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        return
+    show_per_trial = trials <= 30 if per_trial is None else per_trial
+    replaced = {
+        "means": means is not None,
+        "rewards": rewards is not None,
+        "drift": drift is not None,
+    }
+    print_simulation(
+        config, {**config_json, "replaced": replaced}, results, summary, show_per_trial
+    )
+
+
+def _fmt(x: float) -> str:
+    if not math.isfinite(x):
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def print_simulation(
+    config: SimulationConfig,
+    params: dict[str, Any],
+    results: list[TrialResult],
+    summary: dict[str, Any],
+    per_trial: bool,
+) -> None:
+    out = _console()
+    algo = config.algorithm
+    env = config.environment
+    table = Table(title="dexp simulate", show_header=False, title_justify="left")
+    table.add_column("parameter", style="bold")
+    table.add_column("value")
+    means = ", ".join(f"{m:g}" for m in env.means)
+    arms = f"{env.rewards}" + ("" if env.bounded else f" sigma={env.sigma:g}")
+    replaced = [k for k in ("means", "rewards", "drift") if params["replaced"][k]]
+    problem = params["problem"] or "(custom)"
+    if params["problem"] and replaced:
+        problem += f" with its {'/'.join(replaced)} replaced"
+    table.add_row("problem", problem)
+    table.add_row("arms", f"{env.n_arms} {arms}: {means}" + (" (drifting)" if env.drift else ""))
+    table.add_row("agents N", str(config.n_agents))
+    table.add_row("activation", config.activation.spec)
+    table.add_row("algorithm", f"{algo.algorithm} with {algo.local_subroutine}")
+    privacy = f"epsilon={algo.epsilon:g} delta={algo.delta:g} eta={algo.eta:g}"
+    if algo.algorithm == "ce":
+        privacy += f" xi={algo.xi:g}"
+    if algo.algorithm == "dp-mase":
+        privacy += f" dp_epsilon={algo.dp_epsilon:g} beta={algo.beta:g}"
+    if algo.subroutine == "ser4":
+        privacy += f" phi={algo.phi:g}"
+    table.add_row("parameters", privacy)
+    table.add_row("pulls", params["pulls"])
+    table.add_row(
+        "threshold M",
+        str(config.threshold) if config.threshold is not None else "none (no votes)",
+    )
+    table.add_row("stop rule", f"{config.stop}: {STOP_HELP[config.stop]}")
+    table.add_row(
+        "trials", f"{params['trials']} (seed {params['seed']}, engine {params['engine']})"
+    )
+    out.print(table)
+
+    if per_trial:
+        trials = Table(title="trials", title_justify="left")
+        for column in (
+            "trial",
+            "sample complexity",
+            "messages",
+            "best arm",
+            "correct",
+            "stopped by",
+        ):
+            trials.add_column(column, justify="right" if column != "stopped by" else "left")
+        for i, r in enumerate(results):
+            trials.add_row(
+                str(i),
+                f"{r.sample_complexity:,}",
+                f"{r.messages:,}",
+                str(r.best_arm),
+                "yes" if r.correct else "[red]no[/red]",
+                r.stopped_by,
+            )
+        out.print(trials)
+
+    table = Table(title=f"summary of {len(results)} trials", title_justify="left")
+    for column in ("metric", "mean", "std", "95% CI"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for metric, label in (("sample_complexity", "sample complexity"), ("messages", "messages")):
+        s = summary[metric]
+        ci = s["ci95"]
+        table.add_row(
+            label,
+            _fmt(s["mean"]),
+            _fmt(s["std"]),
+            f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "-",
+        )
+    failures = sum(not r.correct for r in results)
+    table.add_row(
+        "failure rate", f"{summary['failure_rate']:.3f}", "", f"{failures}/{len(results)}"
+    )
+    table.add_row(
+        "stopped by", ", ".join(f"{k} {v}" for k, v in summary["stopped_by"].items()), "", ""
+    )
+    out.print(table)
+
+
+# ----------------------------------------------------------------------------- reproduce
+
+
+def print_experiments() -> None:
+    from dexp.experiments import EXPERIMENTS
+
+    out = _console()
+    table = Table(title="experiments (dexp reproduce NAME --out DIR)", title_justify="left")
+    for column in ("name", "source", "problem", "N", "trials", "stop", "series"):
+        table.add_column(column)
+    for e in EXPERIMENTS.values():
+        table.add_row(
+            e.name,
+            e.source,
+            e.problem + (" every-arm" if e.every_arm else ""),
+            ",".join(str(n) for n in e.agents),
+            str(e.trials),
+            e.stop,
+            ", ".join(e.labels),
+        )
+    out.print(table)
+
+
+def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
+    out = _console()
+    table = Table(title=title, title_justify="left")
+    columns = ("series", "N", "M", "trials", "samples", "± 95% CI", "messages", "± 95% CI")
+    for column in (*columns, "failures", "stopped by"):
+        table.add_column(
+            column,
+            justify="left" if column in ("series", "stopped by") else "right",
+            no_wrap=column == "series",
+        )
+    for r in rows:
+        cells = []
+        for metric in ("sample_complexity", "messages"):
+            lo, hi = r[f"{metric}_ci95_low"], r[f"{metric}_ci95_high"]
+            cells += [_fmt(r[f"{metric}_mean"]), _fmt((hi - lo) / 2)]
+        table.add_row(
+            r["series"],
+            str(r["n_agents"]),
+            str(r["threshold"]) if r["threshold"] != "" else "-",
+            str(r["trials"]),
+            *cells,
+            f"{r['failure_rate']:.2f}",
+            r["stopped_by"],
+        )
+    out.print(table)
+
+
+@app.command()
+def reproduce(
+    name: Annotated[
+        str | None, typer.Argument(help="Experiment name (see --list).", show_default=False)
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Directory for the CSV, PNG and JSON files.")
+    ] = None,
+    trials: Annotated[
+        int | None, typer.Option(help="Trials per point (default: the experiment's).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed; every point uses the same trial seeds.")] = 0,
+    workers: Annotated[int, typer.Option(help="Processes running trials.")] = 1,
+    agents: Annotated[
+        str | None, typer.Option(help="Agent counts, e.g. 32,64 (default: the experiment's).")
+    ] = None,
+    series: Annotated[
+        list[str] | None,
+        typer.Option(help="Run only this series (repeatable; default: all of them)."),
+    ] = None,
+    engine: Annotated[str, typer.Option(help=" | ".join(ENGINES))] = "fast",
+    budget: Annotated[int, typer.Option(help="Most activations per trial.")] = DEFAULT_BUDGET,
+    plots: Annotated[
+        bool, typer.Option("--plots/--no-plots", help="Write the PNG figures.")
+    ] = True,
+    list_: Annotated[bool, typer.Option("--list", help="List the experiments and exit.")] = False,
+) -> None:
+    """Run one of the papers' experiments: NAME.csv, NAME_summary.csv, PNG figures in --out."""
+    from dexp.experiments import experiment
+    from dexp.reproduce import Point, run_experiment
+
+    if list_:
+        print_experiments()
+        return
+    if name is None:
+        raise UsageProblem("missing experiment NAME (dexp reproduce --list shows them)")
+    exp = experiment(name)
+    if out_dir is None:
+        raise UsageProblem("missing option --out DIR (the directory for the output files)")
+    agent_counts = parse_ints("agents", agents) if agents is not None else None
+    check_engine(engine)
+    check_at_least("budget", budget, 1)
+
+    # The bar starts once every point is validated, so that a bad argument prints one line only.
+    progress = _progress()
+    tasks: dict[str, TaskID] = {}
+
+    def on_start(points: list[Point]) -> None:
+        progress.start()
+        tasks["points"] = progress.add_task(f"{exp.name} (series, N)", total=len(points))
+        tasks["trials"] = progress.add_task("trials", total=sum(len(p.results) for p in points))
+
+    def on_trial(point: Point) -> None:
+        label = f"trials: {point.series.label} N={point.n_agents}"
+        progress.update(tasks["trials"], advance=1, description=label)
+
+    def on_point(point: Point) -> None:
+        progress.advance(tasks["points"])
+
+    try:
+        outcome = run_experiment(
+            exp,
+            out_dir,
+            trials=trials,
+            seed=seed,
+            workers=workers,
+            agents=agent_counts,
+            series=series,
+            engine=engine,
+            budget=budget,
+            plots=plots,
+            on_start=on_start,
+            on_trial=on_trial,
+            on_point=on_point,
+        )
+    finally:
+        if tasks:
+            progress.stop()
+    print_reproduce_summary(
+        outcome.summary_rows(),
+        f"{exp.name}: {exp.description} ({exp.source}); engine {engine}, seed {seed}",
+    )
+    _console().print(f"wrote {', '.join(str(f) for f in outcome.files)} in {outcome.elapsed:.1f} s")
+
+
+@app.command()
+def demo(
+    problem: Annotated[str, typer.Option(help="A named problem (its arms and activations).")] = (
+        DEFAULT_PROBLEM
+    ),
+    agents: Annotated[int, typer.Option(help="Agents in all (must reach the threshold M).")] = 32,
+    processes: Annotated[int, typer.Option(help="Agent processes hosting them.")] = 2,
+    algorithm: Annotated[str, typer.Option(help="de | ce | dp-mase")] = "de",
+    subroutine: Annotated[str, typer.Option(help=" | ".join(USER_SUBROUTINES))] = "ser3",
+    epsilon: Annotated[float, typer.Option(help="Target accuracy.")] = 0.25,
+    delta: Annotated[float, typer.Option(help="Global failure probability.")] = 0.05,
+    eta: Annotated[float, typer.Option(help="Privacy level (local confidence 1 - eta).")] = 0.9,
+    xi: Annotated[float, typer.Option(help="CE: probability of dropping a vote.")] = 0.0,
+    seed: Annotated[int | None, typer.Option(help="Seed of agents and environment.")] = None,
+    rate: Annotated[
+        float, typer.Option(help="Activations per second; 0: as fast as it goes.")
+    ] = 0.0,
+    max_seconds: Annotated[float, typer.Option(help="Give up after this long.")] = 600.0,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Run the whole system as local processes (redis-server, coordinator, agents, load generator)
+    until the best arm is identified; exit 0 when it is eps-optimal."""
+    from dexp.demo import run_demo
+    from load_generator.generator import format_summary
+
+    check_at_least("agents", agents, 1)
+    check_at_least("processes", processes, 1)
+    try:
+        config = AlgorithmConfig(
+            algorithm=algorithm, subroutine=subroutine, epsilon=epsilon, delta=delta, eta=eta, xi=xi
+        )
+        if algorithm not in ("de", "ce", "dp-mase"):
+            raise ParameterError("algorithm", algorithm, "the services run de, ce or dp-mase")
+        summary = run_demo(
+            problem, config, agents, processes, seed=seed, rate=rate, max_seconds=max_seconds
+        )
+    except ParameterError as exc:
+        _fail(str(exc))
+    print(format_summary(summary, json_output))
+    raise typer.Exit(0 if summary.status == "identified" and summary.correct else 1)
+
+
+def main() -> None:
+    app(prog_name="dexp")
+
+
+if __name__ == "__main__":
+    main()

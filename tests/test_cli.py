@@ -1,0 +1,351 @@
+"""The `dexp` command line: JSON shape, reproducibility, readable output, one-line errors with exit
+status 2, and `dexp reproduce` on a tiny configuration (reference engine, so it does not depend on
+the compiled simulator)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dexp.cli import app
+from dexp.experiments import EXPERIMENTS
+from dexp.reproduce import SUMMARY_COLUMNS, TRIAL_COLUMNS, build_points
+
+ENGINE = ["--engine", "reference"]
+# Two well-separated arms: a DE trial with 32 agents takes a few thousand activations.
+EASY = ["--means", "0.9,0.1", *ENGINE]
+
+
+def run_dexp(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dexp.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def simulate_json(*args: str) -> dict:
+    proc = run_dexp("simulate", *args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+# ----------------------------------------------------------------------------- simulate
+
+
+def invoke_json(*args: str) -> dict:
+    result = CliRunner().invoke(app, ["simulate", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_json_shape_for_the_defaults() -> None:
+    # A budget cuts the trials short: the shape is what matters here.
+    doc = simulate_json(*ENGINE, "--trials", "2", "--budget", "3000")
+    assert set(doc) == {"config", "threshold", "trials", "summary"}
+    assert doc["threshold"] == 29
+    config = doc["config"]
+    assert config["problem"] == "feraud-1"
+    assert config["agents"] == 32
+    assert config["algorithm"] == "de"
+    assert config["subroutine"] == "ser3"
+    assert config["activation"] == "uniform"
+    assert config["stop"] == "all-agents"
+    assert config["engine"] == "reference"
+    assert config["pulls"] == "one" and config["every_arm"] is False
+    assert config["means"] == [0.7, 0.5, 0.3] + [0.1] * 7
+    assert config["budget"] == 3000 and config["trials"] == 2 and config["seed"] == 0
+    for key in ("epsilon", "delta", "eta", "xi", "dp_epsilon", "beta", "phi", "workers"):
+        assert key in config
+
+    assert len(doc["trials"]) == 2
+    for trial in doc["trials"]:
+        assert isinstance(trial["sample_complexity"], int) and trial["sample_complexity"] == 3000
+        assert isinstance(trial["messages"], int) and 0 <= trial["messages"] <= 29 * 10 - 1
+        assert isinstance(trial["best_arm"], int) and 0 <= trial["best_arm"] < 10
+        assert isinstance(trial["correct"], bool)
+        assert trial["stopped_by"] == "budget"
+        assert isinstance(trial["eliminations"], list)
+
+    summary = doc["summary"]
+    for metric in ("sample_complexity", "messages"):
+        assert isinstance(summary[metric]["mean"], float)
+        assert isinstance(summary[metric]["std"], float)
+    assert summary["sample_complexity"]["mean"] == 3000.0
+    assert isinstance(summary["failure_rate"], float)
+    assert 0.0 <= summary["failure_rate"] <= 1.0
+    assert summary["stopped_by"] == {"budget": 2}
+
+
+def test_json_for_a_finished_run() -> None:
+    doc = invoke_json(*EASY, "--trials", "2")
+    assert doc["threshold"] == 29
+    assert doc["config"]["problem"] is None and doc["config"]["means"] == [0.9, 0.1]
+    for trial in doc["trials"]:
+        assert trial["stopped_by"] == "all-agents"
+        assert trial["messages"] == 29  # K = 2: one arm out, M votes against it
+        assert trial["best_arm"] == 0 and trial["correct"] is True
+        assert trial["eliminations"][0]["arm"] == 1
+    assert doc["summary"]["failure_rate"] == 0.0
+
+
+def test_json_for_every_arm_and_global_stop() -> None:
+    doc = invoke_json(
+        *EASY, "--algorithm", "ce", "--xi", "0.1", "--pulls", "every-arm", "--stop", "global",
+        "--trials", "2",
+    )  # fmt: skip
+    # K = 2: eta_xi = 1 - 0.1 / 0.9 = 0.889, M = ceil(log 0.05 / log 0.889) = 26
+    assert doc["threshold"] == 26
+    assert doc["config"]["every_arm"] is True
+    assert doc["config"]["stop"] == "global"
+    assert len(doc["trials"]) == 2
+    assert all(t["stopped_by"] == "global" for t in doc["trials"])
+
+
+def test_same_seed_same_json_other_seed_other_trials() -> None:
+    args = [*EASY, "--trials", "3", "--seed", "7"]
+    first = run_dexp("simulate", *args, "--json")
+    second = run_dexp("simulate", *args, "--json")
+    assert first.returncode == second.returncode == 0
+    assert first.stdout == second.stdout
+    other = invoke_json(*EASY, "--trials", "3", "--seed", "8")
+    assert other["trials"] != json.loads(first.stdout)["trials"]
+
+    # In-process (CliRunner) and with two worker processes: the same trials.
+    result = CliRunner().invoke(app, ["simulate", *args, "--workers", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["trials"] == json.loads(first.stdout)["trials"]
+
+
+def test_readable_output() -> None:
+    result = CliRunner().invoke(app, ["simulate", *EASY, "--trials", "2"])
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    for needle in ("threshold M", "29", "stop rule", "all-agents", "summary of 2 trials"):
+        assert needle in text
+    for needle in ("sample complexity", "messages", "failure rate", "stopped by"):
+        assert needle in text
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+
+    result = CliRunner().invoke(
+        app, ["simulate", *EASY, "--trials", "1", "--algorithm", "independent", "--stop", "global"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "none (no votes)" in result.stdout
+    assert "global" in result.stdout
+
+
+# ----------------------------------------------------------------------------- errors
+
+BAD_SIMULATE = [
+    (["--agents", "10"], "agents=10 is invalid: must be >= the vote threshold M=29"),
+    (["--means", "0.5"], "arms=1 is invalid"),
+    (["--activation", "bogus"], "activation='bogus' is invalid"),
+    (["--rewards", "foo"], "rewards='foo' is invalid"),
+    (["--means", "0.5,x"], "means='0.5,x' is invalid"),
+    (["--means", "0.5,0.4", "--rewards", "gaussian:-1"], "rewards='gaussian:-1' is invalid"),
+    (["--xi", "0.3", "--algorithm", "ce"], "xi=0.3 is invalid"),
+    (["--xi", "0.1"], "xi=0.1 is invalid: vote dropping is for --algorithm ce only"),
+    (["--eta", "1.5"], "eta=1.5 is invalid: must be in (0, 1)"),
+    (["--algorithm", "magic"], "algorithm='magic' is invalid"),
+    (["--subroutine", "ser9"], "subroutine='ser9' is invalid"),
+    (["--pulls", "some"], "pulls='some' is invalid"),
+    (["--stop", "never"], "stop='never' is invalid"),
+    (["--engine", "warp"], "engine='warp' is invalid"),
+    (["--trials", "0"], "trials=0 is invalid"),
+    (["--problem", "nope"], "problem='nope' is invalid"),
+    (["--problem", "feraud-1", "--means", "0.5,0.4", "--drift", "0.1"], "drift=(0.1,) is invalid"),
+    (["--agents", "x"], "--agents"),
+    (["--bogus-option"], "No such option: --bogus-option"),
+]
+
+
+def _assert_one_line_error(code: int, stdout: str, stderr: str, needle: str) -> None:
+    assert code == 2, (stdout, stderr)
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("error: ")
+    assert needle in lines[0]
+    assert "Traceback" not in stderr
+    assert stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"), BAD_SIMULATE, ids=lambda v: " ".join(v) if isinstance(v, list) else None
+)
+def test_bad_simulate_arguments_in_process(args: list[str], needle: str) -> None:
+    result = CliRunner().invoke(app, ["simulate", *ENGINE, *args, "--json"])
+    _assert_one_line_error(result.exit_code, result.stdout, result.stderr, needle)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--agents", "10"],
+        ["--means", "0.5"],
+        ["--activation", "bogus"],
+        ["--rewards", "foo"],
+        ["--xi", "0.3", "--algorithm", "ce"],
+        ["--agents", "x"],
+    ],
+    ids=" ".join,
+)
+def test_bad_simulate_arguments_in_a_subprocess(args: list[str]) -> None:
+    proc = run_dexp("simulate", *ENGINE, *args)
+    needle = dict((tuple(a), n) for a, n in BAD_SIMULATE)[tuple(args)]
+    _assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, needle)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["nope", "--out", "x"], "experiment='nope' is invalid"),
+        ([], "missing experiment NAME"),
+        (["feraud-fig1"], "missing option --out"),
+        (["feraud-fig1", "--out", "x", "--agents", "16"], "agents=16 is invalid"),
+        (["feraud-fig1", "--out", "x", "--agents", "a,b"], "agents='a,b' is invalid"),
+        (["feraud-fig1", "--out", "x", "--series", "DE-ME"], "series='DE-ME' is invalid"),
+        (["feraud-fig1", "--out", "x", "--trials", "0"], "trials=0 is invalid"),
+    ],
+)
+def test_bad_reproduce_arguments(
+    args: list[str], needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["reproduce", *ENGINE, *args])
+    _assert_one_line_error(result.exit_code, result.stdout, result.stderr, needle)
+    assert not (tmp_path / "x").exists()
+
+
+def test_bad_reproduce_argument_in_a_subprocess(tmp_path: Path) -> None:
+    proc = run_dexp("reproduce", "feraud-fig1", "--out", "x", "--agents", "16", cwd=tmp_path)
+    _assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "agents=16 is invalid")
+    assert not (tmp_path / "x").exists()
+
+
+def test_bad_command() -> None:
+    result = CliRunner().invoke(app, ["simulat"])
+    _assert_one_line_error(result.exit_code, result.stdout, result.stderr, "No such command")
+
+
+# ----------------------------------------------------------------------------- reproduce
+
+
+def test_reproduce_list() -> None:
+    result = CliRunner().invoke(app, ["reproduce", "--list"])
+    assert result.exit_code == 0, result.output
+    for name in ("feraud-fig1", "feraud-fig2a", "feraud-fig2b", "rio-fig1", "rio-powerlaw"):
+        assert name in result.stdout
+
+
+@pytest.mark.parametrize("name", list(EXPERIMENTS))
+def test_experiment_definitions_are_valid(name: str) -> None:
+    exp = EXPERIMENTS[name]
+    points = build_points(exp, exp.agents, exp.series)
+    assert len(points) == len(exp.series) * len(exp.agents)
+    labels = set(exp.labels)
+    assert len(labels) == len(exp.series)
+    for figure in exp.figures:
+        for panel in figure.panels:
+            assert set(panel.series) <= labels
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_reproduce_tiny_feraud(tmp_path: Path) -> None:
+    # The central baselines are cheap; a voting series runs in the Rio test below.
+    out = tmp_path / "results"
+    proc = run_dexp(
+        "reproduce", "feraud-fig1", "--out", str(out), "--agents", "32,64", "--trials", "2",
+        "--series", "central-SER3", "--series", "central-LUCB", *ENGINE,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "central-SER3" in proc.stdout and "central-LUCB" in proc.stdout
+
+    rows = _read_csv(out / "feraud-fig1.csv")
+    assert list(rows[0]) == list(TRIAL_COLUMNS)
+    assert len(rows) == 2 * 2 * 2  # series x N x trials
+    assert [(r["series"], r["n_agents"], r["trial"]) for r in rows] == [
+        (s, n, t) for s in ("central-SER3", "central-LUCB") for n in ("32", "64") for t in "01"
+    ]
+    assert {r["experiment"] for r in rows} == {"feraud-fig1"}
+    assert {r["seed"] for r in rows} == {"0"}
+    assert {r["threshold"] for r in rows} == {""}  # the baselines do not vote
+    assert {r["correct"] for r in rows} <= {"True", "False"}
+    for r in rows:  # 0-privacy: N - 1 broadcasts per activation
+        assert int(r["messages"]) == int(r["sample_complexity"]) * (int(r["n_agents"]) - 1)
+
+    summary = _read_csv(out / "feraud-fig1_summary.csv")
+    assert list(summary[0]) == list(SUMMARY_COLUMNS)
+    assert [(r["series"], r["n_agents"]) for r in summary] == [
+        ("central-SER3", "32"),
+        ("central-SER3", "64"),
+        ("central-LUCB", "32"),
+        ("central-LUCB", "64"),
+    ]
+    for r in summary:
+        low = float(r["sample_complexity_ci95_low"])
+        high = float(r["sample_complexity_ci95_high"])
+        assert low <= float(r["sample_complexity_mean"]) <= high
+        assert 0.0 <= float(r["failure_rate"]) <= 1.0
+
+    for png in ("feraud-fig1_sample_complexity.png", "feraud-fig1_messages.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    meta = json.loads((out / "feraud-fig1.json").read_text())
+    assert meta["engine"] == "reference" and meta["trials"] == 2 and meta["agents"] == [32, 64]
+
+    # A row's trial is `dexp simulate` with the same parameters, seed and trial index.
+    doc = invoke_json(*ENGINE, "--algorithm", "central", "--agents", "64", "--trials", "2")
+    assert [t["sample_complexity"] for t in doc["trials"]] == [
+        int(r["sample_complexity"]) for r in rows if r["series"] == "central-SER3"
+    ][2:]
+
+
+def test_reproduce_tiny_rio_in_process(tmp_path: Path) -> None:
+    out = tmp_path / "rio"
+    result = CliRunner().invoke(
+        app,
+        [
+            "reproduce", "rio-fig1", "--out", str(out), "--agents", "32", "--trials", "2",
+            "--series", "DP-MASE eps=0.25", "--series", "central-SE", "--workers", "2", *ENGINE,
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = _read_csv(out / "rio-fig1.csv")
+    assert len(rows) == 4
+    dp = [r for r in rows if r["series"] == "DP-MASE eps=0.25"]
+    assert {r["threshold"] for r in dp} == {"5"}  # ceil(log 0.05 / log 0.5)
+    assert {r["every_arm"] for r in rows} == {"True"}
+    assert {r["stop"] for r in rows} == {"global"}
+    assert {r["dp_epsilon"] for r in dp} == {"0.25"}
+    assert all(int(r["messages"]) >= 5 for r in dp)
+    assert (out / "rio-fig1_sample_complexity.png").exists()
+
+
+def test_reproduce_without_plots(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "reproduce", "rio-powerlaw", "--out", str(tmp_path), "--agents", "32", "--trials", "1",
+            "--series", "DP-MASE eps=0.1 power", "--no-plots", "--budget", "500", *ENGINE,
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (row,) = _read_csv(tmp_path / "rio-powerlaw.csv")
+    assert row["activation"] == "power:0:0.8"
+    assert row["stopped_by"] == "budget" and row["sample_complexity"] == "500"
+    (summary,) = _read_csv(tmp_path / "rio-powerlaw_summary.csv")
+    assert summary["sample_complexity_ci95_low"] == "nan"  # one trial: no interval
+    assert not list(tmp_path.glob("*.png"))
