@@ -43,6 +43,7 @@ class Elimination:
     votes: int
     time: int  # activation count (or any clock the caller passes) at the elimination
     order: int  # 1 for the first arm out in this epoch, 2 for the next, ...
+    epoch: int = 0  # DSER4 reset epoch; the log keeps every epoch's eliminations
 
 
 @dataclass
@@ -77,8 +78,10 @@ class GlobalState:
         if outcome is VoteOutcome.ELIMINATED:
             self.remaining.discard(arm)
             self.version += 1
-            order = len(self.eliminations) + 1
-            self.eliminations.append(Elimination(arm, len(self.voters[arm]), time, order))
+            order = sum(e.epoch == self.epoch for e in self.eliminations) + 1
+            self.eliminations.append(
+                Elimination(arm, len(self.voters[arm]), time, order, self.epoch)
+            )
         return outcome
 
     def vote_many(self, agent: str, arms: Iterable[int], time: int = 0) -> list[VoteOutcome]:

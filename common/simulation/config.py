@@ -70,7 +70,7 @@ class TrialResult:
             "stopped_by": self.stopped_by,
             "resets": self.resets,
             "eliminations": [
-                {"arm": e.arm, "votes": e.votes, "time": e.time, "order": e.order}
+                {"arm": e.arm, "votes": e.votes, "time": e.time, "order": e.order, "epoch": e.epoch}
                 for e in self.eliminations
             ],
         }

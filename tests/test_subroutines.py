@@ -1,0 +1,603 @@
+"""Arm Selection subroutines and the local agent: formulas, stopping, persistence, votes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from common.agent import AgentSpec, LocalAgent
+from common.environments import Environment
+from common.subroutines import (
+    SUBROUTINES,
+    ArmSelection,
+    DPSuccessiveElimination,
+    LocalParams,
+    MedianElimination,
+    restore,
+    subroutine_class,
+)
+from common.subroutines.radius import (
+    dp_elimination_gap,
+    dp_epoch_length,
+    elimination_radius,
+    lucb_radius,
+    median_elimination_samples,
+)
+
+NAMES = sorted(SUBROUTINES)  # se, ser3, ser4, me, lucb, dp-se
+MODES = [False, True]  # every_arm: one arm per activation (Feraud) / every arm (Rio)
+EASY = Environment((0.9, 0.5, 0.4, 0.1))
+
+
+def make(
+    name: str,
+    *,
+    n_arms: int = 4,
+    every_arm: bool = False,
+    epsilon: float = 0.5,
+    confidence: float = 0.9,
+    phi: float | None = None,
+    dp_epsilon: float = 0.5,
+    seed: int = 0,
+) -> ArmSelection:
+    if phi is None:
+        phi = 0.05 if name == "ser4" else 0.0
+    params = LocalParams(
+        epsilon=epsilon,
+        confidence=confidence,
+        every_arm=every_arm,
+        phi=phi,
+        dp_epsilon=dp_epsilon,
+    )
+    return subroutine_class(name)(n_arms, params, np.random.default_rng(seed))
+
+
+def copy_rng(rng: np.random.Generator) -> np.random.Generator:
+    twin = np.random.default_rng()
+    twin.bit_generator.state = rng.bit_generator.state
+    return twin
+
+
+def step(
+    sub: ArmSelection, env: Environment, rng: np.random.Generator
+) -> tuple[list[int], list[int]]:
+    """One activation: the arms played and the arms eliminated."""
+    if isinstance(getattr(sub, "wants_reset", None), type(sub.select)):
+        sub.wants_reset()  # type: ignore[attr-defined]  # SER4 draws its coin every activation
+    arms = sub.select()
+    out = sub.observe(arms, env.draw(arms, 0, rng)) if arms else []
+    return arms, out
+
+
+def constant(sub: ArmSelection, values: list[float]) -> tuple[list[int], list[int]]:
+    """One activation with deterministic rewards values[arm]."""
+    arms = sub.select()
+    return arms, sub.observe(arms, [values[a] for a in arms])
+
+
+# -- persistence -------------------------------------------------------------------------------
+@pytest.mark.parametrize("every_arm", MODES)
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("prefix", [0, 9, 150])
+def test_state_round_trip_continues_identically(name: str, every_arm: bool, prefix: int) -> None:
+    env = Environment((0.7, 0.5, 0.45, 0.3))
+    sub = make(name, every_arm=every_arm, epsilon=1.0 if name == "me" else 0.5)
+    rewards = np.random.default_rng(99)
+    for _ in range(prefix):
+        step(sub, env, rewards)
+    state = json.loads(json.dumps(sub.to_state()))  # JSON-able, and survives JSON
+    twin = restore(state, copy_rng(sub.rng))
+    twin_rewards = copy_rng(rewards)
+    assert type(twin) is type(sub)
+    assert twin.to_state() == sub.to_state()
+    for i in range(4000):
+        a, out_a = step(sub, env, rewards)
+        b, out_b = step(twin, env, twin_rewards)
+        assert (a, out_a) == (b, out_b), f"diverged {i} activations after the restore"
+        if i % 50 == 0:
+            assert twin.to_state() == sub.to_state()
+        if sub.done:
+            break
+    assert twin.to_state() == sub.to_state()
+    assert twin.rng.bit_generator.state == sub.rng.bit_generator.state
+
+
+def test_state_is_plain_json() -> None:
+    sub = make("dp-se", every_arm=True)
+    for _ in range(10):
+        step(sub, EASY, np.random.default_rng(1))
+    state = sub.to_state()
+    assert json.loads(json.dumps(state)) == state
+    assert state["name"] == "dp-se"
+    assert "rng" not in state
+
+
+# -- the activation cycle ----------------------------------------------------------------------
+@pytest.mark.parametrize("every_arm", MODES)
+@pytest.mark.parametrize("name", NAMES)
+def test_selects_only_active_arms_and_is_done_with_one(name: str, every_arm: bool) -> None:
+    sub = make(name, every_arm=every_arm, epsilon=1.0 if name == "me" else 0.5)
+    rewards = np.random.default_rng(5)
+    eliminated: list[int] = []
+    for _ in range(50_000):
+        before = list(sub.active)
+        assert before == sorted(before)
+        arms = sub.select()
+        if sub.done:
+            break
+        assert arms, "a subroutine that is not done plays something"
+        assert set(arms) <= set(before)
+        assert len(set(arms)) == len(arms)
+        if not every_arm:
+            assert len(arms) == 1
+        elif name in ("se", "ser3", "ser4", "dp-se"):
+            assert arms == before  # every arm of the local set, once
+        out = sub.observe(arms, EASY.draw(arms, 0, rewards))
+        assert set(out) <= set(before)
+        assert not set(out) & set(sub.active)
+        assert sorted(set(before) - set(out)) == sub.active
+        eliminated += out
+    assert sub.done
+    assert len(sub.active) == 1
+    assert sub.select() == []
+    assert sorted([*eliminated, *sub.active]) == [0, 1, 2, 3]
+    assert len(set(eliminated)) == 3  # each arm is eliminated once
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_restart_forgets_and_uses_the_new_set(name: str) -> None:
+    sub = make(name, every_arm=True)
+    for _ in range(20):
+        step(sub, EASY, np.random.default_rng(2))
+    sub.restart([3, 1])
+    assert sub.active == [1, 3]
+    assert sub.initial_arms == 2
+    assert not sub.counts.any()
+    assert not sub.sums.any()
+    assert set(sub.select()) <= {1, 3}
+
+
+# -- Successive Elimination --------------------------------------------------------------------
+def hoeffding(r: int, k: int, conf: float) -> float:
+    return math.sqrt(math.log(4 * k * r * r / conf) / (2 * r))
+
+
+def test_se_radius_formula() -> None:
+    assert elimination_radius(1, 10, 0.9, None) == pytest.approx(1.3773597877)
+    assert elimination_radius(100, 10, 0.9, None) == pytest.approx(0.2549958857)
+    for r, k, conf in [(1, 2, 0.5), (7, 10, 0.9), (1000, 3, 0.05), (12345, 100, 1e-4)]:
+        assert elimination_radius(r, k, conf, None) == pytest.approx(hoeffding(r, k, conf))
+        # sub-Gaussian: sigma sqrt(2 log(4 K r^2 / conf) / r)
+        expected = 2.0 * math.sqrt(2 * math.log(4 * k * r * r / conf) / r)
+        assert elimination_radius(r, k, conf, 2.0) == pytest.approx(expected)
+    assert elimination_radius(5, 5, 0.05, 2.0) == pytest.approx(3.8388207298)
+
+
+def test_se_radius_uses_the_size_of_the_set_at_the_restart() -> None:
+    sub = make("se", n_arms=10, confidence=0.9)
+    assert sub.radius(3) == pytest.approx(hoeffding(3, 10, 0.9))
+    sub.restart([2, 5, 7])
+    assert sub.radius(3) == pytest.approx(hoeffding(3, 3, 0.9))
+
+
+def first_round_below(k: int, conf: float, bound: float) -> int:
+    r = 1
+    while hoeffding(r, k, conf) > bound:
+        r += 1
+    return r
+
+
+@pytest.mark.parametrize("name", ["se", "ser3", "ser4"])
+@pytest.mark.parametrize("every_arm", MODES)
+@pytest.mark.parametrize(("k", "eps", "conf"), [(2, 0.5, 0.9), (5, 0.25, 0.9), (10, 0.3, 0.05)])
+def test_se_eps_stop_fires_exactly_at_the_first_round_with_radius_below_half_eps(
+    name: str, every_arm: bool, k: int, eps: float, conf: float
+) -> None:
+    stop = first_round_below(k, conf, eps / 2)
+    assert hoeffding(stop, k, conf) <= eps / 2 < hoeffding(stop - 1, k, conf)
+    sub = make(name, n_arms=k, every_arm=every_arm, epsilon=eps, confidence=conf)
+    values = [0.5] * k  # equal means: no arm is ever eliminated by the gap rule
+    values[k // 2] = 0.5 + 1e-9  # the empirical best that the eps-stop keeps
+    pulls_per_round = 1 if every_arm else k
+    for _ in range((stop - 1) * pulls_per_round):
+        _, out = constant(sub, values)
+        assert out == []
+    for _ in range(pulls_per_round - 1):
+        assert constant(sub, values)[1] == []
+    _, out = constant(sub, values)
+    assert out == [a for a in range(k) if a != k // 2]
+    assert sub.active == [k // 2]
+    assert int(sub.counts[k // 2]) == stop
+
+
+@pytest.mark.parametrize("every_arm", MODES)
+def test_se_gap_elimination_fires_at_the_first_round_with_gap_at_least_two_radii(
+    every_arm: bool,
+) -> None:
+    gap, k, conf = 0.6, 3, 0.9
+    expected = first_round_below(k, conf, gap / 2)
+    sub = make("se", n_arms=k, every_arm=every_arm, epsilon=0.01, confidence=conf)
+    values = [1.0, 1.0 - gap, 1.0]
+    rounds_seen = 0
+    while True:
+        _, out = constant(sub, values)
+        if len(set(sub.counts[sub.active].tolist())) == 1:
+            rounds_seen = int(sub.counts[0])
+        if out:
+            break
+    assert out == [1]
+    assert rounds_seen == expected
+    assert sub.active == [0, 2]
+
+
+@pytest.mark.parametrize("name", ["se", "ser3"])
+def test_round_robin_order(name: str) -> None:
+    k = 10
+    sub = make(name, n_arms=k, epsilon=0.01, seed=3)
+    orders = []
+    for _ in range(60):
+        order = sub.order.copy()
+        orders.append(order)
+        assert sorted(order.tolist()) == list(range(k))  # a permutation of the arms
+        played = [constant(sub, [0.5] * k)[0][0] for _ in range(k)]
+        assert played == sorted(range(k), key=lambda a: order[a])  # played in the round's order
+    if name == "se":
+        assert all((o == np.arange(k)).all() for o in orders)
+    else:
+        assert all((a != b).any() for a, b in itertools.pairwise(orders))
+
+
+def test_ser3_first_arm_of_a_round_is_uniform() -> None:
+    k, rounds = 4, 4000
+    sub = make("ser3", n_arms=k, epsilon=1e-3, seed=11)
+    first = np.zeros(k, dtype=int)
+    for _ in range(rounds):
+        first[int(np.argmin(sub.order))] += 1
+        for _ in range(k):
+            constant(sub, [0.5] * k)
+    assert stats.chisquare(first).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("phi", [0.02, 0.2])
+def test_ser4_reset_coin_has_probability_phi(phi: float) -> None:
+    sub = make("ser4", phi=phi, seed=8)
+    n = 20_000
+    hits = sum(sub.wants_reset() for _ in range(n))  # type: ignore[attr-defined]
+    assert stats.binomtest(hits, n, phi).pvalue > 1e-3
+    agent = LocalAgent(AgentSpec(4, "ser4", sub.params), np.random.default_rng(9))
+    hits = sum(agent.wants_reset() for _ in range(n))
+    assert stats.binomtest(hits, n, phi).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("name", ["se", "ser3", "me", "lucb", "dp-se"])
+def test_only_ser4_wants_resets_and_the_others_draw_nothing(name: str) -> None:
+    rng = np.random.default_rng(4)
+    agent = LocalAgent(AgentSpec(4, name, LocalParams()), rng)
+    before = rng.bit_generator.state
+    assert not any(agent.wants_reset() for _ in range(1000))
+    assert rng.bit_generator.state == before
+
+
+# -- DP successive elimination -----------------------------------------------------------------
+def epoch_length(e: int, k: int, beta: float, dp: float) -> int:
+    eps_e = 2.0**-e
+    return math.ceil(
+        max(
+            32 * math.log(8 * k * e * e / beta) / eps_e**2,
+            8 * math.log(4 * k * e * e / beta) / (dp * eps_e),
+        )
+    )
+
+
+def test_dp_epoch_length_formula() -> None:
+    assert dp_epoch_length(1, 10, 0.5, 0.1) == 702  # privacy term: 8 log(80) / (0.1 * 0.5)
+    assert dp_epoch_length(2, 10, 0.5, 0.1) == 3309  # accuracy term: 32 log(640) / 0.25^2
+    assert dp_epoch_length(3, 10, 0.5, 1.0) == 14894
+    for e, k, beta, dp in [
+        (1, 2, 0.5, 0.05),
+        (2, 10, 0.1, 0.25),
+        (5, 3, 0.5, 1.0),
+        (4, 7, 0.3, 0.01),
+    ]:
+        assert dp_epoch_length(e, k, beta, dp) == epoch_length(e, k, beta, dp)
+
+
+def test_dp_elimination_gap_formula() -> None:
+    for e, r, k, beta, dp in [(1, 702, 10, 0.5, 0.1), (3, 14894, 4, 0.2, 1.0)]:
+        h = math.sqrt(math.log(8 * k * e * e / beta) / (2 * r))
+        c = math.log(4 * k * e * e / beta) / (dp * r)
+        assert dp_elimination_gap(e, r, k, beta, dp) == pytest.approx(2 * (h + c))
+
+
+class RecordingRng:
+    """Delegates to a Generator and records every Laplace draw."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+        self.laplace_calls: list[tuple[float, float, Any, np.ndarray]] = []
+
+    def laplace(self, loc: float, scale: float, size: Any = None) -> np.ndarray:
+        draw = self._rng.laplace(loc, scale, size)
+        self.laplace_calls.append((loc, scale, size, np.array(draw)))
+        return draw
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rng, name)
+
+
+@pytest.mark.parametrize("every_arm", MODES)
+def test_dp_se_epochs_noise_and_elimination(every_arm: bool) -> None:
+    k, beta, dp = 4, 0.5, 0.5
+    env = Environment((0.8, 0.75, 0.5, 0.2))
+    sub = make("dp-se", n_arms=k, every_arm=every_arm, confidence=beta, dp_epsilon=dp, seed=1)
+    assert isinstance(sub, DPSuccessiveElimination)
+    recorder = RecordingRng(sub.rng)
+    sub.rng = recorder  # type: ignore[assignment]
+    rewards = np.random.default_rng(2)
+    epochs_checked = 0
+    while not sub.done and epochs_checked < 3:
+        e, active = sub.epoch, list(sub.active)
+        rounds = epoch_length(e, len(active), beta, dp)
+        assert sub.epoch_rounds == rounds
+        assert sub.noise_scale() == pytest.approx(1.0 / (dp * rounds))
+        sums = np.zeros(k)
+        for _ in range(rounds * (1 if every_arm else len(active))):
+            arms = sub.select()
+            draw = env.draw(arms, 0, rewards)
+            sums[arms] += draw
+            out = sub.observe(arms, draw)
+            if sub.epoch == e:
+                assert out == []
+        assert sub.epoch == e + 1  # the epoch ended after exactly R(e) samples of each arm
+        loc, scale, size, noise = recorder.laplace_calls[-1]
+        assert loc == 0.0
+        assert scale == pytest.approx(1.0 / (dp * rounds))
+        assert size == len(active)
+        noisy = sums[active] / rounds + noise
+        gap = dp_elimination_gap(e, rounds, len(active), beta, dp)
+        assert out == [a for a, mu in zip(active, noisy, strict=True) if noisy.max() - mu > gap]
+        assert not sub.counts.any()  # each reward is used once
+        epochs_checked += 1
+    assert epochs_checked >= 1
+    assert len(recorder.laplace_calls) == epochs_checked
+
+
+# -- Median Elimination ------------------------------------------------------------------------
+def test_me_sample_size_formula() -> None:
+    for eps, delta in [(0.0625, 0.45), (0.25, 0.05), (0.01, 0.001)]:
+        n = math.ceil(4 / eps**2 * math.log(3 / delta))
+        assert median_elimination_samples(eps, delta, None) == n
+        assert median_elimination_samples(eps, delta, 2.0) == math.ceil(
+            16 * 4 / eps**2 * math.log(3 / delta)
+        )
+    assert median_elimination_samples(0.0625, 0.45, None) == 1943
+
+
+@pytest.mark.parametrize("every_arm", MODES)
+def test_me_rounds_sample_sizes_and_halving(every_arm: bool) -> None:
+    k, eps, conf = 10, 1.0, 0.9
+    env = Environment(tuple(np.linspace(0.9, 0.1, k)))
+    sub = make("me", n_arms=k, every_arm=every_arm, epsilon=eps, confidence=conf, seed=4)
+    assert isinstance(sub, MedianElimination)
+    rewards = np.random.default_rng(6)
+    round_eps, round_delta = eps / 4, conf / 2
+    sizes = []
+    while not sub.done:
+        n = median_elimination_samples(round_eps, round_delta, None)
+        assert sub.samples == n
+        assert sub.round_epsilon == pytest.approx(round_eps)
+        assert sub.round_delta == pytest.approx(round_delta)
+        active = list(sub.active)
+        pulls = np.zeros(k, dtype=int)
+        sums = np.zeros(k)
+        out: list[int] = []
+        while not out:
+            arms = sub.select()
+            assert set(arms) <= set(active)
+            draw = env.draw(arms, 0, rewards)
+            pulls[arms] += 1
+            sums[arms] += draw
+            out = sub.observe(arms, draw)
+        assert all(pulls[a] == n for a in active)  # every arm exactly n_l times this round
+        assert len(out) == len(active) // 2  # the lower half leaves
+        mu = sums[active] / n
+        ranked = [active[i] for i in sorted(range(len(active)), key=lambda i: (-mu[i], active[i]))]
+        assert sorted(out) == sorted(ranked[math.ceil(len(active) / 2) :])
+        sizes.append(len(active))
+        round_eps, round_delta = round_eps * 0.75, round_delta / 2
+    assert sizes == [10, 5, 3, 2]
+
+
+# -- LUCB --------------------------------------------------------------------------------------
+def test_lucb_radius_formula() -> None:
+    for u, t, k, conf in [(1, 10, 4, 0.9), (50, 400, 10, 0.05)]:
+        expected = math.sqrt(math.log(5 * k * t**4 / (4 * conf)) / (2 * u))
+        assert lucb_radius(u, t, k, conf, None) == pytest.approx(expected)
+        assert lucb_radius(u, t, k, conf, 1.5) == pytest.approx(
+            1.5 * math.sqrt(2 * math.log(5 * k * t**4 / (4 * conf)) / u)
+        )
+
+
+@pytest.mark.parametrize("every_arm", MODES)
+@pytest.mark.parametrize("seed", range(5))
+def test_lucb_stops_with_the_empirical_best(every_arm: bool, seed: int) -> None:
+    k, eps, conf = 4, 0.2, 0.1
+    env = Environment((0.8, 0.6, 0.3, 0.2))
+    sub = make("lucb", n_arms=k, every_arm=every_arm, epsilon=eps, confidence=conf, seed=seed)
+    rewards = np.random.default_rng(100 + seed)
+    out: list[int] = []
+    for _ in range(200_000):
+        _, out = step(sub, env, rewards)
+        if out:
+            break
+    assert sub.done, "LUCB stops"
+    (kept,) = sub.active
+    assert sorted(out) == [a for a in range(k) if a != kept]  # one stop eliminates all others
+    mu = sub.means()
+    assert kept == max(range(k), key=lambda a: (mu[a], -a))
+    time = int(sub.counts.sum())
+    radius = [lucb_radius(int(sub.counts[a]), time, k, conf, None) for a in range(k)]
+    challenger = max((a for a in range(k) if a != kept), key=lambda a: (mu[a] + radius[a], -a))
+    assert (mu[challenger] + radius[challenger]) - (mu[kept] - radius[kept]) < eps
+
+
+# -- correctness of a single agent -------------------------------------------------------------
+@pytest.mark.parametrize(("name", "every_arm"), [("se", True), ("ser3", False), ("lucb", False)])
+def test_single_agent_finds_an_eps_optimal_arm_with_confidence_095(
+    name: str, every_arm: bool
+) -> None:
+    env = Environment((0.8, 0.5, 0.4))
+    eps, runs = 0.2, 200  # only arm 0 is eps-optimal
+    correct = 0
+    for seed in range(runs):
+        sub = make(name, n_arms=3, every_arm=every_arm, epsilon=eps, confidence=0.05, seed=seed)
+        rewards = np.random.default_rng(10_000 + seed)
+        while not sub.done:
+            step(sub, env, rewards)
+        correct += env.eps_optimal(sub.active[0], eps)
+    assert correct >= 0.95 * runs
+
+
+# -- the local agent ---------------------------------------------------------------------------
+def se_agent(k: int = 4, vote_drop: float = 0.0, seed: int = 0, name: str = "se") -> LocalAgent:
+    params = LocalParams(epsilon=0.5, confidence=0.9, every_arm=True)
+    return LocalAgent(AgentSpec(k, name, params, vote_drop), np.random.default_rng(seed))
+
+
+def run_to_done(agent: LocalAgent, values: list[float]) -> list[int]:
+    votes: list[int] = []
+    while not agent.done:
+        arms = agent.select()
+        votes += agent.observe(arms, [values[a] for a in arms])
+    return votes
+
+
+def test_agent_votes_against_what_it_eliminates() -> None:
+    agent = se_agent()
+    assert run_to_done(agent, [1.0, 0.0, 0.0, 0.0]) == [1, 2, 3]
+    assert agent.local_arms == [0]
+    assert agent.voted == {1, 2, 3}
+
+
+def test_agent_restarts_on_an_empty_intersection_and_never_votes_twice() -> None:
+    agent = se_agent()
+    assert sorted(run_to_done(agent, [1.0, 0.0, 0.0, 0.0])) == [1, 2, 3]
+    # others voted its arm 0 out: K_n & K is empty -> fresh statistics on K, and no vote
+    assert agent.sync({1, 2, 3}) == []
+    assert agent.local_arms == [1, 2, 3]
+    assert not agent.sub.counts.any()
+    assert not agent.done
+    # the new run eliminates 2 and 3 again: already voted against, nothing is sent twice
+    assert run_to_done(agent, [0.0, 1.0, 0.0, 0.0]) == []
+    assert agent.local_arms == [1]
+    assert agent.voted == {1, 2, 3}
+    # a non-empty intersection keeps the statistics
+    counts = agent.sub.counts.copy()
+    assert agent.sync({1, 2}) == []
+    assert agent.local_arms == [1]
+    assert (agent.sub.counts == counts).all()
+    # |K| = 1 with another arm: K_n := K
+    assert agent.sync({2}) == []
+    assert agent.local_arms == [2]
+    assert agent.done
+
+
+def test_agent_new_epoch_clears_votes() -> None:
+    agent = se_agent()
+    run_to_done(agent, [1.0, 0.0, 0.0, 0.0])
+    assert agent.sync({0, 1, 2, 3}, epoch=1) == []
+    assert agent.epoch == 1
+    assert agent.voted == set()
+    assert agent.local_arms == [0, 1, 2, 3]
+    assert not agent.sub.counts.any()
+    assert sorted(run_to_done(agent, [0.0, 0.0, 0.0, 1.0])) == [0, 1, 2]  # votes again
+
+
+def test_agent_sync_returns_the_votes_of_a_round_that_a_discard_completes() -> None:
+    params = LocalParams(epsilon=1.0, confidence=0.9)  # one arm per activation
+    agent = LocalAgent(AgentSpec(4, "me", params), np.random.default_rng(0))
+    sub = agent.sub
+    assert isinstance(sub, MedianElimination)
+    values = [1.0, 0.5, 0.2, 0.7]
+    while int(sub.counts[3]) < sub.samples - 1 or int(sub.counts[2]) < sub.samples:
+        arms = agent.select()
+        assert agent.observe(arms, [values[a] for a in arms]) == []
+    assert all(sub.counts[a] == sub.samples for a in (0, 1, 2))
+    votes = agent.sync({0, 1, 2})  # arm 3 left globally: the round is complete on {0, 1, 2}
+    assert votes == [2]  # the lower half of {0, 1, 2} by empirical mean
+    assert agent.voted == {2}
+    assert agent.local_arms == [0, 1]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_agent_never_votes_twice_in_an_epoch_random_run(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    k = 6
+    env = Environment(tuple(rng.uniform(0, 1, k)))
+    agent = LocalAgent(
+        AgentSpec(k, "ser3", LocalParams(epsilon=0.3, confidence=0.9)), np.random.default_rng(seed)
+    )
+    remaining, sent, epoch = set(range(k)), [], 0
+    for t in range(20_000):
+        if rng.random() < 0.002 and len(remaining) > 1:
+            remaining.discard(int(rng.choice(sorted(remaining))))  # others voted it out
+        if rng.random() < 0.0003:
+            remaining, sent, epoch = set(range(k)), [], epoch + 1
+        sent += agent.sync(remaining, epoch)
+        assert set(agent.local_arms) <= remaining
+        arms = agent.select()
+        if arms:
+            sent += agent.observe(arms, env.draw(arms, t, rng))
+        assert len(sent) == len(set(sent)), f"a second vote on the same arm: {sent}"
+        assert set(sent) <= agent.voted
+
+
+@pytest.mark.parametrize("xi", [0.1, 0.3])
+def test_ce_drops_each_vote_with_probability_xi(xi: float) -> None:
+    k, agents = 10, 800
+    sent = decided = 0
+    for seed in range(agents):
+        agent = se_agent(k, vote_drop=xi, seed=seed)
+        votes = run_to_done(agent, [1.0] + [0.0] * (k - 1))
+        assert agent.local_arms == [0]  # the arm is eliminated locally whether or not it is sent
+        assert agent.voted == set(range(1, k))
+        assert set(votes) <= agent.voted
+        sent += len(votes)
+        decided += k - 1
+    assert stats.binomtest(decided - sent, decided, xi).pvalue > 1e-3
+
+
+def test_agent_round_trip_continues_identically() -> None:
+    env = Environment((0.7, 0.5, 0.45, 0.3, 0.2))
+    params = LocalParams(epsilon=0.3, confidence=0.8)
+    spec = AgentSpec(5, "ser3", params, vote_drop=0.2)
+    agent = LocalAgent(spec, np.random.default_rng(1))
+    rewards = np.random.default_rng(2)
+    for t in range(137):
+        agent.sync({0, 1, 2, 3, 4})
+        arms = agent.select()
+        agent.observe(arms, env.draw(arms, t, rewards))
+    state = json.loads(json.dumps(agent.to_state()))
+    twin = LocalAgent.from_state(spec, state, copy_rng(agent.rng))
+    twin_rewards = copy_rng(rewards)
+    remaining = {0, 1, 2, 3, 4}
+    for t in range(137, 5000):
+        if t == 300:
+            remaining = {0, 1, 3}
+        a = agent.sync(remaining), agent.select()
+        b = twin.sync(remaining), twin.select()
+        assert a == b
+        if a[1]:
+            assert agent.observe(a[1], env.draw(a[1], t, rewards)) == twin.observe(
+                b[1], env.draw(b[1], t, twin_rewards)
+            )
+        if agent.done:
+            break
+    assert twin.to_state() == agent.to_state()
+    assert agent.done

@@ -1,0 +1,215 @@
+"""The global vote rule: the pure `decide_vote` and the `GlobalState` that applies it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common.votes import GlobalState, VoteOutcome, decide_vote
+
+V = VoteOutcome
+
+
+# -- decide_vote -------------------------------------------------------------------------------
+def test_decide_vote_counts_a_new_voter() -> None:
+    assert decide_vote({0, 1, 2}, set(), "a", 1, threshold=3) is V.COUNTED
+    assert decide_vote({0, 1, 2}, {"b"}, "a", 1, threshold=3) is V.COUNTED
+
+
+def test_decide_vote_eliminates_at_the_threshold() -> None:
+    assert decide_vote({0, 1, 2}, {"b", "c"}, "a", 1, threshold=3) is V.ELIMINATED
+    assert decide_vote({0, 1}, set(), "a", 0, threshold=1) is V.ELIMINATED
+
+
+def test_decide_vote_ignores_a_duplicate() -> None:
+    # even when the duplicate would have reached the threshold
+    assert decide_vote({0, 1, 2}, {"a", "b"}, "a", 1, threshold=3) is V.DUPLICATE
+
+
+def test_decide_vote_never_removes_the_last_arm() -> None:
+    assert decide_vote({1}, {"b", "c"}, "a", 1, threshold=3) is V.LAST_ARM
+    assert decide_vote({1}, set(), "a", 1, threshold=3) is V.COUNTED
+
+
+def test_decide_vote_on_an_arm_already_out() -> None:
+    assert decide_vote({0, 2}, {"b", "c", "d"}, "a", 1, threshold=3) is V.ARM_OUT
+    # arm out takes precedence over duplicate
+    assert decide_vote({0, 2}, {"a", "c", "d"}, "a", 1, threshold=3) is V.ARM_OUT
+
+
+def test_decide_vote_is_pure() -> None:
+    remaining, voters = {0, 1, 2}, {"b", "c"}
+    decide_vote(remaining, voters, "a", 1, threshold=3)
+    assert remaining == {0, 1, 2}
+    assert voters == {"b", "c"}
+
+
+# -- GlobalState -------------------------------------------------------------------------------
+def test_state_starts_with_every_arm() -> None:
+    state = GlobalState(5, threshold=3)
+    assert state.remaining == {0, 1, 2, 3, 4}
+    assert all(state.votes_against(a) == 0 for a in range(5))
+    assert (state.version, state.epoch, state.messages, state.ignored) == (0, 0, 0, 0)
+
+
+def test_state_eliminates_at_the_threshold_and_bumps_the_version() -> None:
+    state = GlobalState(4, threshold=3)
+    assert state.vote("a", 2, time=10) is V.COUNTED
+    assert state.vote("b", 2, time=11) is V.COUNTED
+    assert state.remaining == {0, 1, 2, 3}
+    assert state.version == 0
+    assert state.vote("c", 2, time=12) is V.ELIMINATED
+    assert state.remaining == {0, 1, 3}
+    assert state.version == 1
+    assert state.votes_against(2) == 3
+    (elim,) = state.eliminations
+    assert (elim.arm, elim.votes, elim.time, elim.order) == (2, 3, 12, 1)
+    assert state.vote("a", 0, time=13) is V.COUNTED
+    assert state.version == 1  # a counted vote does not change the set
+    assert state.messages == 4
+    assert state.ignored == 0
+
+
+def test_state_ignores_duplicate_votes_but_counts_the_message() -> None:
+    state = GlobalState(3, threshold=2)
+    state.vote("a", 1)
+    for _ in range(5):
+        assert state.vote("a", 1) is V.DUPLICATE
+    assert state.remaining == {0, 1, 2}
+    assert state.votes_against(1) == 1
+    assert state.messages == 6
+    assert state.ignored == 5
+    assert state.version == 0
+
+
+def test_state_never_removes_the_last_arm() -> None:
+    state = GlobalState(2, threshold=2)
+    state.vote_many("a", [0])
+    assert state.vote("b", 0) is V.ELIMINATED
+    assert state.remaining == {1}
+    outcomes = [state.vote(agent, 1) for agent in "abcdef"]
+    assert outcomes[0] is V.COUNTED
+    assert all(o is V.LAST_ARM for o in outcomes[1:])
+    assert state.remaining == {1}
+    assert state.version == 1
+    assert state.fewest_votes_arm() == 1
+
+
+def test_state_late_votes_are_messages_that_change_nothing() -> None:
+    state = GlobalState(3, threshold=2)
+    state.vote("a", 0)
+    state.vote("b", 0)
+    version, voters = state.version, set(state.voters[0])
+    assert state.vote("c", 0) is V.ARM_OUT
+    assert state.vote("a", 0) is V.ARM_OUT
+    assert state.voters[0] == voters
+    assert state.version == version
+    assert state.messages == 4
+    assert state.ignored == 2
+    assert len(state.eliminations) == 1
+
+
+def test_state_rejects_an_unknown_arm_without_counting_it() -> None:
+    state = GlobalState(3, threshold=2)
+    with pytest.raises(ValueError, match="arm=3"):
+        state.vote("a", 3)
+    with pytest.raises(ValueError, match="arm=-1"):
+        state.vote("a", -1)
+    assert state.messages == 0
+
+
+def test_state_reset_starts_a_new_epoch() -> None:
+    state = GlobalState(3, threshold=2)
+    state.vote_many("a", [0, 1])
+    state.vote("b", 0)
+    assert state.remaining == {1, 2}
+    version = state.version
+    state.reset()
+    assert state.epoch == 1
+    assert state.version == version + 1
+    assert state.remaining == {0, 1, 2}
+    assert all(state.votes_against(a) == 0 for a in range(3))
+    # the same agents may vote again in the new epoch
+    assert state.vote("a", 0) is V.COUNTED
+    assert state.vote("b", 0) is V.ELIMINATED
+    assert state.messages == 5  # messages are a total over epochs
+
+
+def test_elimination_order_restarts_with_the_epoch() -> None:
+    state = GlobalState(3, threshold=1)
+    state.vote("a", 0)
+    state.reset()
+    state.vote("a", 2)
+    assert state.eliminations[-1].order == 1
+    assert [e.epoch for e in state.eliminations] == [0, 1]
+
+
+def test_fewest_votes_arm() -> None:
+    state = GlobalState(4, threshold=5)
+    state.vote_many("a", [0, 1, 3])
+    state.vote_many("b", [0, 3])
+    assert state.fewest_votes_arm() == 2
+    state.vote("c", 2)
+    state.vote("d", 2)
+    assert state.fewest_votes_arm() == 1
+
+
+# -- GlobalState follows decide_vote on random vote sequences ----------------------------------
+@pytest.mark.parametrize("seed", range(40))
+def test_state_follows_the_pure_rule_on_random_sequences(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n_arms = int(rng.integers(2, 8))
+    threshold = int(rng.integers(1, 6))
+    n_agents = int(rng.integers(1, 10))
+    state = GlobalState(n_arms, threshold)
+    messages = ignored = version = epoch = 0
+    eliminated_in_epoch: list[int] = []
+    for step in range(int(rng.integers(20, 300))):
+        if rng.random() < 0.02:
+            state.reset()
+            epoch += 1
+            version += 1
+            eliminated_in_epoch = []
+            assert state.remaining == set(range(n_arms))
+            assert all(not state.voters[a] for a in range(n_arms))
+            continue
+        agent = f"agent-{int(rng.integers(n_agents))}"
+        arm = int(rng.integers(n_arms))
+        remaining_before = frozenset(state.remaining)
+        voters_before = frozenset(state.voters[arm])
+        expected = decide_vote(remaining_before, voters_before, agent, arm, threshold)
+
+        outcome = state.vote(agent, arm, time=step)
+
+        messages += 1
+        assert outcome is expected
+        if expected in (V.ARM_OUT, V.DUPLICATE):
+            ignored += 1
+            assert state.voters[arm] == voters_before
+            assert state.remaining == remaining_before
+        else:
+            assert state.voters[arm] == voters_before | {agent}
+        if expected is V.ELIMINATED:
+            version += 1
+            eliminated_in_epoch.append(arm)
+            assert state.remaining == remaining_before - {arm}
+            assert state.eliminations[-1].arm == arm
+            assert state.eliminations[-1].votes == threshold
+            assert state.eliminations[-1].time == step
+        elif expected is not V.ARM_OUT:
+            assert state.remaining == remaining_before
+        # invariants of the rule
+        assert state.remaining, "the last arm never leaves"
+        assert (state.messages, state.ignored, state.version, state.epoch) == (
+            messages,
+            ignored,
+            version,
+            epoch,
+        )
+        for a in range(n_arms):
+            assert len(state.voters[a]) <= n_agents
+            if a not in state.remaining:
+                assert len(state.voters[a]) == threshold  # exactly M distinct voters removed it
+            elif len(state.remaining) > 1:
+                assert len(state.voters[a]) < threshold
+        assert sorted(eliminated_in_epoch) == sorted(set(range(n_arms)) - state.remaining)
