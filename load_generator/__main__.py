@@ -24,8 +24,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = LoadSettings()
         if "--json" in args:
             settings.json_output = True
-        generator = LoadGenerator(settings)
-        summary = generator.run()
+        with LoadGenerator(settings) as generator:
+            summary = generator.run()
     except ParameterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

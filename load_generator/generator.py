@@ -65,6 +65,16 @@ class LoadGenerator:
         self.redis = connect_redis(settings.redis_url)
         self.rng = np.random.default_rng(settings.seed)
 
+    def close(self) -> None:
+        self.client.close()
+        self.redis.close()
+
+    def __enter__(self) -> LoadGenerator:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     def wait_for_agents(self) -> tuple[list[str], dict[str, Any]]:
         """Enrolled agents once there are at least M and enrollment has been quiet a moment."""
         exp = self.settings.experiment
