@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from common.algorithms import AlgorithmConfig
@@ -20,7 +20,6 @@ from coordinator.settings import Settings, get_settings
 from coordinator.store import ExperimentStore
 
 log = logging.getLogger("dexp.coordinator")
-VOTES = Counter("dexp_votes_total", "Votes received", ["outcome"])
 
 
 async def ensure_default_experiment(store: ExperimentStore, settings: Settings) -> None:

@@ -103,6 +103,7 @@ class ExperimentStore:
         meta = await self._meta(exp)
         n_arms = int(meta["n_arms"])
         streams = [k async for k in self.redis.scan_iter(match=keys.activations(exp, "*"))]
+        agents = await self.agent_ids(exp)
         await self.redis.delete(
             keys.meta(exp),
             keys.remaining(exp),
@@ -112,6 +113,11 @@ class ExperimentStore:
             *[keys.voters(exp, arm) for arm in range(n_arms)],
             *streams,
         )
+        # The agents' credentials are outside the experiment's hash slot: one DEL each.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for agent in agents:
+                pipe.delete(keys.credential(agent))
+            await pipe.execute()
         await self.redis.srem(keys.EXPERIMENTS, exp)
 
     async def _meta(self, exp: str) -> dict[str, str]:

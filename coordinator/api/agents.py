@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, status
+from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from coordinator.api.deps import Credentials, EnrollmentDep, StoreDep, bearer_token
 
 router = APIRouter(prefix="/v1", tags=["agents"])
+VOTES = Counter("dexp_votes_total", "Votes received, by outcome", ["outcome"])
 
 ExperimentId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
@@ -71,6 +73,7 @@ async def vote(
 ) -> VotePublic:
     agent = await store.authenticate(bearer_token(credentials), experiment)
     result = await store.vote(experiment, agent, body.arm, body.epoch)
+    VOTES.labels(outcome=str(result.outcome)).inc()
     return VotePublic(
         counted=result.counted,
         outcome=str(result.outcome),

@@ -15,12 +15,14 @@ from coordinator.store import ExperimentStore
 bearer = HTTPBearer(auto_error=False)
 
 
-def get_store(request: Request) -> ExperimentStore:
+# Every dependency is `async def`: FastAPI runs a plain `def` dependency in a thread pool, a thread
+# hop per request on the vote path, for work that does no I/O.
+async def get_store(request: Request) -> ExperimentStore:
     store: ExperimentStore = request.app.state.store
     return store
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
@@ -41,12 +43,12 @@ def same_secret(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
-def require_admin(settings: SettingsDep, credentials: Credentials) -> None:
+async def require_admin(settings: SettingsDep, credentials: Credentials) -> None:
     if not same_secret(bearer_token(credentials), settings.admin_token):
         raise Unauthorized("invalid admin token")
 
 
-def require_enrollment(settings: SettingsDep, credentials: Credentials) -> None:
+async def require_enrollment(settings: SettingsDep, credentials: Credentials) -> None:
     if not same_secret(bearer_token(credentials), settings.enrollment_secret):
         raise Unauthorized("invalid enrollment secret")
 

@@ -1,0 +1,348 @@
+"""The vote Lua script through ExperimentStore on a real Redis: the rule of common/votes.py, atomic.
+
+Every test runs on an emptied database (`clean_redis`) of a real redis-server started for the
+session; the store is the coordinator's own, over redis.asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+
+from common import redis_keys as keys
+from common.votes import GlobalState, VoteOutcome
+from coordinator.errors import Forbidden, Invalid, NotFound
+from coordinator.store import ExperimentStore
+
+from .helpers import config_for_threshold, open_store, snapshot
+from .workers import send_votes
+
+T = TypeVar("T")
+EXP = "exp"
+
+
+def run(url: str, body: Callable[[ExperimentStore], Awaitable[T]]) -> T:
+    """Run `body(store)` in a fresh event loop with a store over a fresh connection pool."""
+
+    async def main() -> T:
+        async with open_store(url) as store:
+            return await body(store)
+
+    return asyncio.run(main())
+
+
+async def setup(
+    store: ExperimentStore, threshold: int, n_arms: int = 3, n_agents: int = 0, exp: str = EXP
+) -> list[str]:
+    """Create `exp` with M = threshold and `n_arms` arms; enroll `n_agents`; return their ids."""
+    arms = [f"arm{i}" for i in range(n_arms)]
+    state = await store.create(exp, arms, config_for_threshold(threshold))
+    assert state["threshold"] == threshold
+    return [(await store.enroll(exp)).agent_id for _ in range(n_agents)]
+
+
+def test_second_vote_by_the_same_agent_is_ignored(clean_redis: str) -> None:
+    async def body(store: ExperimentStore) -> None:
+        a, b = await setup(store, threshold=3, n_agents=2)
+        first = await store.vote(EXP, a, 1, 0)
+        assert (first.outcome, first.votes, first.counted) == (VoteOutcome.COUNTED, 1, True)
+        again = await store.vote(EXP, a, 1, 0)
+        assert (again.outcome, again.votes, again.counted) == (VoteOutcome.DUPLICATE, 1, False)
+        other = await store.vote(EXP, b, 1, 0)
+        assert (other.outcome, other.votes) == (VoteOutcome.COUNTED, 2)
+        state = await store.get(EXP)
+        assert state["voters"][1] == sorted([a, b])
+        assert state["votes"] == [0, 2, 0]
+        assert (state["messages"], state["ignored_messages"]) == (3, 1)
+        assert state["remaining_arms"] == [0, 1, 2]
+        assert state["version"] == 0
+
+    run(clean_redis, body)
+
+
+def test_threshold_of_distinct_votes_eliminates_and_publishes(clean_redis: str) -> None:
+    async def body(store: ExperimentStore) -> None:
+        agents = await setup(store, threshold=4, n_agents=4)
+        pubsub = store.redis.pubsub()
+        await pubsub.subscribe(keys.events(EXP))
+        assert (await pubsub.get_message(timeout=1.0))["type"] == "subscribe"
+        outcomes = [(await store.vote(EXP, agent, 2, 0)).outcome for agent in agents[:3]]
+        assert outcomes == [VoteOutcome.COUNTED] * 3
+        assert (await store.get(EXP))["remaining_arms"] == [0, 1, 2]
+        last = await store.vote(EXP, agents[3], 2, 0)
+        assert (last.outcome, last.eliminated, last.votes, last.version) == (
+            VoteOutcome.ELIMINATED,
+            True,
+            4,
+            1,
+        )
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2.0)
+        assert message is not None and int(message["data"]) == 1
+        await pubsub.aclose()
+        state = await store.get(EXP)
+        assert state["remaining_arms"] == [0, 1]
+        assert [(e["arm"], e["name"], e["votes"], e["order"]) for e in state["eliminations"]] == [
+            (2, "arm2", 4, 1)
+        ]
+        assert state["version"] == 1
+
+    run(clean_redis, body)
+
+
+def test_the_last_arm_never_leaves(clean_redis: str) -> None:
+    async def body(store: ExperimentStore) -> None:
+        a, b, c = await setup(store, threshold=2, n_arms=2, n_agents=3)
+        await store.vote(EXP, a, 0, 0)
+        assert (await store.vote(EXP, b, 0, 0)).outcome == VoteOutcome.ELIMINATED
+        await store.vote(EXP, a, 1, 0)
+        last = await store.vote(EXP, b, 1, 0)
+        assert (last.outcome, last.counted, last.eliminated, last.votes) == (
+            VoteOutcome.LAST_ARM,
+            True,
+            False,
+            2,
+        )
+        beyond = await store.vote(EXP, c, 1, 0)
+        assert (beyond.outcome, beyond.votes) == (VoteOutcome.LAST_ARM, 3)
+        state = await store.get(EXP)
+        assert state["remaining_arms"] == [1]
+        assert state["votes"] == [2, 3]
+        assert len(state["eliminations"]) == 1
+        assert state["version"] == 1
+        assert (state["messages"], state["ignored_messages"]) == (5, 0)
+
+    run(clean_redis, body)
+
+
+def test_a_vote_on_an_eliminated_arm_is_a_message_and_changes_nothing(clean_redis: str) -> None:
+    async def body(store: ExperimentStore) -> None:
+        a, b, c = await setup(store, threshold=2, n_arms=3, n_agents=3)
+        await store.vote(EXP, a, 0, 0)
+        await store.vote(EXP, b, 0, 0)
+        before = await store.get(EXP)
+        late = await store.vote(EXP, c, 0, 0)
+        assert (late.outcome, late.counted, late.votes, late.version) == (
+            VoteOutcome.ARM_OUT,
+            False,
+            2,
+            1,
+        )
+        after = await store.get(EXP)
+        assert after["messages"] == before["messages"] + 1 == 3
+        assert after["ignored_messages"] == before["ignored_messages"] + 1 == 1
+        changed = {k for k in before if before[k] != after[k]}
+        assert changed == {"messages", "ignored_messages"}
+
+    run(clean_redis, body)
+
+
+def test_a_stale_epoch_is_ignored(clean_redis: str) -> None:
+    async def body(store: ExperimentStore) -> None:
+        a, b = await setup(store, threshold=2, n_agents=2)
+        assert await store.reset(EXP, 0) == (True, 1, 1)
+        stale = await store.vote(EXP, a, 0, 0)
+        assert (stale.outcome, stale.counted, stale.epoch, stale.version) == (
+            "stale_epoch",
+            False,
+            1,
+            1,
+        )
+        future = await store.vote(EXP, b, 0, 7)
+        assert future.outcome == "stale_epoch"
+        state = await store.get(EXP)
+        assert state["votes"] == [0, 0, 0]
+        assert (state["messages"], state["ignored_messages"]) == (2, 2)
+        current = await store.vote(EXP, a, 0, 1)
+        assert current.outcome == VoteOutcome.COUNTED
+
+    run(clean_redis, body)
+
+
+def test_reset_clears_votes_restores_arms_and_is_conditional_on_the_epoch(
+    clean_redis: str,
+) -> None:
+    async def body(store: ExperimentStore) -> None:
+        a, b = await setup(store, threshold=2, n_arms=3, n_agents=2)
+        await store.vote(EXP, a, 0, 0)
+        await store.vote(EXP, b, 0, 0)
+        await store.vote(EXP, a, 1, 0)
+        state = await store.get(EXP)
+        assert (state["remaining_arms"], state["votes"], state["version"]) == ([1, 2], [2, 1, 0], 1)
+
+        assert await store.reset(EXP, 0) == (True, 2, 1)
+        state = await store.get(EXP)
+        assert state["remaining_arms"] == [0, 1, 2]
+        assert state["votes"] == [0, 0, 0]
+        assert state["voters"] == [[], [], []]
+        assert state["eliminations"] == []
+        assert (state["version"], state["epoch"]) == (2, 1)
+        assert (state["messages"], state["ignored_messages"]) == (3, 0)  # messages are history
+
+        # a second agent answering the same epoch-0 reset makes no second epoch
+        assert await store.reset(EXP, 0) == (False, 2, 1)
+        # the same agent may vote against the same arm again in the new epoch
+        assert (await store.vote(EXP, a, 0, 1)).outcome == VoteOutcome.COUNTED
+        assert (await store.vote(EXP, b, 0, 1)).outcome == VoteOutcome.ELIMINATED
+        # the administrative reset is unconditional
+        assert await store.reset(EXP, None) == (True, 4, 2)
+        assert (await store.get(EXP))["remaining_arms"] == [0, 1, 2]
+
+    run(clean_redis, body)
+
+
+def test_rejected_votes_change_nothing(clean_redis: str) -> None:
+    async def body(store: ExperimentStore) -> dict[str, Any]:
+        (agent,) = await setup(store, threshold=2, n_arms=3, n_agents=1)
+        await setup(store, threshold=2, n_arms=3, n_agents=0, exp="other")
+        await store.vote(EXP, agent, 1, 0)
+        before = snapshot(clean_redis)
+        with pytest.raises(Forbidden, match="not enrolled"):
+            await store.vote(EXP, "nobody", 0, 0)
+        with pytest.raises(Forbidden, match="not enrolled"):
+            await store.vote("other", agent, 0, 0)  # enrolled elsewhere
+        with pytest.raises(Invalid, match=r"arm=3 is invalid: must be in \[0, 2\]"):
+            await store.vote(EXP, agent, 3, 0)
+        with pytest.raises(Invalid, match="arm=-1 is invalid"):
+            await store.vote(EXP, agent, -1, 0)
+        with pytest.raises(NotFound, match="'missing' does not exist"):
+            await store.vote("missing", agent, 0, 0)
+        with pytest.raises(NotFound):
+            await store.reset("missing", None)
+        with pytest.raises(NotFound):
+            await store.enroll("missing")
+        return before
+
+    before = run(clean_redis, body)
+    assert snapshot(clean_redis) == before
+    assert not any("missing" in key for key in before)
+
+
+# -- concurrency -------------------------------------------------------------------------------
+def test_concurrent_votes_on_one_arm_count_exactly_and_eliminate_once(clean_redis: str) -> None:
+    """200 agents vote twice each against arm 0 at once, through 4 clients of 8 connections."""
+    threshold, n_agents = 29, 200
+
+    async def body(store: ExperimentStore) -> Counter[str]:
+        agents = await setup(store, threshold, n_arms=4, n_agents=n_agents)
+        async with (
+            open_store(clean_redis, 8) as s1,
+            open_store(clean_redis, 8) as s2,
+            open_store(clean_redis, 8) as s3,
+            open_store(clean_redis, 8) as s4,
+        ):
+            stores = [s1, s2, s3, s4]
+            calls = [
+                stores[i % 4].vote(EXP, agent, 0, 0)
+                for i, agent in enumerate(agents + agents[::-1])
+            ]
+            results = await asyncio.gather(*calls)
+        assert max(r.version for r in results) == 1
+        return Counter(str(r.outcome) for r in results)
+
+    outcomes = run(clean_redis, body)
+    # exactly M distinct voters, exactly one of them eliminates; everything else is ignored
+    assert outcomes["counted"] == threshold - 1
+    assert outcomes["eliminated"] == 1
+    assert outcomes["duplicate"] + outcomes["arm_out"] == 2 * n_agents - threshold
+    state = run(clean_redis, lambda store: store.get(EXP))
+    assert state["remaining_arms"] == [1, 2, 3]
+    assert state["votes"][0] == threshold
+    assert len(state["eliminations"]) == 1 and state["eliminations"][0]["votes"] == threshold
+    assert (state["messages"], state["ignored_messages"]) == (400, 400 - threshold)
+    assert state["version"] == 1
+
+
+def test_concurrent_duplicates_count_each_agent_once(clean_redis: str) -> None:
+    """M above the number of agents: 200 agents x 3 concurrent votes leave exactly 200 voters."""
+
+    async def body(store: ExperimentStore) -> Counter[str]:
+        agents = await setup(store, threshold=6, n_arms=3, n_agents=200)
+        await store.redis.hset(keys.meta(EXP), "threshold", 1000)  # never reached
+        async with open_store(clean_redis, 16) as other:
+            calls = [s.vote(EXP, a, 2, 0) for a in agents for s in (store, other, store)]
+            results = await asyncio.gather(*calls)
+        return Counter(str(r.outcome) for r in results)
+
+    assert run(clean_redis, body) == {"counted": 200, "duplicate": 400}
+    state = run(clean_redis, lambda store: store.get(EXP))
+    assert state["votes"] == [0, 0, 200]
+    assert (state["messages"], state["ignored_messages"]) == (600, 400)
+
+
+@pytest.mark.parametrize(("executor", "workers"), [("threads", 4), ("processes", 3)])
+def test_votes_from_several_os_threads_or_processes(
+    clean_redis: str, executor: str, workers: int
+) -> None:
+    """Workers, each with its own event loop and pool, flood arms 0 and 1 with M=17 (0 goes)."""
+    threshold, n_agents = 17, 120
+    agents = run(clean_redis, lambda store: setup(store, threshold, n_arms=3, n_agents=n_agents))
+    # arm 0: every agent votes (twice); arm 1: only M - 1 distinct agents, so it stays
+    votes = [(a, 0) for a in agents] * 2 + [(a, 1) for a in agents[: threshold - 1]] * 3
+    rng = np.random.default_rng(7)
+    order = rng.permutation(len(votes))
+    shares = [[votes[i] for i in order[w::workers]] for w in range(workers)]
+    args = [(clean_redis, EXP, share, 4) for share in shares]
+    if executor == "threads":
+        with ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(lambda a: send_votes(*a), args))
+    else:
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            results = pool.starmap(send_votes, args)
+    outcomes = Counter(o for result in results for o in result)
+    assert outcomes["eliminated"] == 1
+    assert outcomes["counted"] == (threshold - 1) + (threshold - 1)
+    assert sum(outcomes.values()) == len(votes)
+    state = run(clean_redis, lambda store: store.get(EXP))
+    assert state["remaining_arms"] == [1, 2]
+    assert state["votes"] == [threshold, threshold - 1, 0]
+    assert [e["arm"] for e in state["eliminations"]] == [0]
+    assert state["messages"] == len(votes)
+    assert state["ignored_messages"] == len(votes) - (2 * threshold - 1)
+
+
+# -- the Lua script agrees with common.votes ---------------------------------------------------
+def random_votes(rng: np.random.Generator, n_arms: int, n_agents: int) -> list[tuple[int, int]]:
+    """A random (agent, arm) sequence with duplicates, biased so that most arms get voted out."""
+    n = int(rng.integers(20, 120))
+    weights = rng.dirichlet(np.ones(n_arms) * 0.7)
+    sequence = [(int(rng.integers(n_agents)), int(rng.choice(n_arms, p=weights))) for _ in range(n)]
+    for _ in range(int(rng.integers(0, 10))):  # replay some earlier votes verbatim
+        sequence.insert(int(rng.integers(len(sequence) + 1)), sequence[int(rng.integers(n))])
+    return sequence
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_store_agrees_with_global_state(clean_redis: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    threshold = int(rng.integers(2, 7))
+    n_arms = int(rng.integers(3, 7))
+    n_agents = int(rng.integers(threshold, threshold + 6))
+    sequence = random_votes(rng, n_arms, n_agents)
+    exp = f"agree-{seed}"
+
+    async def body(store: ExperimentStore) -> tuple[list[str], dict[str, Any]]:
+        ids = await setup(store, threshold, n_arms=n_arms, n_agents=n_agents, exp=exp)
+        outcomes = [str((await store.vote(exp, ids[a], arm, 0)).outcome) for a, arm in sequence]
+        return ids, {"outcomes": outcomes, "state": await store.get(exp)}
+
+    ids, got = run(clean_redis, body)
+    reference = GlobalState(n_arms=n_arms, threshold=threshold)
+    expected_outcomes = [str(reference.vote(ids[a], arm)) for a, arm in sequence]
+    state = got["state"]
+
+    assert got["outcomes"] == expected_outcomes
+    assert state["remaining_arms"] == sorted(reference.remaining)
+    assert state["voters"] == [sorted(reference.voters[arm]) for arm in range(n_arms)]
+    assert [(e["arm"], e["votes"], e["order"]) for e in state["eliminations"]] == [
+        (e.arm, e.votes, e.order) for e in reference.eliminations
+    ]
+    assert state["messages"] == reference.messages == len(sequence)
+    assert state["ignored_messages"] == reference.ignored
+    assert state["version"] == reference.version
