@@ -79,9 +79,13 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
     retire = config.stop == "global"
     settled = np.zeros(n_agents, dtype=bool)  # holds one arm that is still in the global set
 
+    def is_settled(agent: LocalAgent) -> bool:
+        """Holds one arm still in the global set, and has seen the current epoch."""
+        return agent.done and agent.epoch == state.epoch and agent.local_arms[0] in state.remaining
+
     def refresh_settled() -> None:
         for m, other in enumerate(agents):
-            settled[m] = other.done and other.local_arms[0] in state.remaining
+            settled[m] = is_settled(other)
 
     t = 0
     stopped_by = "budget"
@@ -114,7 +118,7 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
                 state.vote(str(n), arm, time=t)
             if state.version != version:
                 refresh_settled()
-        settled[n] = agent.done and agent.local_arms[0] in state.remaining
+        settled[n] = is_settled(agent)
         if retire:
             if voting and len(state.remaining) == 1:
                 stopped_by = "global"

@@ -1,0 +1,223 @@
+"""The fast simulator against the reference (the definition), on small cases.
+
+Random streams differ between the two engines, so the comparison is statistical: for each case,
+the reference runs a few dozen seeded trials, the fast engine a few hundred, and a two-sample
+Mann-Whitney test on the sample complexity (and on the message count when it varies) must not
+reject at p = 0.001. Seeds are fixed, so the outcome is deterministic. Exact invariants (Theorem 1's
+message bound, central's (N - 1) messages per activation, ...) are checked on every trial of both.
+
+Cases are small (K = 4 arms with clear gaps, eps = 0.5, eta = 0.5, delta = 0.05, so M = 5, and
+N = 4..12 agents) because the reference runs about 40k activations per second.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from common.activation import Activation
+from common.algorithms import AlgorithmConfig
+from common.environments import Environment
+from common.simulation import SimulationConfig, fast, reference, run_trials
+from common.simulation.config import TrialResult
+
+MEANS = (0.95, 0.3, 0.2, 0.1)
+BASE = {"epsilon": 0.5, "delta": 0.05, "eta": 0.5}
+P_MIN = 0.001
+
+
+@dataclass(frozen=True)
+class Case:
+    config: SimulationConfig
+    n_ref: int = 60
+    n_fast: int = 300
+
+
+def _case(
+    algorithm: AlgorithmConfig,
+    n_agents: int = 8,
+    env: Environment | None = None,
+    n_ref: int = 60,
+    **kwargs: object,
+) -> Case:
+    config = SimulationConfig(env or Environment(MEANS), algorithm, n_agents=n_agents, **kwargs)
+    return Case(config, n_ref=n_ref)
+
+
+CASES: dict[str, Case] = {
+    "de-se": _case(AlgorithmConfig("de", "se", **BASE)),
+    "de-ser3-global": _case(AlgorithmConfig("de", "ser3", **BASE), stop="global"),
+    "de-lucb": _case(AlgorithmConfig("de", "lucb", **BASE)),
+    "de-me-every-arm": _case(
+        AlgorithmConfig("de", "me", every_arm=True, **{**BASE, "epsilon": 1.5})
+    ),
+    "ce-ser3": _case(AlgorithmConfig("ce", "ser3", xi=0.1, every_arm=True, **BASE), n_agents=12),
+    "dp-mase": _case(
+        AlgorithmConfig(
+            "dp-mase", "se", epsilon=0.5, delta=0.2, beta=0.5, dp_epsilon=5.0, every_arm=True
+        ),
+        n_agents=4,
+        stop="global",
+    ),
+    "independent-ser3": _case(AlgorithmConfig("independent", "ser3", **BASE), n_agents=4),
+    "independent-ser4-global": _case(
+        AlgorithmConfig("independent", "ser4", phi=0.001, every_arm=True, **BASE),
+        n_agents=4,
+        stop="global",
+    ),
+    "central-ser3": _case(AlgorithmConfig("central", "ser3", **BASE)),
+    "dser4": _case(AlgorithmConfig("de", "ser4", phi=0.001, every_arm=True, **BASE)),
+    "drift": _case(
+        AlgorithmConfig("de", "ser3", every_arm=True, **BASE),
+        env=Environment((0.7, 0.6, 0.3, 0.2), drift=(0.0, -2e-4, -1e-4, 0.0)),
+    ),
+    "gaussian": _case(
+        AlgorithmConfig("de", "ser3", every_arm=True, **BASE),
+        env=Environment((1.0, 0.2, 0.0, -0.2), rewards="gaussian", sigma=0.5),
+    ),
+    "power-law-global": _case(
+        AlgorithmConfig("de", "lucb", every_arm=True, **BASE),
+        n_agents=10,
+        activation=Activation("power", (0.0, 1.5)),
+        stop="global",
+    ),
+    "budget": _case(AlgorithmConfig("de", "ser3", **BASE), budget=1300),
+}
+
+
+@functools.cache
+def _results(name: str, engine: str) -> tuple[TrialResult, ...]:
+    case = CASES[name]
+    if engine == "reference":
+        return tuple(reference.run_trial(case.config, seed) for seed in range(case.n_ref))
+    seeds = np.random.SeedSequence(20_240_601).spawn(case.n_fast)
+    return tuple(fast.run_trial(case.config, seed) for seed in seeds)
+
+
+def _check_invariants(config: SimulationConfig, result: TrialResult) -> None:
+    algo = config.algorithm
+    n_arms, n_agents = config.environment.n_arms, config.n_agents
+    assert 1 <= result.sample_complexity <= config.budget
+    if result.stopped_by == "budget":
+        assert result.sample_complexity == config.budget
+    if algo.algorithm == "central":
+        assert result.stopped_by in ("global", "budget")
+        assert result.messages == (n_agents - 1) * result.sample_complexity
+        assert result.agent_arms is not None and result.agent_arms.shape == (1,)
+        return
+    assert result.agent_votes is not None and result.agent_votes.shape == (n_agents, n_arms)
+    assert result.agent_arms is not None and result.agent_arms.shape == (n_agents,)
+    if not algo.votes:
+        assert result.messages == 0 and not result.eliminations and not result.agent_votes.any()
+    if result.stopped_by == "all-agents":
+        assert (result.agent_arms >= 0).all()
+    if algo.votes and result.resets == 0:
+        threshold = config.threshold
+        assert threshold is not None
+        # Theorem 1, agents acting one at a time: at most M K - 1 messages, one per (agent, arm).
+        assert result.messages <= threshold * n_arms - 1
+        assert int(result.agent_votes.sum()) == result.messages
+        assert len(result.eliminations) <= n_arms - 1
+        assert [e.order for e in result.eliminations] == list(
+            range(1, len(result.eliminations) + 1)
+        )
+        assert all(e.votes == threshold for e in result.eliminations)
+        times = [e.time for e in result.eliminations]
+        assert times == sorted(times) and all(t <= result.sample_complexity for t in times)
+        if result.stopped_by == "global":
+            assert len(result.eliminations) == n_arms - 1
+            assert result.best_arm not in {e.arm for e in result.eliminations}
+    if not algo.global_reset:
+        assert result.resets == 0
+    # Each epoch's eliminations are numbered 1, 2, ... in time order; epochs never go back.
+    epochs = [e.epoch for e in result.eliminations]
+    assert epochs == sorted(epochs) and all(0 <= e <= result.resets for e in epochs)
+    for epoch in set(epochs):
+        orders = [e.order for e in result.eliminations if e.epoch == epoch]
+        assert orders == list(range(1, len(orders) + 1))
+        assert len(orders) <= n_arms - 1
+
+
+def _two_sample(ref: list[float], fst: list[float]) -> float:
+    if np.ptp(np.r_[ref, fst]) == 0:
+        return 1.0
+    return float(stats.mannwhitneyu(ref, fst).pvalue)
+
+
+def _proportions(ref: list[bool], fst: list[bool]) -> float:
+    table = [[sum(ref), len(ref) - sum(ref)], [sum(fst), len(fst) - sum(fst)]]
+    return float(stats.fisher_exact(table).pvalue)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fast_matches_reference(name: str) -> None:
+    case = CASES[name]
+    ref = _results(name, "reference")
+    fst = _results(name, "fast")
+    for result in (*ref, *fst):
+        _check_invariants(case.config, result)
+
+    p = _two_sample([r.sample_complexity for r in ref], [r.sample_complexity for r in fst])
+    assert p > P_MIN, (
+        f"{name}: sample complexity differs (p={p:.2g}): reference mean "
+        f"{np.mean([r.sample_complexity for r in ref]):.1f}, "
+        f"fast {np.mean([r.sample_complexity for r in fst]):.1f}"
+    )
+    p = _two_sample([r.messages for r in ref], [r.messages for r in fst])
+    assert p > P_MIN, f"{name}: messages differ (p={p:.2g})"
+    p = _two_sample([len(r.eliminations) for r in ref], [len(r.eliminations) for r in fst])
+    assert p > P_MIN, f"{name}: number of eliminations differs (p={p:.2g})"
+    # Stop reasons and eps-correctness: the same proportions.
+    for reason in {r.stopped_by for r in (*ref, *fst)}:
+        p = _proportions(
+            [r.stopped_by == reason for r in ref], [r.stopped_by == reason for r in fst]
+        )
+        assert p > P_MIN, f"{name}: stopped by {reason} in different proportions (p={p:.2g})"
+    p = _proportions([r.correct for r in ref], [r.correct for r in fst])
+    assert p > P_MIN, f"{name}: correctness rates differ (p={p:.2g})"
+
+
+def test_dser4_resets_happen_in_both_engines() -> None:
+    ref = _results("dser4", "reference")
+    fst = _results("dser4", "fast")
+    assert any(r.resets > 0 for r in ref) and any(r.resets > 0 for r in fst)
+    p = _two_sample([r.resets for r in ref], [r.resets for r in fst])
+    assert p > P_MIN
+
+
+def test_budget_case_stops_by_budget_about_as_often() -> None:
+    ref = [r.stopped_by == "budget" for r in _results("budget", "reference")]
+    fst = [r.stopped_by == "budget" for r in _results("budget", "fast")]
+    assert 0 < sum(ref) < len(ref) and 0 < sum(fst) < len(fst)
+    assert _proportions(ref, fst) > P_MIN
+
+
+def test_exhausted_when_every_agent_retires() -> None:
+    # Independent agents under the "global" rule never shrink the global set: they all retire.
+    assert {r.stopped_by for r in _results("independent-ser4-global", "fast")} == {"exhausted"}
+    assert {r.stopped_by for r in _results("independent-ser4-global", "reference")} == {"exhausted"}
+
+
+def test_fast_is_deterministic_per_seed_and_takes_seed_sequences() -> None:
+    config = CASES["dser4"].config
+    seed = np.random.SeedSequence(7)
+    a, b = fast.run_trial(config, seed), fast.run_trial(config, seed)
+    assert a.to_json() == b.to_json()
+    assert a.agent_votes is not None and b.agent_votes is not None
+    assert np.array_equal(a.agent_votes, b.agent_votes)
+    assert a.agent_arms is not None and b.agent_arms is not None
+    assert np.array_equal(a.agent_arms, b.agent_arms)
+    assert fast.run_trial(config, 3).to_json() == fast.run_trial(config, 3).to_json()
+    runs = run_trials(config, trials=3, seed=11, engine="fast")
+    again = run_trials(config, trials=3, seed=11, engine="fast")
+    assert [r.to_json() for r in runs] == [r.to_json() for r in again]
+
+
+def test_central_counts_n_minus_1_messages_per_activation() -> None:
+    for r in _results("central-ser3", "fast"):
+        assert r.messages == 7 * r.sample_complexity
+        assert r.stopped_by == "global" and r.correct
