@@ -12,11 +12,10 @@ import argparse
 import os
 import time
 
-from common.simulation.fast import run_trial as fast_trial
-
 from common.algorithms import AlgorithmConfig
 from common.environments import problem
 from common.simulation import SimulationConfig, run_trials
+from common.simulation.fast import run_trial as fast_trial
 from common.simulation.reference import run_trial as reference_trial
 
 SWEEP_AGENTS = (32, 64, 128, 256, 512, 1024)
