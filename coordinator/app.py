@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from common.algorithms import AlgorithmConfig
 from coordinator.api import agents, experiments
 from coordinator.errors import Conflict, CoordinatorError
+from coordinator.fast_path import VoteFastPath
 from coordinator.redis_client import connect
 from coordinator.settings import Settings, get_settings
 from coordinator.store import ExperimentStore
@@ -70,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.include_router(experiments.router)
     app.include_router(agents.router)
+    app.add_middleware(VoteFastPath)  # plain valid votes skip FastAPI's machinery (see the module)
 
     @app.exception_handler(CoordinatorError)
     async def domain_error(_: Request, exc: CoordinatorError) -> JSONResponse:

@@ -1,7 +1,8 @@
 """The experiment store: every read and write of an experiment's state in Redis.
 
-Votes, resets and creations are Lua scripts (lua/ beside this file) registered once and run with
-EVALSHA, so each one is atomic; no state lives in the coordinator process.
+Votes, enrollments, resets and creations are Lua scripts (lua/ beside this file) registered once and
+run with EVALSHA, so each one is atomic; no state lives in the coordinator process. A vote is one
+round trip: the script checks the agent's token digest (kept in the experiment's hash slot) itself.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
 from common.votes import VoteOutcome
-from coordinator.errors import Conflict, Forbidden, Invalid, NotFound, Unauthorized
+from coordinator.errors import (
+    Conflict,
+    CoordinatorError,
+    Forbidden,
+    Invalid,
+    NotFound,
+    Unauthorized,
+)
 
 _LUA = Path(__file__).with_name("lua")
 SERVICE_ALGORITHMS = ("de", "ce", "dp-mase")
@@ -58,12 +66,24 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def _agent_of(token: str) -> str:
+    """The agent id a token names: tokens are '<agent id>.<secret>' (neither part has a dot)."""
+    agent, dot, secret = token.partition(".")
+    return agent if dot and secret else ""
+
+
+def _experiment_of(agent: str) -> str:
+    """The experiment an agent id names: ids are '<experiment>-<hex>'."""
+    return agent.rsplit("-", 1)[0] if "-" in agent else ""
+
+
 class ExperimentStore:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
         self._vote = redis.register_script((_LUA / "vote.lua").read_text())
         self._reset = redis.register_script((_LUA / "reset.lua").read_text())
         self._create = redis.register_script((_LUA / "create.lua").read_text())
+        self._enroll = redis.register_script((_LUA / "enroll.lua").read_text())
 
     # -- experiments --------------------------------------------------------------------
     async def create(
@@ -103,21 +123,16 @@ class ExperimentStore:
         meta = await self._meta(exp)
         n_arms = int(meta["n_arms"])
         streams = [k async for k in self.redis.scan_iter(match=keys.activations(exp, "*"))]
-        agents = await self.agent_ids(exp)
         await self.redis.delete(
             keys.meta(exp),
             keys.remaining(exp),
             keys.eliminations(exp),
             keys.agents(exp),
             keys.agent_seq(exp),
+            keys.credentials(exp),  # every agent's token stops working with the experiment
             *[keys.voters(exp, arm) for arm in range(n_arms)],
             *streams,
         )
-        # The agents' credentials are outside the experiment's hash slot: one DEL each.
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for agent in agents:
-                pipe.delete(keys.credential(agent))
-            await pipe.execute()
         await self.redis.srem(keys.EXPERIMENTS, exp)
 
     async def _meta(self, exp: str) -> dict[str, str]:
@@ -171,52 +186,76 @@ class ExperimentStore:
 
     # -- agents ---------------------------------------------------------------------------
     async def enroll(self, exp: str) -> Enrollment:
-        await self._meta(exp)
-        index = int(await self.redis.incr(keys.agent_seq(exp)))
-        agent_id = f"{exp}-{index:05d}-{secrets.token_hex(3)}"
-        token = f"{agent_id}.{secrets.token_urlsafe(24)}"
-        await self.redis.hset(
-            keys.credential(agent_id), mapping={"digest": _digest(token), "experiment": exp}
-        )
-        await self.redis.zadd(keys.agents(exp), {agent_id: index})
-        return Enrollment(agent_id, token, index)
+        """A new agent id and token; the token is returned once and only its digest is kept."""
+        for _ in range(8):  # the id's random part is 40 bits: a clash is rare, and retried
+            agent_id = f"{exp}-{secrets.token_hex(5)}"
+            token = f"{agent_id}.{secrets.token_urlsafe(24)}"  # a 192-bit secret
+            index = int(
+                await self._enroll(
+                    keys=[
+                        keys.meta(exp),
+                        keys.agent_seq(exp),
+                        keys.agents(exp),
+                        keys.credentials(exp),
+                    ],
+                    args=[agent_id, _digest(token)],
+                )
+            )
+            if index == 0:
+                raise NotFound(f"experiment {exp!r} does not exist")
+            if index > 0:
+                return Enrollment(agent_id, token, index)
+        raise RuntimeError("could not draw a free agent id")
 
     async def authenticate(self, token: str, exp: str) -> str:
         """The agent id a bearer token belongs to, if it is enrolled in `exp`."""
-        if not await self.exists(exp):
+        agent = _agent_of(token)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(keys.meta(exp))
+            pipe.hget(keys.credentials(exp), agent)
+            exists, stored = await pipe.execute()
+        if not exists:
             raise NotFound(f"experiment {exp!r} does not exist")
-        agent_id = token.rsplit(".", 1)[0] if "." in token else ""
-        raw = await self.redis.hgetall(keys.credential(agent_id)) if agent_id else {}
-        stored = _s(raw.get(b"digest", raw.get("digest", ""))) if raw else ""
-        if not stored or not hmac.compare_digest(stored, _digest(token)):
-            raise Unauthorized("invalid agent token")
-        if _s(raw.get(b"experiment", raw.get("experiment", ""))) != exp:
-            raise Forbidden(f"this agent is not enrolled in experiment {exp!r}")
-        return agent_id
+        if not agent or stored is None or not hmac.compare_digest(_s(stored), _digest(token)):
+            raise await self._refusal(token, exp)
+        return agent
+
+    async def _refusal(self, token: str, exp: str) -> CoordinatorError:
+        """Why a token is not good for `exp`: a valid token of another experiment's agent is 403
+        (the caller is who it says, but not enrolled here); anything else is 401."""
+        agent = _agent_of(token)
+        digest = _digest(token)
+        other = _experiment_of(agent)
+        if other and other != exp:
+            stored = await self.redis.hget(keys.credentials(other), agent)
+            if stored is not None and hmac.compare_digest(_s(stored), digest):
+                return Forbidden(f"this agent is not enrolled in experiment {exp!r}")
+        return Unauthorized("invalid agent token")
 
     async def agent_ids(self, exp: str) -> list[str]:
         return [_s(a) for a in await self.redis.zrange(keys.agents(exp), 0, -1)]
 
     # -- votes ------------------------------------------------------------------------------
-    async def vote(self, exp: str, agent: str, arm: int, epoch: int) -> VoteResult:
+    async def vote(self, exp: str, token: str, arm: int, epoch: int) -> VoteResult:
+        """Apply the vote of the agent whose bearer token is `token`: one round trip to Redis."""
+        agent = _agent_of(token)
         reply = await self._vote(
             keys=[
                 keys.meta(exp),
                 keys.remaining(exp),
                 keys.voters(exp, arm),
                 keys.eliminations(exp),
-                keys.agents(exp),
+                keys.credentials(exp),
             ],
-            args=[agent, arm, epoch, _now_ms()],
+            args=[agent, arm, epoch, _now_ms(), _digest(token)],
         )
         outcome = _s(reply[0])
         if outcome == "no_experiment":
             raise NotFound(f"experiment {exp!r} does not exist")
+        if outcome == "unauthorized":
+            raise await self._refusal(token, exp)
         if outcome == "bad_arm":
-            n_arms = int((await self._meta(exp))["n_arms"])
-            raise Invalid(f"arm={arm} is invalid: must be in [0, {n_arms - 1}]")
-        if outcome == "unknown_agent":
-            raise Forbidden(f"agent {agent!r} is not enrolled in experiment {exp!r}")
+            raise Invalid(f"arm={arm} is invalid: must be in [0, {int(reply[1]) - 1}]")
         result = VoteResult(
             VoteOutcome(outcome) if outcome in VoteOutcome._value2member_map_ else outcome,
             int(reply[1]),

@@ -1,21 +1,27 @@
--- One vote, applied atomically: the rule of common/votes.py (decide_vote) in Lua.
+-- One vote, authenticated and applied atomically: the rule of common/votes.py (decide_vote) in Lua.
 -- KEYS[1] meta hash, KEYS[2] remaining set, KEYS[3] voters set of the arm, KEYS[4] eliminations
--- list, KEYS[5] enrolled agents zset.
--- ARGV[1] agent id, ARGV[2] arm index, ARGV[3] the epoch the agent is in, ARGV[4] now (ms).
+-- list, KEYS[5] credentials hash (agent id -> SHA-256 digest of its token).
+-- ARGV[1] agent id, ARGV[2] arm index, ARGV[3] the epoch the agent is in, ARGV[4] now (ms),
+-- ARGV[5] the SHA-256 hex digest of the bearer token the vote came with.
 -- Returns {outcome, version, epoch, votes on the arm}; outcome is one of counted, eliminated,
--- duplicate, arm_out, last_arm, stale_epoch, or an error sentinel: no_experiment, bad_arm,
--- unknown_agent (those change nothing and count no message).
-local threshold = tonumber(redis.call('HGET', KEYS[1], 'threshold'))
+-- duplicate, arm_out, last_arm, stale_epoch, or an error sentinel that changes nothing and counts
+-- no message: no_experiment, unauthorized (no such agent in this experiment, or a wrong token),
+-- bad_arm (then the second element is the number of arms).
+local meta = redis.call('HMGET', KEYS[1], 'threshold', 'n_arms', 'version', 'epoch')
+local threshold = tonumber(meta[1])
 if not threshold then return {'no_experiment', 0, 0, 0} end
-local n_arms = tonumber(redis.call('HGET', KEYS[1], 'n_arms'))
+-- A plain (not constant-time) comparison is acceptable here: what is compared is the SHA-256 digest
+-- of a random 192-bit secret, not the secret. Timing can at best reveal a prefix of the stored
+-- digest, and a matching prefix of a digest does not help find a token that hashes to it.
+if redis.call('HGET', KEYS[5], ARGV[1]) ~= ARGV[5] then return {'unauthorized', 0, 0, 0} end
+local n_arms = tonumber(meta[2])
 local arm = tonumber(ARGV[2])
 if not arm or arm < 0 or arm >= n_arms or arm ~= math.floor(arm) then
-  return {'bad_arm', 0, 0, 0}
+  return {'bad_arm', n_arms, 0, 0}
 end
-if not redis.call('ZSCORE', KEYS[5], ARGV[1]) then return {'unknown_agent', 0, 0, 0} end
 
-local version = tonumber(redis.call('HGET', KEYS[1], 'version'))
-local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch'))
+local version = tonumber(meta[3])
+local epoch = tonumber(meta[4])
 redis.call('HINCRBY', KEYS[1], 'messages', 1)
 local function ignored(outcome)
   redis.call('HINCRBY', KEYS[1], 'ignored', 1)

@@ -6,6 +6,7 @@ leave the whole Redis database exactly as it was.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Callable
@@ -246,6 +247,39 @@ def test_enrollment_returns_an_id_and_a_token(
     assert state["agents"] == 2
     assert redis_state()  # tokens are stored as digests only
     assert not [v for v in redis_state().values() if body["token"] in str(v)]
+
+
+def test_enrollment_defaults_to_the_coordinators_experiment(
+    redis_state: RedisState, client: httpx.Client
+) -> None:
+    """No experiment in the body: the coordinator's configured one (here svc-default), not 'demo'."""
+    before = redis_state()
+    missing = client.post("/v1/agents", json={}, headers=bearer(ENROLLMENT_SECRET))
+    assert missing.status_code == 404 and DEFAULT_EXPERIMENT in detail(missing)
+    assert redis_state() == before
+    create_experiment(client, id=DEFAULT_EXPERIMENT, arms=ARMS)
+    enrolled = client.post("/v1/agents", json={}, headers=bearer(ENROLLMENT_SECRET))
+    assert enrolled.status_code == 201, enrolled.text
+    assert enrolled.json()["experiment"] == DEFAULT_EXPERIMENT
+    assert client.get(f"/v1/experiments/{DEFAULT_EXPERIMENT}").json()["agents"] == 1
+
+
+def test_an_experiments_keys_share_its_hash_slot_and_tokens_are_digests(
+    redis_state: RedisState, client: httpx.Client
+) -> None:
+    """Every key of an experiment, credentials included, carries its hash tag {id}: the vote and
+    enrollment scripts touch one slot (valid on Redis Cluster). Tokens are stored as SHA-256."""
+    create_experiment(client, id="slot", arms=ARMS)
+    a, b = enroll_agents(client, "slot", 2)
+    assert vote(client, "slot", a, 0).status_code == 200
+    state = redis_state()
+    assert {k for k in state if "{slot}" not in k} == {"dexp:experiments"}
+    assert state["dexp:{slot}:credentials"] == {
+        agent.agent_id: hashlib.sha256(agent.token.encode()).hexdigest() for agent in (a, b)
+    }
+    assert state["dexp:{slot}:agents"] == [(a.agent_id, 1.0), (b.agent_id, 2.0)]
+    assert state["dexp:{slot}:agent-seq"] == "2"
+    assert not [v for v in state.values() if a.token in str(v) or b.token in str(v)]
 
 
 @pytest.mark.parametrize(
@@ -501,6 +535,14 @@ def test_openapi_documents_the_routes(client: httpx.Client) -> None:
     schemas = spec["components"]["schemas"]
     assert {"VoteCreate", "VotePublic", "ExperimentCreate", "BestArm"} <= schemas.keys()
     assert schemas["VoteCreate"]["required"] == ["arm"]
+    # the vote reply is encoded by hand (coordinator.api.agents.vote_reply), still documented
+    responses = paths["/v1/experiments/{experiment}/votes"]["post"]["responses"]
+    reply = responses["200"]["content"]["application/json"]["schema"]
+    assert reply == {"$ref": "#/components/schemas/VotePublic"}
+    assert {"401", "403", "404", "422"} <= responses.keys()
+    assert set(schemas["VotePublic"]["required"]) == {
+        "counted", "outcome", "eliminated", "arm_out", "votes", "version", "epoch"
+    }  # fmt: skip
 
 
 # -- start-up and readiness against a Redis of its own -----------------------------------------

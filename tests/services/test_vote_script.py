@@ -18,8 +18,8 @@ import pytest
 
 from common import redis_keys as keys
 from common.votes import GlobalState, VoteOutcome
-from coordinator.errors import Forbidden, Invalid, NotFound
-from coordinator.store import ExperimentStore
+from coordinator.errors import Forbidden, Invalid, NotFound, Unauthorized
+from coordinator.store import Enrollment, ExperimentStore
 
 from .helpers import config_for_threshold, open_store, snapshot
 from .workers import send_votes
@@ -40,25 +40,25 @@ def run(url: str, body: Callable[[ExperimentStore], Awaitable[T]]) -> T:
 
 async def setup(
     store: ExperimentStore, threshold: int, n_arms: int = 3, n_agents: int = 0, exp: str = EXP
-) -> list[str]:
-    """Create `exp` with M = threshold and `n_arms` arms; enroll `n_agents`; return their ids."""
+) -> list[Enrollment]:
+    """Create `exp` with M = threshold and `n_arms` arms; enroll `n_agents` (id, token, index)."""
     arms = [f"arm{i}" for i in range(n_arms)]
     state = await store.create(exp, arms, config_for_threshold(threshold))
     assert state["threshold"] == threshold
-    return [(await store.enroll(exp)).agent_id for _ in range(n_agents)]
+    return [await store.enroll(exp) for _ in range(n_agents)]
 
 
 def test_second_vote_by_the_same_agent_is_ignored(clean_redis: str) -> None:
     async def body(store: ExperimentStore) -> None:
         a, b = await setup(store, threshold=3, n_agents=2)
-        first = await store.vote(EXP, a, 1, 0)
+        first = await store.vote(EXP, a.token, 1, 0)
         assert (first.outcome, first.votes, first.counted) == (VoteOutcome.COUNTED, 1, True)
-        again = await store.vote(EXP, a, 1, 0)
+        again = await store.vote(EXP, a.token, 1, 0)
         assert (again.outcome, again.votes, again.counted) == (VoteOutcome.DUPLICATE, 1, False)
-        other = await store.vote(EXP, b, 1, 0)
+        other = await store.vote(EXP, b.token, 1, 0)
         assert (other.outcome, other.votes) == (VoteOutcome.COUNTED, 2)
         state = await store.get(EXP)
-        assert state["voters"][1] == sorted([a, b])
+        assert state["voters"][1] == sorted([a.agent_id, b.agent_id])
         assert state["votes"] == [0, 2, 0]
         assert (state["messages"], state["ignored_messages"]) == (3, 1)
         assert state["remaining_arms"] == [0, 1, 2]
@@ -73,10 +73,10 @@ def test_threshold_of_distinct_votes_eliminates_and_publishes(clean_redis: str) 
         pubsub = store.redis.pubsub()
         await pubsub.subscribe(keys.events(EXP))
         assert (await pubsub.get_message(timeout=1.0))["type"] == "subscribe"
-        outcomes = [(await store.vote(EXP, agent, 2, 0)).outcome for agent in agents[:3]]
+        outcomes = [(await store.vote(EXP, agent.token, 2, 0)).outcome for agent in agents[:3]]
         assert outcomes == [VoteOutcome.COUNTED] * 3
         assert (await store.get(EXP))["remaining_arms"] == [0, 1, 2]
-        last = await store.vote(EXP, agents[3], 2, 0)
+        last = await store.vote(EXP, agents[3].token, 2, 0)
         assert (last.outcome, last.eliminated, last.votes, last.version) == (
             VoteOutcome.ELIMINATED,
             True,
@@ -99,17 +99,17 @@ def test_threshold_of_distinct_votes_eliminates_and_publishes(clean_redis: str) 
 def test_the_last_arm_never_leaves(clean_redis: str) -> None:
     async def body(store: ExperimentStore) -> None:
         a, b, c = await setup(store, threshold=2, n_arms=2, n_agents=3)
-        await store.vote(EXP, a, 0, 0)
-        assert (await store.vote(EXP, b, 0, 0)).outcome == VoteOutcome.ELIMINATED
-        await store.vote(EXP, a, 1, 0)
-        last = await store.vote(EXP, b, 1, 0)
+        await store.vote(EXP, a.token, 0, 0)
+        assert (await store.vote(EXP, b.token, 0, 0)).outcome == VoteOutcome.ELIMINATED
+        await store.vote(EXP, a.token, 1, 0)
+        last = await store.vote(EXP, b.token, 1, 0)
         assert (last.outcome, last.counted, last.eliminated, last.votes) == (
             VoteOutcome.LAST_ARM,
             True,
             False,
             2,
         )
-        beyond = await store.vote(EXP, c, 1, 0)
+        beyond = await store.vote(EXP, c.token, 1, 0)
         assert (beyond.outcome, beyond.votes) == (VoteOutcome.LAST_ARM, 3)
         state = await store.get(EXP)
         assert state["remaining_arms"] == [1]
@@ -124,10 +124,10 @@ def test_the_last_arm_never_leaves(clean_redis: str) -> None:
 def test_a_vote_on_an_eliminated_arm_is_a_message_and_changes_nothing(clean_redis: str) -> None:
     async def body(store: ExperimentStore) -> None:
         a, b, c = await setup(store, threshold=2, n_arms=3, n_agents=3)
-        await store.vote(EXP, a, 0, 0)
-        await store.vote(EXP, b, 0, 0)
+        await store.vote(EXP, a.token, 0, 0)
+        await store.vote(EXP, b.token, 0, 0)
         before = await store.get(EXP)
-        late = await store.vote(EXP, c, 0, 0)
+        late = await store.vote(EXP, c.token, 0, 0)
         assert (late.outcome, late.counted, late.votes, late.version) == (
             VoteOutcome.ARM_OUT,
             False,
@@ -147,19 +147,19 @@ def test_a_stale_epoch_is_ignored(clean_redis: str) -> None:
     async def body(store: ExperimentStore) -> None:
         a, b = await setup(store, threshold=2, n_agents=2)
         assert await store.reset(EXP, 0) == (True, 1, 1)
-        stale = await store.vote(EXP, a, 0, 0)
+        stale = await store.vote(EXP, a.token, 0, 0)
         assert (stale.outcome, stale.counted, stale.epoch, stale.version) == (
             "stale_epoch",
             False,
             1,
             1,
         )
-        future = await store.vote(EXP, b, 0, 7)
+        future = await store.vote(EXP, b.token, 0, 7)
         assert future.outcome == "stale_epoch"
         state = await store.get(EXP)
         assert state["votes"] == [0, 0, 0]
         assert (state["messages"], state["ignored_messages"]) == (2, 2)
-        current = await store.vote(EXP, a, 0, 1)
+        current = await store.vote(EXP, a.token, 0, 1)
         assert current.outcome == VoteOutcome.COUNTED
 
     run(clean_redis, body)
@@ -170,9 +170,9 @@ def test_reset_clears_votes_restores_arms_and_is_conditional_on_the_epoch(
 ) -> None:
     async def body(store: ExperimentStore) -> None:
         a, b = await setup(store, threshold=2, n_arms=3, n_agents=2)
-        await store.vote(EXP, a, 0, 0)
-        await store.vote(EXP, b, 0, 0)
-        await store.vote(EXP, a, 1, 0)
+        await store.vote(EXP, a.token, 0, 0)
+        await store.vote(EXP, b.token, 0, 0)
+        await store.vote(EXP, a.token, 1, 0)
         state = await store.get(EXP)
         assert (state["remaining_arms"], state["votes"], state["version"]) == ([1, 2], [2, 1, 0], 1)
 
@@ -188,8 +188,8 @@ def test_reset_clears_votes_restores_arms_and_is_conditional_on_the_epoch(
         # a second agent answering the same epoch-0 reset makes no second epoch
         assert await store.reset(EXP, 0) == (False, 2, 1)
         # the same agent may vote against the same arm again in the new epoch
-        assert (await store.vote(EXP, a, 0, 1)).outcome == VoteOutcome.COUNTED
-        assert (await store.vote(EXP, b, 0, 1)).outcome == VoteOutcome.ELIMINATED
+        assert (await store.vote(EXP, a.token, 0, 1)).outcome == VoteOutcome.COUNTED
+        assert (await store.vote(EXP, b.token, 0, 1)).outcome == VoteOutcome.ELIMINATED
         # the administrative reset is unconditional
         assert await store.reset(EXP, None) == (True, 4, 2)
         assert (await store.get(EXP))["remaining_arms"] == [0, 1, 2]
@@ -200,19 +200,32 @@ def test_reset_clears_votes_restores_arms_and_is_conditional_on_the_epoch(
 def test_rejected_votes_change_nothing(clean_redis: str) -> None:
     async def body(store: ExperimentStore) -> dict[str, Any]:
         (agent,) = await setup(store, threshold=2, n_arms=3, n_agents=1)
-        await setup(store, threshold=2, n_arms=3, n_agents=0, exp="other")
-        await store.vote(EXP, agent, 1, 0)
+        (outsider,) = await setup(store, threshold=2, n_arms=3, n_agents=1, exp="other")
+        await store.vote(EXP, agent.token, 1, 0)
         before = snapshot(clean_redis)
-        with pytest.raises(Forbidden, match="not enrolled"):
+        with pytest.raises(Unauthorized, match="invalid agent token"):
             await store.vote(EXP, "nobody", 0, 0)
-        with pytest.raises(Forbidden, match="not enrolled"):
-            await store.vote("other", agent, 0, 0)  # enrolled elsewhere
+        with pytest.raises(Unauthorized, match="invalid agent token"):
+            await store.vote(EXP, f"{agent.agent_id}.wrong-secret", 0, 0)
+        with pytest.raises(Unauthorized, match="invalid agent token"):
+            await store.vote(EXP, f"nobody.{agent.token.partition('.')[2]}", 0, 0)
+        with pytest.raises(Forbidden, match="not enrolled in experiment 'exp'"):
+            await store.vote(EXP, outsider.token, 0, 0)  # a valid token, of another experiment
+        with pytest.raises(Forbidden, match="not enrolled in experiment 'other'"):
+            await store.vote("other", agent.token, 0, 0)
+        # the token is checked before the arm
+        with pytest.raises(Unauthorized):
+            await store.vote(EXP, f"{agent.agent_id}.wrong-secret", 3, 0)
+        with pytest.raises(Forbidden):
+            await store.vote(EXP, outsider.token, 3, 0)
         with pytest.raises(Invalid, match=r"arm=3 is invalid: must be in \[0, 2\]"):
-            await store.vote(EXP, agent, 3, 0)
+            await store.vote(EXP, agent.token, 3, 0)
         with pytest.raises(Invalid, match="arm=-1 is invalid"):
-            await store.vote(EXP, agent, -1, 0)
+            await store.vote(EXP, agent.token, -1, 0)
         with pytest.raises(NotFound, match="'missing' does not exist"):
-            await store.vote("missing", agent, 0, 0)
+            await store.vote("missing", agent.token, 0, 0)
+        with pytest.raises(NotFound, match="'missing' does not exist"):
+            await store.vote("missing", "garbage", 0, 0)  # the experiment is checked first
         with pytest.raises(NotFound):
             await store.reset("missing", None)
         with pytest.raises(NotFound):
@@ -222,6 +235,26 @@ def test_rejected_votes_change_nothing(clean_redis: str) -> None:
     before = run(clean_redis, body)
     assert snapshot(clean_redis) == before
     assert not any("missing" in key for key in before)
+
+
+def test_votes_survive_a_script_flush_and_killed_connections(clean_redis: str) -> None:
+    """redis-py loads the script again after a flush and reconnects after a killed connection;
+    no vote is lost or applied twice."""
+
+    async def body(store: ExperimentStore) -> list[str]:
+        a, b, c = await setup(store, threshold=5, n_arms=3, n_agents=3)
+        outcomes = [str((await store.vote(EXP, a.token, 0, 0)).outcome)]
+        await store.redis.script_flush()
+        outcomes.append(str((await store.vote(EXP, b.token, 0, 0)).outcome))
+        await store.redis.client_kill_filter(_type="normal", skipme=True)
+        outcomes.append(str((await store.vote(EXP, c.token, 0, 0)).outcome))
+        outcomes.append(str((await store.vote(EXP, c.token, 0, 0)).outcome))
+        return outcomes
+
+    assert run(clean_redis, body) == ["counted", "counted", "counted", "duplicate"]
+    state = run(clean_redis, lambda store: store.get(EXP))
+    assert state["votes"] == [3, 0, 0]
+    assert (state["messages"], state["ignored_messages"]) == (4, 1)
 
 
 # -- concurrency -------------------------------------------------------------------------------
@@ -239,7 +272,7 @@ def test_concurrent_votes_on_one_arm_count_exactly_and_eliminate_once(clean_redi
         ):
             stores = [s1, s2, s3, s4]
             calls = [
-                stores[i % 4].vote(EXP, agent, 0, 0)
+                stores[i % 4].vote(EXP, agent.token, 0, 0)
                 for i, agent in enumerate(agents + agents[::-1])
             ]
             results = await asyncio.gather(*calls)
@@ -266,7 +299,7 @@ def test_concurrent_duplicates_count_each_agent_once(clean_redis: str) -> None:
         agents = await setup(store, threshold=6, n_arms=3, n_agents=200)
         await store.redis.hset(keys.meta(EXP), "threshold", 1000)  # never reached
         async with open_store(clean_redis, 16) as other:
-            calls = [s.vote(EXP, a, 2, 0) for a in agents for s in (store, other, store)]
+            calls = [s.vote(EXP, a.token, 2, 0) for a in agents for s in (store, other, store)]
             results = await asyncio.gather(*calls)
         return Counter(str(r.outcome) for r in results)
 
@@ -284,7 +317,8 @@ def test_votes_from_several_os_threads_or_processes(
     threshold, n_agents = 17, 120
     agents = run(clean_redis, lambda store: setup(store, threshold, n_arms=3, n_agents=n_agents))
     # arm 0: every agent votes (twice); arm 1: only M - 1 distinct agents, so it stays
-    votes = [(a, 0) for a in agents] * 2 + [(a, 1) for a in agents[: threshold - 1]] * 3
+    tokens = [a.token for a in agents]
+    votes = [(t, 0) for t in tokens] * 2 + [(t, 1) for t in tokens[: threshold - 1]] * 3
     rng = np.random.default_rng(7)
     order = rng.permutation(len(votes))
     shares = [[votes[i] for i in order[w::workers]] for w in range(workers)]
@@ -328,9 +362,11 @@ def test_store_agrees_with_global_state(clean_redis: str, seed: int) -> None:
     exp = f"agree-{seed}"
 
     async def body(store: ExperimentStore) -> tuple[list[str], dict[str, Any]]:
-        ids = await setup(store, threshold, n_arms=n_arms, n_agents=n_agents, exp=exp)
-        outcomes = [str((await store.vote(exp, ids[a], arm, 0)).outcome) for a, arm in sequence]
-        return ids, {"outcomes": outcomes, "state": await store.get(exp)}
+        agents = await setup(store, threshold, n_arms=n_arms, n_agents=n_agents, exp=exp)
+        outcomes = [
+            str((await store.vote(exp, agents[a].token, arm, 0)).outcome) for a, arm in sequence
+        ]
+        return [a.agent_id for a in agents], {"outcomes": outcomes, "state": await store.get(exp)}
 
     ids, got = run(clean_redis, body)
     reference = GlobalState(n_arms=n_arms, threshold=threshold)

@@ -10,8 +10,8 @@ from coordinator.store import ExperimentStore
 
 
 def send_votes(url: str, exp: str, votes: list[tuple[str, int]], connections: int) -> list[str]:
-    """Send (agent, arm) votes in epoch 0 through ExperimentStore, `connections` at a time, in a
-    fresh event loop with its own connection pool; return the outcomes in order."""
+    """Send (agent token, arm) votes in epoch 0 through ExperimentStore, `connections` at a time,
+    in a fresh event loop with its own connection pool; return the outcomes in order."""
 
     async def main() -> list[str]:
         pool = BlockingConnectionPool.from_url(url, max_connections=connections, timeout=30)
@@ -20,9 +20,9 @@ def send_votes(url: str, exp: str, votes: list[tuple[str, int]], connections: in
             store = ExperimentStore(client)
             sem = asyncio.Semaphore(connections)
 
-            async def one(agent: str, arm: int) -> str:
+            async def one(token: str, arm: int) -> str:
                 async with sem:
-                    return str((await store.vote(exp, agent, arm, 0)).outcome)
+                    return str((await store.vote(exp, token, arm, 0)).outcome)
 
             return list(await asyncio.gather(*(one(a, arm) for a, arm in votes)))
         finally:

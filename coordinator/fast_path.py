@@ -1,0 +1,128 @@
+"""The vote endpoint's fast path: an ASGI middleware that answers a plain, valid vote itself.
+
+A vote is the one request that arrives thousands of times a second, and FastAPI's per-request work
+(routing through every route, dependency solving, body and response models) cost more than the vote.
+This middleware recognises `POST /v1/experiments/{id}/votes` with a bearer token and a JSON body of
+exactly the shape VoteCreate accepts ({"arm": int >= 0, "epoch": int >= 0}, epoch optional, nothing
+else), applies it and answers with the same bytes the route would. Every other request, including
+every vote it does not recognise as plain, goes on unchanged to the FastAPI app, whose route and
+validation stay the reference: the fast path can only answer a request the route would accept.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from coordinator.api.agents import vote_reply
+from coordinator.errors import CoordinatorError
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# The route's path with the experiment id pattern of coordinator.api.agents.ExperimentId.
+VOTE_PATH = re.compile(r"/v1/experiments/([A-Za-z0-9_-]{1,64})/votes")
+MAX_BODY = 1024  # a vote is ~20 bytes; anything longer takes the ordinary route
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def plain_vote(body: bytes) -> tuple[int, int] | None:
+    """(arm, epoch) if `body` is a JSON object VoteCreate accepts as is, else None."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if type(data) is not dict or not data.keys() <= {"arm", "epoch"}:
+        return None
+    arm, epoch = data.get("arm"), data.get("epoch", 0)
+    # type() is: StrictInt refuses bool (a subclass of int) and floats like 1.0
+    if type(arm) is not int or type(epoch) is not int or arm < 0 or epoch < 0:
+        return None
+    return arm, epoch
+
+
+def bearer(value: bytes) -> str | None:
+    """The token of an 'Authorization: Bearer <token>' header, read as HTTPBearer reads it."""
+    scheme, _, token = value.decode("latin-1").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+class VoteFastPath:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        match = VOTE_PATH.fullmatch(scope["path"])
+        if match is None:
+            return await self.app(scope, receive, send)
+        authorization = content_type = length = None
+        for name, value in scope["headers"]:
+            if name == b"authorization" and authorization is None:
+                authorization = value
+            elif name == b"content-type" and content_type is None:
+                content_type = value
+            elif name == b"content-length" and length is None:
+                length = value
+        if (
+            authorization is None
+            or content_type is None
+            or content_type.split(b";", 1)[0].strip().lower() != b"application/json"
+            or length is None
+            or not length.isdigit()
+            or int(length) > MAX_BODY
+        ):
+            return await self.app(scope, receive, send)
+        token = bearer(authorization)
+        if token is None:
+            return await self.app(scope, receive, send)
+
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        vote = plain_vote(body)
+        if vote is None:
+            return await self.app(scope, _replay(body, receive), send)
+
+        try:
+            reply = await vote_reply(
+                scope["app"].state.store, match.group(1), token, vote[0], vote[1]
+            )
+            status = 200
+        except CoordinatorError as exc:  # as app.py's handler answers it (JSONResponse's encoding)
+            detail = {"detail": exc.message}
+            reply = json.dumps(detail, ensure_ascii=False, separators=(",", ":")).encode()
+            status = exc.status
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [*JSON_HEADERS, (b"content-length", str(len(reply)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": reply})
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives the already-read body first, for the app downstream."""
+    pending = True
+
+    async def again() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
