@@ -3,6 +3,17 @@
 One frozen object holds what an experiment needs (the coordinator stores it, the agents and the
 simulators read it): the vote threshold M, each agent's local subroutine and confidence, the vote
 drop probability, and whether a SER4 reset resets the whole experiment (DSER4).
+
+Byzantine tolerance (`tolerance` = f >= 0, voting algorithms only). The papers' threshold is
+M = ceil(log delta / log eta) (CE: eta_xi, DP-MASE: beta), and Theorem 1's argument is that the
+best arm leaves only if M distinct agents vote against it, each honest one doing so with
+probability at most eta, so the failure probability is <= eta^M <= delta. That argument assumes
+every voter is honest: f agents that vote against the best arm (and nothing else) supply f of the
+M votes for free, and with f >= M they remove it every time. With a tolerance f the threshold in
+force is M + f: with at most f Byzantine agents an arm leaves only with at least M honest votes,
+so the failure probability stays <= eta^M <= delta (CE: eta_xi^M, DP-MASE: beta^M), whatever
+the Byzantine agents send. The price: N >= M + f agents are needed (checked by `validate_for`),
+and up to (M + f) K - 1 messages instead of M K - 1. f = 0 is the papers' algorithm, unchanged.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ from common.params import (
     check_agents_for_threshold,
     check_epsilon,
     check_open_unit,
+    check_tolerance,
     corrupted_local_confidence,
     corrupted_threshold,
     vote_threshold,
@@ -27,6 +39,11 @@ USER_SUBROUTINES = ("se", "ser3", "ser4", "me", "lucb")
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
+    """tolerance = f: the vote threshold is M + f (see the module docstring). Guarantee: with at
+    most f Byzantine agents an arm leaves only with at least M honest votes, so the failure
+    probability stays <= eta^M <= delta (CE: eta_xi^M, DP-MASE: beta^M); N >= M + f agents are
+    required. f = 0 (the default) is the papers' algorithm and threshold, unchanged."""
+
     algorithm: str = "de"
     subroutine: str = "ser3"
     epsilon: float = 0.25
@@ -37,6 +54,7 @@ class AlgorithmConfig:
     beta: float = 0.5
     phi: float = 0.0
     every_arm: bool = False
+    tolerance: int = 0  # f: Byzantine agents tolerated; the vote threshold is M + f
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -73,6 +91,13 @@ class AlgorithmConfig:
             raise ParameterError(
                 "phi", self.phi, "a reset probability is for --subroutine ser4 only"
             )
+        check_tolerance(self.tolerance)
+        if self.tolerance > 0 and not self.votes:
+            raise ParameterError(
+                "tolerance",
+                self.tolerance,
+                f"a Byzantine tolerance is for the voting algorithms ({', '.join(VOTING)}) only",
+            )
 
     @property
     def local_subroutine(self) -> str:
@@ -92,7 +117,14 @@ class AlgorithmConfig:
         return self.votes and self.subroutine == "ser4"
 
     def threshold(self, n_arms: int) -> int | None:
-        """M, or None for the baselines, which do not vote."""
+        """The vote threshold in force, M + f (f = `tolerance`, 0 by default: the papers' M), or
+        None for the baselines, which do not vote."""
+        base = self.base_threshold(n_arms)
+        return None if base is None else base + self.tolerance
+
+    def base_threshold(self, n_arms: int) -> int | None:
+        """The papers' M = ceil(log delta / log eta) (CE: eta_xi, DP-MASE: beta), without the
+        Byzantine tolerance; None for the baselines."""
         if self.algorithm == "de":
             return vote_threshold(self.delta, self.eta)
         if self.algorithm == "ce":
@@ -127,13 +159,13 @@ class AlgorithmConfig:
         )
 
     def validate_for(self, n_arms: int, n_agents: int) -> int | None:
-        """Check the whole configuration for K arms and N agents; return M."""
+        """Check the whole configuration for K arms and N agents (N >= M + f); return M + f."""
         if n_arms < 2:
             raise ParameterError("arms", n_arms, "need at least 2 arms")
         if n_agents < 1:
             raise ParameterError("agents", n_agents, "must be >= 1")
         threshold = self.threshold(n_arms)
         if threshold is not None:
-            check_agents_for_threshold(n_agents, threshold)
+            check_agents_for_threshold(n_agents, threshold, self.tolerance)
         assert self.local_subroutine in SUBROUTINES
         return threshold

@@ -79,12 +79,26 @@ def corrupted_threshold(delta: float, eta: float, xi: float, n_arms: int) -> int
     return ceil_log_ratio(delta, eta_xi)
 
 
-def check_agents_for_threshold(n_agents: int, threshold: int) -> int:
-    """Algorithm 2 needs M <= N: with fewer agents than votes needed no arm can ever leave."""
+def check_tolerance(value: int) -> int:
+    """f, the number of Byzantine (lying) agents the vote threshold M + f tolerates: an int >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ParameterError("tolerance", value, "must be an integer >= 0")
+    return value
+
+
+def check_agents_for_threshold(n_agents: int, threshold: int, tolerance: int = 0) -> int:
+    """Algorithm 2 needs M <= N: with fewer agents than votes needed no arm can ever leave.
+
+    `threshold` is the threshold in force, M + f with a tolerance f > 0 (named in the message)."""
     if n_agents < threshold:
+        if tolerance > 0:
+            base = threshold - tolerance
+            needed = f"the vote threshold M + f = {base} + {tolerance} = {threshold} (tolerance f={tolerance})"
+        else:
+            needed = f"the vote threshold M={threshold}"
         raise ParameterError(
             "agents",
             n_agents,
-            f"must be >= the vote threshold M={threshold}: with fewer agents no arm can be eliminated",
+            f"must be >= {needed}: with fewer agents no arm can be eliminated",
         )
     return n_agents

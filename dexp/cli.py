@@ -202,6 +202,15 @@ def simulate(
     dp_epsilon: Annotated[float, typer.Option(help="DP-MASE: differential privacy level.")] = 0.1,
     beta: Annotated[float, typer.Option(help="DP-MASE: local failure probability.")] = 0.5,
     phi: Annotated[float, typer.Option(help="SER4: reset probability per step.")] = 0.0,
+    tolerance: Annotated[
+        int, typer.Option(help="Byzantine agents tolerated f: the vote threshold is M + f.")
+    ] = 0,
+    attackers: Annotated[
+        int,
+        typer.Option(
+            help="Byzantine agents: agents 0..A-1 vote against the best arm and nothing else."
+        ),
+    ] = 0,
     pulls: Annotated[
         str, typer.Option(help="Per activation: one arm, or every arm of the local set (Rio).")
     ] = "one",
@@ -246,9 +255,16 @@ def simulate(
         beta=beta,
         phi=phi,
         every_arm=pulls == "every-arm",
+        tolerance=tolerance,
     )
     config = SimulationConfig(
-        environment=env, algorithm=algo, n_agents=agents, activation=act, stop=stop, budget=budget
+        environment=env,
+        algorithm=algo,
+        n_agents=agents,
+        activation=act,
+        stop=stop,
+        budget=budget,
+        attackers=attackers,
     )
     trial_function(engine)
 
@@ -281,6 +297,8 @@ def simulate(
         "dp_epsilon": dp_epsilon,
         "beta": beta,
         "phi": phi,
+        "tolerance": tolerance,
+        "attackers": attackers,
         "pulls": pulls,
         "every_arm": algo.every_arm,
         "stop": stop,
@@ -350,36 +368,47 @@ def print_simulation(
         privacy += f" phi={algo.phi:g}"
     table.add_row("parameters", privacy)
     table.add_row("pulls", params["pulls"])
-    table.add_row(
-        "threshold M",
-        str(config.threshold) if config.threshold is not None else "none (no votes)",
-    )
+    base = algo.base_threshold(env.n_arms)
+    if config.threshold is None:
+        threshold = "none (no votes)"
+    elif algo.tolerance > 0:
+        threshold = f"{config.threshold} (M={base} + tolerance f={algo.tolerance})"
+    else:
+        threshold = str(config.threshold)
+    table.add_row("threshold M", threshold)
+    byzantine = f"tolerance f={algo.tolerance}; attackers {config.attackers}"
+    if config.attackers:
+        last = config.attackers - 1
+        who = "agent 0" if last == 0 else f"agents 0-{last}"
+        byzantine += f" ({who} vote against arm {config.attacked_arm} only)"
+    table.add_row("byzantine", byzantine)
     table.add_row("stop rule", f"{config.stop}: {STOP_HELP[config.stop]}")
     table.add_row(
         "trials", f"{params['trials']} (seed {params['seed']}, engine {params['engine']})"
     )
     out.print(table)
 
+    # Suspects (agents that voted against the returned arm) are shown in a Byzantine setting.
+    byzantine_run = config.attackers > 0 or algo.tolerance > 0
     if per_trial:
         trials = Table(title="trials", title_justify="left")
-        for column in (
-            "trial",
-            "sample complexity",
-            "messages",
-            "best arm",
-            "correct",
-            "stopped by",
-        ):
+        columns = ["trial", "sample complexity", "messages", "best arm", "correct", "stopped by"]
+        if byzantine_run:
+            columns.append("suspects")
+        for column in columns:
             trials.add_column(column, justify="right" if column != "stopped by" else "left")
         for i, r in enumerate(results):
-            trials.add_row(
+            row = [
                 str(i),
                 f"{r.sample_complexity:,}",
                 f"{r.messages:,}",
                 str(r.best_arm),
                 "yes" if r.correct else "[red]no[/red]",
                 r.stopped_by,
-            )
+            ]
+            if byzantine_run:
+                row.append(str(len(r.suspects)))
+            trials.add_row(*row)
         out.print(trials)
 
     table = Table(title=f"summary of {len(results)} trials", title_justify="left")
@@ -401,6 +430,15 @@ def print_simulation(
     table.add_row(
         "stopped by", ", ".join(f"{k} {v}" for k, v in summary["stopped_by"].items()), "", ""
     )
+    if byzantine_run:
+        counts = [len(r.suspects) for r in results]
+        caught = sum(set(range(config.attackers)) <= set(r.suspects) for r in results)
+        table.add_row(
+            "suspects",
+            _fmt(sum(counts) / len(counts)),
+            "",
+            f"every attacker a suspect in {caught}/{len(results)}",
+        )
     out.print(table)
 
 

@@ -349,3 +349,79 @@ def test_reproduce_without_plots(tmp_path: Path) -> None:
     (summary,) = _read_csv(tmp_path / "rio-powerlaw_summary.csv")
     assert summary["sample_complexity_ci95_low"] == "nan"  # one trial: no interval
     assert not list(tmp_path.glob("*.png"))
+
+
+# ----------------------------------------------------------------------------- Byzantine agents
+
+# M = ceil(log 0.05 / log 0.5) = 5 votes; two arms, so the attacked arm is arm 0.
+SMALL_M = [*EASY, "--eta", "0.5", "--epsilon", "0.5", "--agents", "12"]
+
+
+def test_json_defaults_have_no_tolerance_and_no_attackers() -> None:
+    doc = invoke_json(*EASY, "--trials", "1")
+    assert doc["config"]["tolerance"] == 0 and doc["config"]["attackers"] == 0
+    assert doc["threshold"] == 29
+    assert doc["trials"][0]["suspects"] == 0  # a count; nobody voted against the winner
+
+
+def test_attackers_without_tolerance_remove_the_best_arm() -> None:
+    doc = invoke_json(*SMALL_M, "--attackers", "5", "--trials", "3")
+    assert doc["config"]["attackers"] == 5 and doc["config"]["tolerance"] == 0
+    assert doc["threshold"] == 5
+    for trial in doc["trials"]:
+        assert trial["eliminations"][0]["arm"] == 0  # the five attackers' votes suffice
+        assert trial["best_arm"] == 1 and trial["correct"] is False
+        assert trial["suspects"] == 0  # nobody voted against the arm that won
+    assert doc["summary"]["failure_rate"] == 1.0
+
+
+def test_tolerance_f_withstands_f_attackers() -> None:
+    doc = invoke_json(*SMALL_M, "--attackers", "5", "--tolerance", "5", "--trials", "3")
+    assert doc["config"]["tolerance"] == 5
+    assert doc["threshold"] == 10  # M + f
+    for trial in doc["trials"]:
+        assert trial["best_arm"] == 0 and trial["correct"] is True
+        assert trial["suspects"] >= 5  # every attacker voted against the returned arm
+    assert doc["summary"]["failure_rate"] == 0.0
+
+
+def test_readable_output_shows_tolerance_attackers_and_suspects() -> None:
+    args = [*SMALL_M, "--attackers", "2", "--tolerance", "2", "--trials", "2"]
+    result = CliRunner().invoke(app, ["simulate", *args])
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    for needle in (
+        "7 (M=5 + tolerance f=2)",
+        "tolerance f=2; attackers 2 (agents 0-1 vote against arm 0 only)",
+        "suspects",
+        "every attacker a suspect in 2/2",
+    ):
+        assert needle in text, text
+    result = CliRunner().invoke(app, ["simulate", *EASY, "--trials", "1"])
+    assert result.exit_code == 0, result.output
+    assert "tolerance f=0; attackers 0" in result.stdout
+
+
+BAD_BYZANTINE = [
+    (["--tolerance", "-1"], "tolerance=-1 is invalid: must be an integer >= 0"),
+    (["--tolerance", "1.5"], "--tolerance"),
+    (["--tolerance", "1", "--algorithm", "central"], "tolerance=1 is invalid"),
+    (["--tolerance", "4"], "agents=32 is invalid: must be >= the vote threshold M + f = 29 + 4"),
+    (["--attackers", "-1"], "attackers=-1 is invalid"),
+    (["--attackers", "32"], "attackers=32 is invalid: must be an integer in [0, agents - 1 = 31]"),
+    (["--attackers", "1", "--algorithm", "independent"], "attackers=1 is invalid"),
+    (["--attackers", "x"], "--attackers"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"), BAD_BYZANTINE, ids=lambda v: " ".join(v) if isinstance(v, list) else None
+)
+def test_bad_byzantine_arguments_in_process(args: list[str], needle: str) -> None:
+    result = CliRunner().invoke(app, ["simulate", *ENGINE, *args, "--json"])
+    _assert_one_line_error(result.exit_code, result.stdout, result.stderr, needle)
+
+
+def test_bad_byzantine_argument_in_a_subprocess() -> None:
+    proc = run_dexp("simulate", *ENGINE, "--attackers", "32")
+    _assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "attackers=32 is invalid")

@@ -86,6 +86,20 @@ CASES: dict[str, Case] = {
         stop="global",
     ),
     "budget": _case(AlgorithmConfig("de", "ser3", **BASE), budget=1300),
+    # Byzantine agents 0 .. A-1 vote against arm 0 only: A = M = 5 without tolerance remove it
+    # (every trial fails), A = 4 with tolerance 4 (threshold M + f = 9) cannot.
+    "attackers": _case(AlgorithmConfig("de", "ser3", **BASE), n_agents=12, attackers=5, n_ref=40),
+    "attackers-tolerance": _case(
+        AlgorithmConfig("de", "ser3", tolerance=4, **BASE), n_agents=16, attackers=4, n_ref=40
+    ),
+    "attackers-tolerance-power-global": _case(
+        AlgorithmConfig("de", "lucb", every_arm=True, tolerance=3, **BASE),
+        n_agents=12,
+        attackers=3,
+        activation=Activation("power", (0.0, 1.5)),
+        stop="global",
+        n_ref=40,
+    ),
 }
 
 
@@ -113,13 +127,16 @@ def _check_invariants(config: SimulationConfig, result: TrialResult) -> None:
     assert result.agent_arms is not None and result.agent_arms.shape == (n_agents,)
     if not algo.votes:
         assert result.messages == 0 and not result.eliminations and not result.agent_votes.any()
+    attackers = config.attackers
+    assert (result.agent_arms[:attackers] == -1).all()  # the Byzantine agents hold nothing
     if result.stopped_by == "all-agents":
-        assert (result.agent_arms >= 0).all()
+        assert (result.agent_arms[attackers:] >= 0).all()
     if algo.votes and result.resets == 0:
         threshold = config.threshold
         assert threshold is not None
         # Theorem 1, agents acting one at a time: at most M K - 1 messages, one per (agent, arm).
-        assert result.messages <= threshold * n_arms - 1
+        # (A Byzantine vote against the attacked arm once it is the last one can add one more.)
+        assert result.messages <= threshold * n_arms - 1 + (attackers > 0)
         assert int(result.agent_votes.sum()) == result.messages
         assert len(result.eliminations) <= n_arms - 1
         assert [e.order for e in result.eliminations] == list(
@@ -221,3 +238,27 @@ def test_central_counts_n_minus_1_messages_per_activation() -> None:
     for r in _results("central-ser3", "fast"):
         assert r.messages == 7 * r.sample_complexity
         assert r.stopped_by == "global" and r.correct
+
+
+# ----------------------------------------------------------------------------- Byzantine agents
+
+
+@pytest.mark.parametrize("engine", ["reference", "fast"])
+def test_attackers_vote_against_the_best_arm_only(engine: str) -> None:
+    """Both engines: the attackers send one vote, against arm 0, and nothing else; without
+    tolerance (A = M) arm 0 always leaves, with tolerance f = A it never does and every attacker
+    is a suspect (it voted against the returned arm)."""
+    for name, fails in (("attackers", True), ("attackers-tolerance", False)):
+        config = CASES[name].config
+        a = config.attackers
+        assert config.attacked_arm == 0
+        for r in _results(name, engine):
+            assert r.agent_votes is not None
+            assert r.agent_votes[:a, 0].all() and not r.agent_votes[:a, 1:].any()
+            assert r.suspects == sorted(r.suspects)
+            assert r.suspects == [int(n) for n in np.flatnonzero(r.agent_votes[:, r.best_arm])]
+            assert r.to_json()["suspects"] == len(r.suspects)
+            assert (0 in {e.arm for e in r.eliminations}) is fails
+            assert r.correct is not fails
+            if not fails:
+                assert set(range(a)) <= set(r.suspects)

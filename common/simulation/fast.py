@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from common.simulation.config import SimulationConfig, TrialResult, majority_arm
+from common.simulation.config import SimulationConfig, TrialResult, find_suspects, honest_outcome
 from common.votes import Elimination
 
 # Subroutine codes.
@@ -50,7 +50,9 @@ P_BOUNDED = 9
 P_DRIFT = 10
 P_THRESHOLD = 11
 P_BUDGET = 12
-P_SIZE = 13
+P_ATTACKERS = 13  # Byzantine agents 0 .. A-1
+P_ATTACKED = 14  # the arm they vote against
+P_SIZE = 15
 
 # Float parameters (fp).
 F_EPS = 0
@@ -507,6 +509,8 @@ def _simulate(ip, fp, rs, mu0, drift, base):
     drifting = ip[P_DRIFT] != 0
     threshold = ip[P_THRESHOLD]
     budget = ip[P_BUDGET]
+    attackers = ip[P_ATTACKERS]
+    attacked = ip[P_ATTACKED]
     phi = fp[F_PHI]
     drop = fp[F_DROP]
     sigma = fp[F_SIGMA]
@@ -536,7 +540,11 @@ def _simulate(ip, fp, rs, mu0, drift, base):
             ist[n, o_ord + a] = a
         _restart(n, remaining, ip, fp, ist, fst, rs)
         ist[n, C_HELD] = -1
-    n_settled = 0
+    # Byzantine agents never hold the all-agents stop back: always settled.
+    attacked_epoch = np.full(n_agents, -1, np.int64)  # epoch of each one's last attack
+    for m in range(attackers):
+        settled[m] = True
+    n_settled = attackers
 
     present = np.ones(n_agents, np.bool_)
     n_present = n_agents
@@ -563,137 +571,147 @@ def _simulate(ip, fp, rs, mu0, drift, base):
                 break
         t += 1
         nv = 0
-        if (
-            voting
-            and ist[n, C_VER] != version
-            and _sync(n, remaining, epoch, version, ip, fp, ist, fst, out, rs) > 0
-        ):
-            nv = _collect_votes(n, k, ist, out, drop, vbuf, nv, rs)
-        if ser4 and _uniform(rs) < phi:
-            if global_reset:
-                for a in range(k):
-                    remaining[a] = True
-                    n_voters[a] = 0
-                n_remaining = k
-                epoch += 1
-                epoch_elims = 0
-                version += 1
-                nv = 0  # votes decided on the old epoch's statistics are never sent
-                n_settled = 0  # every agent restarts in the new epoch
-                for m in range(n_agents):
-                    settled[m] = False
-                _sync(n, remaining, epoch, version, ip, fp, ist, fst, out, rs)
-            else:
-                _restart(n, remaining, ip, fp, ist, fst, rs)
+        h = -1
+        byz = n < attackers
+        if byz:
+            # A Byzantine agent: no subroutine, one vote against the attacked arm per epoch.
+            if attacked_epoch[n] != epoch:
+                attacked_epoch[n] = epoch
+                if remaining[attacked]:
+                    vbuf[0] = attacked
+                    nv = 1
+        else:
+            if (
+                voting
+                and ist[n, C_VER] != version
+                and _sync(n, remaining, epoch, version, ip, fp, ist, fst, out, rs) > 0
+            ):
+                nv = _collect_votes(n, k, ist, out, drop, vbuf, nv, rs)
+            if ser4 and _uniform(rs) < phi:
+                if global_reset:
+                    for a in range(k):
+                        remaining[a] = True
+                        n_voters[a] = 0
+                    n_remaining = k
+                    epoch += 1
+                    epoch_elims = 0
+                    version += 1
+                    nv = 0  # votes decided on the old epoch's statistics are never sent
+                    n_settled = attackers  # every agent restarts in the new epoch
+                    for m in range(n_agents):
+                        settled[m] = m < attackers
+                    _sync(n, remaining, epoch, version, ip, fp, ist, fst, out, rs)
+                else:
+                    _restart(n, remaining, ip, fp, ist, fst, rs)
 
-        # select(), the rewards, observe(): the hot path, inline (no array-passing calls).
-        if ist[n, C_NACT] > 1:
-            npulled = 0
-            if every:
-                for a in range(k):
-                    if ist[n, o_act + a] and (
-                        sub in (SUB_SE, SUB_DP)
-                        or (sub == SUB_ME and ist[n, o_cnt + a] < ist[n, C_A])
-                        or (sub == SUB_LUCB and ist[n, o_cnt + a] == 0)
-                    ):
-                        pulled[a] = True
-                        npulled += 1
-                if sub == SUB_LUCB and npulled == 0 and ist[n, C_A] > 0:
-                    for i in range(ist[n, C_A]):
-                        pulled[ist[n, C_B + i]] = True
-                        npulled += 1
-            else:
-                pick = -1
-                pc = 0
-                po = 0
-                if sub == SUB_LUCB:
+            # select(), the rewards, observe(): the hot path, inline (no array-passing calls).
+            if ist[n, C_NACT] > 1:
+                npulled = 0
+                if every:
                     for a in range(k):
-                        if ist[n, o_act + a] and ist[n, o_cnt + a] == 0:
-                            pick = a
-                            break
-                    if pick < 0 and ist[n, C_A] > 0:
-                        pick = ist[n, C_B]
+                        if ist[n, o_act + a] and (
+                            sub in (SUB_SE, SUB_DP)
+                            or (sub == SUB_ME and ist[n, o_cnt + a] < ist[n, C_A])
+                            or (sub == SUB_LUCB and ist[n, o_cnt + a] == 0)
+                        ):
+                            pulled[a] = True
+                            npulled += 1
+                    if sub == SUB_LUCB and npulled == 0 and ist[n, C_A] > 0:
+                        for i in range(ist[n, C_A]):
+                            pulled[ist[n, C_B + i]] = True
+                            npulled += 1
                 else:
-                    limit = ist[n, C_A] if sub == SUB_ME else np.iinfo(np.int64).max
-                    for a in range(k):
-                        if ist[n, o_act + a]:
-                            c = ist[n, o_cnt + a]
-                            if c >= limit:
-                                continue
-                            o = ist[n, o_ord + a]
-                            if pick < 0 or c < pc or (c == pc and o < po):
-                                pick = a
-                                pc = c
-                                po = o
-                if pick >= 0:
-                    pulled[pick] = True
-                    npulled = 1
-            if npulled > 0:
-                for a in range(k):
-                    if pulled[a]:
-                        mu = mu0[a]
-                        if drifting:
-                            mu = mu + drift[a] * float(t - 1)
-                            if bounded:
-                                mu = min(max(mu, 0.0), 1.0)
-                        if bounded:
-                            r = 1.0 if _uniform(rs) < mu else 0.0
-                        else:
-                            r = _normal(rs, mu, sigma)
-                        ist[n, o_cnt + a] += 1
-                        fst[n, G_ARMS + a] += r
-                nout = 0
-                if sub == SUB_SE:
-                    rounds = -1
-                    for a in range(k):
-                        if ist[n, o_act + a]:
-                            if rounds < 0:
-                                rounds = ist[n, o_cnt + a]
-                            elif ist[n, o_cnt + a] != rounds:
-                                rounds = -1
-                                break
-                    if rounds > ist[n, C_A]:
-                        nout = _se_round(n, rounds, ip, fp, ist, fst, out, rs)
-                elif sub == SUB_LUCB:
-                    q = 0
-                    for i in range(ist[n, C_A]):
-                        a = ist[n, C_B + i]
-                        if not pulled[a]:
-                            ist[n, C_B + q] = a
-                            q += 1
-                    ist[n, C_A] = q
-                    if q == 0:
-                        nout = _lucb_decide(n, ip, fp, ist, fst, out)
-                else:
-                    limit = ist[n, C_A]
-                    full = True
-                    for a in range(k):
-                        if ist[n, o_act + a] and ist[n, o_cnt + a] < limit:
-                            full = False
-                            break
-                    if full:
-                        if sub == SUB_ME:
-                            nout = _me_end_round(n, ip, fp, ist, fst, out)
-                        else:
-                            nout = _dp_end_epoch(n, ip, fp, ist, fst, out, rs)
-                for a in range(k):
-                    pulled[a] = False
-                if nout > 0:
-                    if voting:
-                        nv = _collect_votes(n, k, ist, out, drop, vbuf, nv, rs)
-                    else:
+                    pick = -1
+                    pc = 0
+                    po = 0
+                    if sub == SUB_LUCB:
                         for a in range(k):
-                            out[a] = False
+                            if ist[n, o_act + a] and ist[n, o_cnt + a] == 0:
+                                pick = a
+                                break
+                        if pick < 0 and ist[n, C_A] > 0:
+                            pick = ist[n, C_B]
+                    else:
+                        limit = ist[n, C_A] if sub == SUB_ME else np.iinfo(np.int64).max
+                        for a in range(k):
+                            if ist[n, o_act + a]:
+                                c = ist[n, o_cnt + a]
+                                if c >= limit:
+                                    continue
+                                o = ist[n, o_ord + a]
+                                if pick < 0 or c < pc or (c == pc and o < po):
+                                    pick = a
+                                    pc = c
+                                    po = o
+                    if pick >= 0:
+                        pulled[pick] = True
+                        npulled = 1
+                if npulled > 0:
+                    for a in range(k):
+                        if pulled[a]:
+                            mu = mu0[a]
+                            if drifting:
+                                mu = mu + drift[a] * float(t - 1)
+                                if bounded:
+                                    mu = min(max(mu, 0.0), 1.0)
+                            if bounded:
+                                r = 1.0 if _uniform(rs) < mu else 0.0
+                            else:
+                                r = _normal(rs, mu, sigma)
+                            ist[n, o_cnt + a] += 1
+                            fst[n, G_ARMS + a] += r
+                    nout = 0
+                    if sub == SUB_SE:
+                        rounds = -1
+                        for a in range(k):
+                            if ist[n, o_act + a]:
+                                if rounds < 0:
+                                    rounds = ist[n, o_cnt + a]
+                                elif ist[n, o_cnt + a] != rounds:
+                                    rounds = -1
+                                    break
+                        if rounds > ist[n, C_A]:
+                            nout = _se_round(n, rounds, ip, fp, ist, fst, out, rs)
+                    elif sub == SUB_LUCB:
+                        q = 0
+                        for i in range(ist[n, C_A]):
+                            a = ist[n, C_B + i]
+                            if not pulled[a]:
+                                ist[n, C_B + q] = a
+                                q += 1
+                        ist[n, C_A] = q
+                        if q == 0:
+                            nout = _lucb_decide(n, ip, fp, ist, fst, out)
+                    else:
+                        limit = ist[n, C_A]
+                        full = True
+                        for a in range(k):
+                            if ist[n, o_act + a] and ist[n, o_cnt + a] < limit:
+                                full = False
+                                break
+                        if full:
+                            if sub == SUB_ME:
+                                nout = _me_end_round(n, ip, fp, ist, fst, out)
+                            else:
+                                nout = _dp_end_epoch(n, ip, fp, ist, fst, out, rs)
+                    for a in range(k):
+                        pulled[a] = False
+                    if nout > 0:
+                        if voting:
+                            nv = _collect_votes(n, k, ist, out, drop, vbuf, nv, rs)
+                        else:
+                            for a in range(k):
+                                out[a] = False
 
-        h = ist[n, C_HELD]
-        if ist[n, C_NACT] != 1:
-            h = -1
-        elif h < 0 or not ist[n, o_act + h]:
-            for a in range(k):
-                if ist[n, o_act + a]:
-                    h = a
-                    break
-        ist[n, C_HELD] = h
+            h = ist[n, C_HELD]
+            if ist[n, C_NACT] != 1:
+                h = -1
+            elif h < 0 or not ist[n, o_act + h]:
+                for a in range(k):
+                    if ist[n, o_act + a]:
+                        h = a
+                        break
+            ist[n, C_HELD] = h
         if nv > 0:
             changed = False
             stamp = epoch + 1
@@ -716,10 +734,12 @@ def _simulate(ip, fp, rs, mu0, drift, base):
                 n_settled = 0
                 for m in range(n_agents):
                     hm = ist[m, C_HELD]
-                    settled[m] = hm >= 0 and remaining[hm] and ist[m, C_EPOCH] == epoch
+                    settled[m] = m < attackers or (
+                        hm >= 0 and remaining[hm] and ist[m, C_EPOCH] == epoch
+                    )
                     if settled[m]:
                         n_settled += 1
-        now = h >= 0 and remaining[h] and ist[n, C_EPOCH] == epoch
+        now = byz or (h >= 0 and remaining[h] and ist[n, C_EPOCH] == epoch)
         if now != settled[n]:
             n_settled += 1 if now else -1
             settled[n] = now
@@ -727,7 +747,7 @@ def _simulate(ip, fp, rs, mu0, drift, base):
             if voting and n_remaining == 1:
                 stop = 2
                 break
-            if h >= 0:
+            if h >= 0 or byz:  # an attacker retires after its first activation
                 present[n] = False
                 n_present -= 1
                 present_mass -= base[n]
@@ -787,6 +807,8 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
     ip[P_DRIFT] = bool(env.drift)
     ip[P_THRESHOLD] = config.threshold or n_agents + 1
     ip[P_BUDGET] = config.budget
+    ip[P_ATTACKERS] = 0 if central else config.attackers
+    ip[P_ATTACKED] = config.attacked_arm
     fp = np.zeros(F_SIZE)
     fp[F_EPS] = params.epsilon
     fp[F_CONF] = params.confidence
@@ -818,11 +840,9 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
             agent_arms=np.array([best if done else -1]),
         )
 
-    agent_arms = held.astype(np.int64)
+    agent_arms = held.astype(np.int64)  # -1 for the Byzantine agents: they hold nothing
     if stopped_by == "all-agents" or not voting:
-        best = majority_arm(agent_arms, n_arms)
-        arms = agent_arms[agent_arms >= 0]
-        correct = bool(arms.size == n_agents and optimal[arms].all())
+        best, correct = honest_outcome(config, agent_arms, optimal)
     else:
         left = np.flatnonzero(remaining)
         best = int(left[0]) if left.size == 1 else int(min(left, key=lambda a: (n_voters[a], a)))
@@ -839,4 +859,5 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
         resets=int(resets),
         agent_votes=agent_votes,
         agent_arms=agent_arms,
+        suspects=find_suspects(agent_votes, best),
     )

@@ -8,7 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from common.agent import AgentSpec, LocalAgent
-from common.simulation.config import SimulationConfig, TrialResult, majority_arm
+from common.simulation.config import (
+    SimulationConfig,
+    TrialResult,
+    find_suspects,
+    honest_outcome,
+    majority_arm,
+)
 from common.votes import GlobalState
 
 _BLOCK = 4096
@@ -78,6 +84,12 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
     voting = algo.votes
     retire = config.stop == "global"
     settled = np.zeros(n_agents, dtype=bool)  # holds one arm that is still in the global set
+    # Byzantine agents 0 .. A-1: no subroutine; one vote against `attacked` per epoch. They never
+    # hold the all-agents stop back (always "settled").
+    attackers = config.attackers
+    attacked = config.attacked_arm
+    attacked_epoch = np.full(n_agents, -1, dtype=np.int64)  # epoch of the last attack, per agent
+    settled[:attackers] = True
 
     def is_settled(agent: LocalAgent) -> bool:
         """Holds one arm still in the global set, and has seen the current epoch."""
@@ -85,7 +97,7 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
 
     def refresh_settled() -> None:
         for m, other in enumerate(agents):
-            settled[m] = is_settled(other)
+            settled[m] = m < attackers or is_settled(other)
 
     t = 0
     stopped_by = "budget"
@@ -96,6 +108,24 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
         n = draws.next()
         agent = agents[n]
         t += 1
+        if n < attackers:
+            if attacked_epoch[n] != state.epoch:
+                attacked_epoch[n] = state.epoch
+                if attacked in state.remaining:
+                    version = state.version
+                    votes_sent[n, attacked] = True
+                    state.vote(str(n), attacked, time=t)
+                    if state.version != version:
+                        refresh_settled()
+            if retire:
+                if len(state.remaining) == 1:
+                    stopped_by = "global"
+                    break
+                draws.retire(n)
+            elif settled.all():
+                stopped_by = "all-agents"
+                break
+            continue
         votes: list[int] = []
         if voting:
             votes += agent.sync(state.remaining, state.epoch)
@@ -105,6 +135,7 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
                 votes_sent[:] = False
                 votes = []  # decided on the old epoch's statistics: never sent
                 settled[:] = False  # every agent restarts in the new epoch
+                settled[:attackers] = True
                 agent.sync(state.remaining, state.epoch)
             else:
                 agent.reset(state.remaining)
@@ -130,12 +161,10 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
             break
 
     agent_arms = np.array([a.local_arms[0] if a.done else -1 for a in agents], dtype=np.int64)
+    agent_arms[:attackers] = -1
     if stopped_by == "all-agents" or not voting:
-        best = majority_arm(agent_arms, n_arms)
-        held = agent_arms[agent_arms >= 0]
-        correct = bool(
-            held.size == n_agents and all(env.eps_optimal(int(a), algo.epsilon, t) for a in held)
-        )
+        mu = env.means_at(t)
+        best, correct = honest_outcome(config, agent_arms, mu >= mu.max() - algo.epsilon)
     else:
         best = (
             next(iter(state.remaining)) if len(state.remaining) == 1 else state.fewest_votes_arm()
@@ -151,6 +180,7 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
         resets=state.epoch,
         agent_votes=votes_sent,
         agent_arms=agent_arms,
+        suspects=find_suspects(votes_sent, best),
     )
 
 
