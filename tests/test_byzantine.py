@@ -26,15 +26,12 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from conftest import needs_fast
 
 from common.activation import Activation
 from common.algorithms import AlgorithmConfig
 from common.environments import Environment, problem
 from common.errors import ParameterError
 from common.simulation import SimulationConfig, TrialResult, run_trials
-
-pytestmark = needs_fast
 
 DELTA = 0.05
 TRIALS = 200

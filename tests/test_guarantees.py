@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import needs_fast
 
 from common.activation import Activation
 from common.algorithms import AlgorithmConfig
@@ -22,8 +21,8 @@ K = FERAUD_1.n_arms
 DELTA = 0.05
 TRIALS = 200
 
-heavy = [pytest.mark.slow, needs_fast]
-ENGINES = ["reference", pytest.param("fast", marks=needs_fast)]
+heavy = [pytest.mark.slow]
+ENGINES = ["reference", "fast"]
 
 
 def check_vote_bookkeeping(config: SimulationConfig, result: TrialResult) -> None:
@@ -105,7 +104,6 @@ def test_dser4_resets_and_messages_per_epoch_reference() -> None:
 # -- statistical: fast engine ------------------------------------------------------------------
 @pytest.mark.parametrize("subroutine", ["ser3"])
 @pytest.mark.slow
-@needs_fast
 def test_de_returns_an_eps_optimal_arm_with_probability_1_minus_delta(subroutine: str) -> None:
     config = SimulationConfig(FERAUD_1, AlgorithmConfig(subroutine=subroutine), n_agents=32)
     results = run_trials(config, TRIALS, seed=2019, engine="fast")
@@ -117,7 +115,6 @@ def test_de_returns_an_eps_optimal_arm_with_probability_1_minus_delta(subroutine
 
 @pytest.mark.parametrize(("xi", "m"), [(0.1, 11), (0.05, 18)])
 @pytest.mark.slow
-@needs_fast
 def test_ce_failure_rate_at_most_delta(xi: float, m: int) -> None:
     config = SimulationConfig(FERAUD_1, AlgorithmConfig(algorithm="ce", xi=xi), n_agents=32)
     assert config.threshold == m
@@ -130,7 +127,6 @@ def test_ce_failure_rate_at_most_delta(xi: float, m: int) -> None:
 
 
 @pytest.mark.slow
-@needs_fast
 def test_dp_mase_failure_rate_at_most_delta() -> None:
     algo = AlgorithmConfig(algorithm="dp-mase", every_arm=True, dp_epsilon=1.0)
     config = SimulationConfig(FERAUD_1, algo, n_agents=32, stop="global")
@@ -145,7 +141,6 @@ def test_dp_mase_failure_rate_at_most_delta() -> None:
 
 
 @pytest.mark.slow
-@needs_fast
 def test_dser4_resets_and_messages_per_epoch_fast() -> None:
     config = dser4(budget=60_000)
     m = config.threshold
@@ -157,7 +152,6 @@ def test_dser4_resets_and_messages_per_epoch_fast() -> None:
 
 
 @pytest.mark.slow
-@needs_fast
 @pytest.mark.parametrize("algorithm", ["de", "ce"])
 def test_skewed_activation_is_faster_in_rios_model(algorithm: str) -> None:
     """Rio et al.: every arm per activation, global stop with retirement; skewed P_N is faster."""
@@ -179,7 +173,6 @@ def test_skewed_activation_is_faster_in_rios_model(algorithm: str) -> None:
 
 
 @pytest.mark.slow
-@needs_fast
 def test_de_two_regimes_on_problem_2() -> None:
     """Feraud et al., Problem 2: with 32 agents DE is slower than with 64 (M = 29 voters are
     needed, and only 16 agents make 80% of the activations), and at 64 agents the skewed

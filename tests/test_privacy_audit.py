@@ -11,7 +11,6 @@ import functools
 
 import numpy as np
 import pytest
-from conftest import HAVE_FAST
 
 from common.algorithms import AlgorithmConfig
 from common.environments import Environment, problem
@@ -131,8 +130,8 @@ def test_format_audit_has_one_line_per_row() -> None:
 
 
 # -- the audit of the four private methods on Problem 1 ----------------------------------------
-ENGINE = "fast" if HAVE_FAST else "reference"
-TRIALS = 20 if HAVE_FAST else 2
+ENGINE = "fast"
+TRIALS = 20
 N_AGENTS = 64
 SEED = 7
 
