@@ -1,7 +1,8 @@
 """The coordinator's HTTP API as the agents use it: keep-alive, retries with capped back-off.
 
 A retried vote is harmless: the coordinator ignores a second vote by the same agent on the same arm.
-Client errors (4xx) are not retried: they mean the request itself is wrong.
+Client errors (4xx) are not retried: they mean the request itself is wrong; except 429 (too many
+requests), retried no sooner than the coordinator's Retry-After.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class CoordinatorClient:
                 if response.status_code < 500 and response.status_code != 429:
                     raise CoordinatorError(response.status_code, detail)
                 problem = f"{response.status_code}: {detail}"
+                if response.status_code == 429:
+                    delay = max(delay, _retry_after(response))
             if self.should_stop() or (
                 self.give_up_after is not None and time.monotonic() - start > self.give_up_after
             ):
@@ -95,6 +98,14 @@ class CoordinatorClient:
             "POST", f"/v1/experiments/{experiment}/reset", token=token, json={"epoch": epoch}
         )
         return result
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """The seconds a 429 asks to wait (Retry-After in seconds; 0 if absent or not a number)."""
+    try:
+        return max(0.0, float(response.headers.get("retry-after", "0")))
+    except ValueError:
+        return 0.0
 
 
 def _detail(response: httpx.Response) -> str:

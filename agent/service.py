@@ -4,14 +4,34 @@ Each agent has a stream of activations and a consumer group; an activation is ac
 deleted, so the stream length is the backlog the load generator sees) only after the votes it caused
 were acknowledged by the coordinator. A crash therefore means redelivery, and redelivery is harmless
 because a vote is idempotent per (agent, arm).
+
+Restarts (DEXP_STATE_DIR). With a state directory, the process keeps each agent's credentials and
+vote record there (agent/state.py) and a restart re-uses them: the same agent ids, hence the same
+streams and consumer groups, whose pending entries (read by the dead process, never acknowledged)
+are read again first; the votes the dead process had decided are never decided again, and those it
+had not seen acknowledged are sent again (a copy is harmless). The local statistics are not saved:
+a restarted agent starts fresh on the global set, which is exactly DE's own restart rule (an agent
+whose local set empties restarts on the global set with fresh statistics). Each vote it sends later
+is still decided at confidence 1 - eta on samples it observed itself after the restart, and its
+voted set keeps it from voting twice on an arm, so the analysis of DE (at most one vote per agent
+and arm, each wrong with probability at most eta) holds across the restart. Restoring statistics
+instead would need rewards or means on disk, which must never leave the process.
+Without a state directory every start enrolls new agents (the old ones' streams are orphaned).
+
+Faults. The coordinator unreachable: every request is retried with capped back-off until it answers.
+Redis unreachable: the loop waits with capped back-off, then reads the pending entries again (a read
+whose reply was lost left them pending) and resubscribes; an acknowledgement (XACK) is retried until
+it succeeds, so a batch is never fed to the local statistics twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,11 +40,13 @@ import redis
 from agent.client import CoordinatorClient
 from agent.library import Agent, GlobalView
 from agent.settings import AgentSettings
+from agent.state import AgentRecord, StateDir
 from common import redis_keys as keys
 from common.wire import decode_rewards
 
 log = logging.getLogger("dexp.agent.service")
 CONSUMER = "agent"  # one logical consumer per stream: a restarted process sees its pending entries
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
 
 def connect_redis(url: str, attempts: int = 120, delay: float = 0.5) -> redis.Redis:
@@ -52,30 +74,85 @@ class AgentService:
         )
         self.redis = connect_redis(settings.redis_url)
         self.view = GlobalView.fetch(self.client, settings.experiment)
-        seeds = np.random.SeedSequence(settings.seed).spawn(settings.agents_per_replica)
-        self.agents: dict[str, Agent] = {}
-        for seed in seeds:
-            agent = Agent.enroll(
-                self.client, self.view, settings.enrollment_secret, np.random.default_rng(seed)
+        self.state = (
+            StateDir(settings.state_dir, settings.experiment, settings.state_fsync)
+            if settings.state_dir
+            else None
+        )
+        if self.state:
+            self.state.lock()
+        saved = self.state.load(self.view.created_at) if self.state else []
+        if len(saved) > settings.agents_per_replica:
+            log.warning(
+                "%d agents saved in %s but AGENTS_PER_REPLICA=%d: hosting the first %d, the "
+                "others' streams are left unread",
+                len(saved),
+                settings.state_dir,
+                settings.agents_per_replica,
+                settings.agents_per_replica,
             )
-            stream = keys.activations(settings.experiment, agent.agent_id)
+            saved = saved[: settings.agents_per_replica]
+        # A restart draws new randomness: the same seed would replay the dead process's choices.
+        entropy: Any = settings.seed
+        if saved and settings.seed is not None:
+            entropy = [settings.seed, time.time_ns() % 2**32]
+        seeds = np.random.SeedSequence(entropy).spawn(settings.agents_per_replica)
+        self.agents: dict[str, Agent] = {}
+        for slot, seed in enumerate(seeds):
+            rng = np.random.default_rng(seed)
+            if slot < len(saved):
+                record = saved[slot]
+                agent = Agent(
+                    self.client, self.view, record.agent_id, record.token, rng, record=record
+                )
+            else:
+                agent = Agent.enroll(self.client, self.view, settings.enrollment_secret, rng)
+                if self.state:  # before anything else: a crash now must not enroll it again
+                    self.state.save(agent.record, self.view.created_at, slot, durable=True)
+            if self.state:
+                agent.persist = self._persister(agent.record, slot)
+            self.agents[keys.activations(settings.experiment, agent.agent_id)] = agent
+        self.restored = len(saved)
+        self._create_groups()
+        self.pubsub = self._subscribe()
+        self.activations = 0
+        self.redelivered = 0
+        self.last_refresh = time.monotonic()
+        self.reconciled_seq = 0
+        log.info(
+            "%d agent(s) in %s on %s (M=%d): %d restored from %s, %d enrolled",
+            len(self.agents),
+            settings.experiment,
+            socket.gethostname(),
+            self.view.threshold,
+            self.restored,
+            settings.state_dir or "-",
+            len(self.agents) - self.restored,
+        )
+        if self.restored:
+            log.info("restored agents: %s", ",".join(a.agent_id for a in self.agents.values()))
+
+    def _persister(self, record: AgentRecord, slot: int) -> Callable[[], None]:
+        state, created_at = self.state, self.view.created_at
+        assert state is not None
+
+        def persist() -> None:
+            state.save(record, created_at, slot)
+
+        return persist
+
+    def _create_groups(self) -> None:
+        for stream in self.agents:
             try:
                 self.redis.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
             except redis.ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
-            self.agents[stream] = agent
-        self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-        self.pubsub.subscribe(keys.events(settings.experiment))
-        self.activations = 0
-        self.last_refresh = time.monotonic()
-        log.info(
-            "%d agent(s) enrolled in %s on %s (M=%d)",
-            len(self.agents),
-            settings.experiment,
-            socket.gethostname(),
-            self.view.threshold,
-        )
+
+    def _subscribe(self) -> Any:
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(keys.events(self.settings.experiment))
+        return pubsub
 
     def stop(self, *_: Any) -> None:
         self.stopping = True
@@ -87,6 +164,14 @@ class AgentService:
         if changed or time.monotonic() - self.last_refresh > self.settings.poll_seconds:
             self.view.refresh(self.client)
             self.last_refresh = time.monotonic()
+
+    def _reconcile(self) -> None:
+        """After each new read of the global state: send again any acknowledged vote it lacks."""
+        if self.view.snapshot_seq == self.reconciled_seq:
+            return
+        self.reconciled_seq = self.view.snapshot_seq
+        for agent in self.agents.values():
+            agent.reconcile()
 
     def _process(self, stream: str, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
         agent = self.agents[stream]
@@ -101,10 +186,27 @@ class AgentService:
                 agent.observe(arms, rewards[arms])
             done.append(entry_id)
         self.activations += len(done)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xack(stream, keys.ACTIVATION_GROUP, *done)
-        pipe.xdel(stream, *done)
-        pipe.execute()
+        self._acknowledge(stream, done)
+
+    def _acknowledge(self, stream: str, done: list[bytes]) -> None:
+        """XACK and XDEL, retried until Redis answers: these activations went into the local
+        statistics, so they must not be read again (if Redis lost them, XACK is a no-op)."""
+        delay = 0.05
+        while True:
+            try:
+                # MULTI/EXEC: both or neither (acknowledged but not deleted would stay in the
+                # backlog forever; deleted but not acknowledged would be read again as empty).
+                pipe = self.redis.pipeline(transaction=True)
+                pipe.xack(stream, keys.ACTIVATION_GROUP, *done)
+                pipe.xdel(stream, *done)
+                pipe.execute()
+                return
+            except REDIS_DOWN as exc:
+                if self.stopping:
+                    raise
+                log.warning("redis unreachable (%s); acknowledgement retried in %.2fs", exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, self.settings.redis_retry_max_seconds)
 
     def _read(self, start: str) -> list[Any]:
         streams = dict.fromkeys(self.agents, start)
@@ -116,21 +218,67 @@ class AgentService:
             or []
         )
 
-    def run(self) -> None:
-        while pending := [(s, e) for s, e in self._read("0") if e]:  # redeliveries after a crash
+    def _drain_pending(self) -> None:
+        """Entries read earlier but never acknowledged: a dead process's, or a read whose reply
+        was lost. Each is processed once, by the agents' current statistics."""
+        count = 0
+        while pending := [(s, e) for s, e in self._read("0") if e]:
             for stream, entries in pending:
                 self._process(stream.decode(), entries)
-        last_log = time.monotonic()
+                count += len(entries)
+        if count:
+            self.redelivered += count
+            log.info("processed %d redelivered activations", count)
+
+    def _recover_redis(self, exc: Exception, delay: float) -> None:
+        """Wait until Redis answers again, then make sure the groups exist and resubscribe."""
+        log.warning("redis unreachable (%s); retrying in %.2fs", exc, delay)
+        time.sleep(delay)
+        self.redis.ping()
+        self._create_groups()  # a Redis that lost its data lost the groups too
+        with contextlib.suppress(Exception):
+            self.pubsub.close()
+        self.pubsub = self._subscribe()
+        self.last_refresh = 0.0  # a change announced while we were away was missed
+        log.info("redis reachable again")
+
+    def run(self) -> None:
+        for agent in self.agents.values():  # votes a dead process sent without an answer
+            agent.resend_pending()
+        last_log, last_drain, delay, drained = time.monotonic(), time.monotonic(), 0.05, False
         while not self.stopping:
-            self._follow_global_set()
-            for stream, entries in self._read(">"):
-                self._process(stream.decode(), entries)
+            try:
+                if not drained or time.monotonic() - last_drain > self.settings.poll_seconds:
+                    # Also now and then: a read whose reply was lost and that redis-py retried
+                    # by itself left entries pending that no exception told us about.
+                    self._drain_pending()
+                    drained, last_drain = True, time.monotonic()
+                self._follow_global_set()
+                self._reconcile()
+                for stream, entries in self._read(">"):
+                    self._process(stream.decode(), entries)
+                delay = 0.05
+            except REDIS_DOWN as exc:
+                drained = False
+                while not self.stopping:
+                    try:
+                        self._recover_redis(exc, delay)
+                        break
+                    except REDIS_DOWN as again:
+                        exc = again
+                        delay = min(delay * 2, self.settings.redis_retry_max_seconds)
+            except redis.ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                log.warning("consumer group missing (%s): Redis lost its data; recreating", exc)
+                self._create_groups()
             if time.monotonic() - last_log > 10:
                 last_log = time.monotonic()
                 log.info(
-                    "%d activations, %d votes, remaining arms %s",
+                    "%d activations, %d votes (%d sent again), remaining arms %s",
                     self.activations,
                     sum(a.votes_sent for a in self.agents.values()),
+                    sum(a.votes_resent for a in self.agents.values()),
                     sorted(self.view.remaining),
                 )
         self.client.close()
@@ -146,7 +294,12 @@ def main() -> None:
     service = AgentService(settings)
     signal.signal(signal.SIGTERM, service.stop)
     signal.signal(signal.SIGINT, service.stop)
-    service.run()
+    try:
+        service.run()
+    except ConnectionError:  # the coordinator still unreachable when asked to stop
+        if not service.stopping:
+            raise
+        log.warning("stopped while the coordinator was unreachable; pending votes are on record")
 
 
 if __name__ == "__main__":

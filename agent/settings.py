@@ -23,4 +23,13 @@ class AgentSettings(BaseSettings):
     batch: int = Field(200, ge=1, description="activations read per stream per XREADGROUP")
     poll_seconds: float = Field(2.0, gt=0, description="fallback refresh of the global set")
     retry_max_seconds: float = Field(5.0, gt=0, description="cap of the vote retry back-off")
+    # Where this process keeps its agents' credentials and vote records (agent/state.py), so that a
+    # restart re-uses the same agents; unset: every start enrolls new agents. One per process.
+    state_dir: str | None = None
+    state_fsync: bool = Field(
+        False, description="fsync every vote record too (credentials are always fsynced)"
+    )
+    redis_retry_max_seconds: float = Field(
+        2.0, gt=0, description="cap of the back-off while Redis is unreachable"
+    )
     log_level: str = "info"

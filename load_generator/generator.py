@@ -3,6 +3,11 @@
 Activations go out in pipelined batches (no HTTP per activation); the stream lengths are the
 backlog (agents delete what they acknowledged), and the generator waits while the backlog exceeds
 `max_backlog`, so memory stays bounded whatever the agents' speed.
+
+The coordinator or Redis may be unreachable for a while (a restart, a network fault): every call is
+retried with capped back-off for up to `unreachable_seconds`, then the run fails. A batch of XADDs
+cut short by a Redis failure is sent again whole, so a few activations may be delivered twice (an
+activation is one more sample: harmless) or, if Redis lost them, not at all.
 """
 
 from __future__ import annotations
@@ -11,10 +16,13 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
+import redis
 
 from agent.client import CoordinatorClient
 from agent.service import connect_redis
@@ -24,6 +32,7 @@ from common.wire import encode_rewards
 from load_generator.settings import LoadSettings
 
 log = logging.getLogger("dexp.load_generator")
+T = TypeVar("T")
 
 
 class NotEnoughAgents(RuntimeError):
@@ -61,8 +70,11 @@ class LoadGenerator:
             settings.drift or None,
             settings.activation or None,
         )
-        self.client = CoordinatorClient(settings.coordinator_url, give_up_after=60.0)
+        self.client = CoordinatorClient(
+            settings.coordinator_url, give_up_after=settings.unreachable_seconds
+        )
         self.redis = connect_redis(settings.redis_url)
+        self.redis_retries = 0
         self.rng = np.random.default_rng(settings.seed)
 
     def close(self) -> None:
@@ -89,7 +101,8 @@ class LoadGenerator:
                 count >= threshold
                 and time.monotonic() - quiet_since >= self.settings.settle_seconds
             ):
-                agents = [a.decode() for a in self.redis.zrange(keys.agents(exp), 0, -1)]
+                members = self._redis(lambda: self.redis.zrange(keys.agents(exp), 0, -1))
+                agents = [a.decode() for a in members]
                 return agents, state
             if time.monotonic() > deadline:
                 raise NotEnoughAgents(
@@ -155,10 +168,8 @@ class LoadGenerator:
                 rewards = self.rng.normal(mu, env.sigma)
             who = self.rng.choice(len(agents), size=n, p=p)
             rows = encode_rewards(rewards, env.bounded)
-            pipe = self.redis.pipeline(transaction=False)
-            for i in range(n):
-                pipe.xadd(streams[who[i]], {"t": int(t[i]), "r": rows[i]})
-            pipe.execute()
+            batch = [(streams[who[i]], {"t": int(t[i]), "r": rows[i]}) for i in range(n)]
+            self._redis(partial(self._xadd, batch))
             delivered += n
             backlog += n
             peak_backlog = max(peak_backlog, backlog)
@@ -193,10 +204,34 @@ class LoadGenerator:
         )
 
     def _backlog(self, streams: list[str]) -> int:
+        def measure() -> int:
+            pipe = self.redis.pipeline(transaction=False)
+            for stream in streams:
+                pipe.xlen(stream)
+            return int(sum(pipe.execute()))
+
+        return self._redis(measure)
+
+    def _xadd(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         pipe = self.redis.pipeline(transaction=False)
-        for stream in streams:
-            pipe.xlen(stream)
-        return int(sum(pipe.execute()))
+        for stream, fields in batch:
+            pipe.xadd(stream, fields)
+        pipe.execute()
+
+    def _redis(self, call: Callable[[], T]) -> T:
+        """`call()`, retried with capped back-off while Redis is unreachable (a restart), for up
+        to `unreachable_seconds`."""
+        delay, start = 0.05, time.monotonic()
+        while True:
+            try:
+                return call()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if time.monotonic() - start > self.settings.unreachable_seconds:
+                    raise
+                self.redis_retries += 1
+                log.warning("redis unreachable (%s); retrying in %.2fs", exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     def _progress(self, processed: int, best: dict[str, Any], elapsed: float) -> None:
         votes = sum(best.get("votes", {}).values())

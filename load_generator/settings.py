@@ -27,4 +27,9 @@ class LoadSettings(BaseSettings):
     max_backlog: int = Field(20_000, ge=1, description="activations in flight before it waits")
     agent_wait_seconds: float = Field(120.0, ge=0, description="how long to wait for M agents")
     settle_seconds: float = Field(2.0, ge=0, description="enrollment quiet time before starting")
+    unreachable_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="how long the coordinator or Redis may be unreachable before it gives up",
+    )
     json_output: bool = Field(False, description="print the summary as one JSON object")

@@ -1,0 +1,167 @@
+"""What an agent process keeps on disk (DEXP_STATE_DIR) so that a restart is the same agents.
+
+Per hosted agent: its credentials (agent id, token), the votes it decided and has not yet seen
+acknowledged ("pending": written before the vote is sent), and the votes the coordinator
+acknowledged (arm, epoch, outcome). Never a reward, a count or a local mean: those stay in the
+process and a restart forgets them (the local statistics restart fresh, which is DE's own restart
+rule; see agent/service.py).
+
+One small JSON file per agent (see StateDir). The files hold bearer tokens: they are created with
+mode 0600, and the directory should be private to the agent process (one directory per process, e.g.
+a StatefulSet volume: two live processes must never share one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+
+# Outcomes after which the agent's id is in the arm's voter set (a "duplicate" means an earlier
+# attempt of the same vote was counted, e.g. its reply was lost and the client retried).
+IN_VOTER_SET = frozenset({"counted", "eliminated", "last_arm", "duplicate"})
+
+
+@dataclass
+class Acknowledged:
+    arm: int
+    epoch: int
+    outcome: str
+    seq: int = 0  # in memory only: when the acknowledgement arrived (see GlobalView.snapshot_seq)
+
+    @property
+    def in_voter_set(self) -> bool:
+        return self.outcome in IN_VOTER_SET
+
+
+@dataclass
+class AgentRecord:
+    """One agent's durable part: credentials and vote bookkeeping, nothing statistical."""
+
+    agent_id: str
+    token: str
+    acknowledged: list[Acknowledged] = field(default_factory=list)
+    pending: list[tuple[int, int]] = field(default_factory=list)  # (arm, epoch), sent or about to
+
+    def decided(self, epoch: int) -> set[int]:
+        """Arms this agent decided against in `epoch`: it never decides on them again."""
+        return {v.arm for v in self.acknowledged if v.epoch == epoch} | {
+            arm for arm, e in self.pending if e == epoch
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "agent_id": self.agent_id,
+            "token": self.token,
+            "acknowledged": [[v.arm, v.epoch, v.outcome] for v in self.acknowledged],
+            "pending": [list(p) for p in self.pending],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AgentRecord:
+        return cls(
+            str(data["agent_id"]),
+            str(data["token"]),
+            [Acknowledged(int(a), int(e), str(o)) for a, e, o in data.get("acknowledged", [])],
+            [(int(a), int(e)) for a, e in data.get("pending", [])],
+        )
+
+
+class StateDir:
+    """The agents of one process: one small file per agent, `<dir>/agent-<agent id>.json`.
+
+    A file is rewritten whole at each change (temp file, os.replace), so a crash at any instant
+    leaves the old version or the new one. One file per agent keeps each write small whatever the
+    number of agents a process hosts. Writes are fsynced (file and directory) when `durable`:
+    always for a new agent's credentials (losing them would make a restarted process enroll a new
+    agent, a second voter for the same process), and for vote records only if `fsync_votes`; a
+    process crash loses nothing either way (the data is in the page cache)."""
+
+    def __init__(self, directory: str | Path, experiment: str, fsync_votes: bool = False) -> None:
+        self.dir = Path(directory)
+        self.experiment = experiment
+        self.fsync_votes = fsync_votes
+        self.writes = 0
+        self._lock: Any = None
+
+    def lock(self) -> None:
+        """Hold the directory for this process's lifetime (an exclusive flock, released by the
+        kernel however the process ends): two live processes on one directory would host the same
+        agents twice."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.dir / ".lock", "a")  # noqa: SIM115 - held until the process ends
+        try:
+            fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock.close()
+            raise RuntimeError(f"{self.dir} is in use by another agent process") from None
+
+    def path(self, agent_id: str) -> Path:
+        return self.dir / f"agent-{agent_id}.json"
+
+    def load(self, created_at: int) -> list[AgentRecord]:
+        """The saved agents of this incarnation of the experiment (same creation time: an
+        experiment deleted and created again has other agents), in their slot order."""
+        records: list[tuple[int, AgentRecord]] = []
+        for path in sorted(self.dir.glob("agent-*.json")):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # not one of ours (temp files start with a dot)
+            if (
+                data.get("format") == FORMAT
+                and data.get("experiment") == self.experiment
+                and int(data.get("created_at", -1)) == created_at
+            ):
+                records.append((int(data.get("slot", 0)), AgentRecord.from_json(data)))
+        return [r for _, r in sorted(records, key=lambda item: item[0])]
+
+    def save(
+        self, record: AgentRecord, created_at: int, slot: int, durable: bool | None = None
+    ) -> None:
+        document = {
+            "format": FORMAT,
+            "experiment": self.experiment,
+            "created_at": created_at,
+            "slot": slot,
+            **record.to_json(),
+        }
+        fsync = self.fsync_votes if durable is None else durable
+        self.dir.mkdir(parents=True, exist_ok=True)
+        target = self.path(record.agent_id)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=self.dir)  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as out:
+                json.dump(document, out, separators=(",", ":"))
+                if fsync:
+                    out.flush()
+                    os.fsync(out.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        if fsync:
+            _fsync_dir(self.dir)
+        self.writes += 1
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename itself durable (a power loss, not only a process crash)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
