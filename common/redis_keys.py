@@ -54,6 +54,23 @@ def credentials(exp: str) -> str:
     return f"{PREFIX}:{{{exp}}}:credentials"
 
 
+def vote_rate(exp: str) -> str:
+    """Hash: agent id -> the agent's vote rate-limit state (GCRA: the theoretical arrival time of
+    its next vote, in ms of Redis's clock). Written only when a vote is let through."""
+    return f"{PREFIX}:{{{exp}}}:vote-rate"
+
+
+def enroll_rate(exp: str) -> str:
+    """Hash: client address -> its enrollment rate-limit state in this experiment (GCRA, as
+    vote_rate)."""
+    return f"{PREFIX}:{{{exp}}}:enroll-rate"
+
+
+def enrollers(exp: str) -> str:
+    """Hash: client address -> how many agents it enrolled in this experiment."""
+    return f"{PREFIX}:{{{exp}}}:enrollers"
+
+
 # Before credentials(exp): one hash per agent, {digest, experiment}, outside the experiment's slot.
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import sys
 
 import uvicorn
+from pydantic import ValidationError
 
-from coordinator.settings import get_settings
+from coordinator.settings import Settings, get_settings
 
 log = logging.getLogger("dexp.coordinator")
 
@@ -23,8 +25,21 @@ def fast_stack() -> dict[str, bool]:
     }
 
 
+def load_settings() -> Settings:
+    """The settings, or exit with a plain message (no traceback) if they are invalid, e.g. a
+    production coordinator with a development placeholder for a secret."""
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        problems = "\n".join(
+            f"  {'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}"
+            for e in exc.errors()
+        )
+        sys.exit(f"dexp coordinator: invalid configuration, not starting:\n{problems}")
+
+
 def main() -> None:
-    settings = get_settings()
+    settings = load_settings()
     missing = [name for name, present in fast_stack().items() if not present]
     if missing:
         logging.basicConfig()

@@ -11,14 +11,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from common.algorithms import AlgorithmConfig
 from coordinator.api import agents, experiments
+from coordinator.api.deps import Problem
 from coordinator.errors import Conflict, CoordinatorError
 from coordinator.fast_path import VoteFastPath
 from coordinator.redis_client import connect
 from coordinator.settings import Settings, get_settings
-from coordinator.store import ExperimentStore
+from coordinator.store import ExperimentStore, Limits
 
 log = logging.getLogger("dexp.coordinator")
 
@@ -38,6 +40,7 @@ async def ensure_default_experiment(store: ExperimentStore, settings: Settings) 
         beta=settings.beta,
         phi=settings.phi,
         every_arm=settings.every_arm,
+        tolerance=settings.tolerance,
     )
     arms = [a.strip() for a in settings.arms.split(",") if a.strip()]
     try:
@@ -47,14 +50,26 @@ async def ensure_default_experiment(store: ExperimentStore, settings: Settings) 
         log.info("experiment %s exists", settings.experiment)
 
 
+def allowed_methods(request: Request) -> str:
+    """Every method some route takes for the request's path (the Allow header of a 405)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.environment == "production" and "@" not in settings.redis_url:
+            log.warning("DEXP_REDIS_URL has no password: Redis should require one")
         redis = await connect(settings.redis_url)
         app.state.redis = redis
-        app.state.store = ExperimentStore(redis)
+        app.state.store = ExperimentStore(redis, Limits.of(settings))
         await ensure_default_experiment(app.state.store, settings)
         try:
             yield
@@ -75,7 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(CoordinatorError)
     async def domain_error(_: Request, exc: CoordinatorError) -> JSONResponse:
-        return JSONResponse({"detail": exc.message}, status_code=exc.status)
+        return JSONResponse({"detail": exc.message}, status_code=exc.status, headers=exc.headers())
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -90,14 +105,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        status, detail = exc.status_code, exc.detail
+        if status == 400:  # FastAPI's "error parsing the body" (e.g. not UTF-8): 422, as bad JSON
+            status, detail = 422, f"body: {detail}"
+        if status == 405:  # Starlette names only the first route of the path's methods
+            headers["Allow"] = allowed_methods(request)
+        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"])
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        responses={503: {"model": Problem, "description": "Redis does not answer"}},
+    )
     async def readyz(request: Request) -> JSONResponse:
         try:
             await request.app.state.redis.ping()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class CoordinatorError(Exception):
     status = 400
@@ -9,6 +11,10 @@ class CoordinatorError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+    def headers(self) -> dict[str, str]:
+        """Extra response headers."""
+        return {}
 
 
 class NotFound(CoordinatorError):
@@ -22,6 +28,9 @@ class Conflict(CoordinatorError):
 class Unauthorized(CoordinatorError):
     status = 401
 
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Bearer"}  # RFC 9110: a 401 names the scheme it wants
+
 
 class Forbidden(CoordinatorError):
     status = 403
@@ -29,3 +38,17 @@ class Forbidden(CoordinatorError):
 
 class Invalid(CoordinatorError):
     status = 422
+
+
+class RateLimited(CoordinatorError):
+    """Too many requests from one agent or client: retry after `retry_after` seconds."""
+
+    status = 429
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        # Retry-After takes whole seconds (RFC 9110); round up so that a retry at that time passes.
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after)))}

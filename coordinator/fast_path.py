@@ -7,6 +7,9 @@ exactly the shape VoteCreate accepts ({"arm": int >= 0, "epoch": int >= 0}, epoc
 else), applies it and answers with the same bytes the route would. Every other request, including
 every vote it does not recognise as plain, goes on unchanged to the FastAPI app, whose route and
 validation stay the reference: the fast path can only answer a request the route would accept.
+Both paths apply a vote through the same call (coordinator.api.agents.vote_reply -> one EVALSHA of
+lua/vote.lua), so authentication, the per-agent rate limit (429 with Retry-After) and every error
+are the same on both.
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ class VoteFastPath:
         if vote is None:
             return await self.app(scope, _replay(body, receive), send)
 
+        headers = JSON_HEADERS
         try:
             reply = await vote_reply(
                 scope["app"].state.store, match.group(1), token, vote[0], vote[1]
@@ -104,11 +108,15 @@ class VoteFastPath:
             detail = {"detail": exc.message}
             reply = json.dumps(detail, ensure_ascii=False, separators=(",", ":")).encode()
             status = exc.status
+            headers = [
+                *headers,
+                *((k.lower().encode(), v.encode()) for k, v in exc.headers().items()),
+            ]
         await send(
             {
                 "type": "http.response.start",
                 "status": status,
-                "headers": [*JSON_HEADERS, (b"content-length", str(len(reply)).encode())],
+                "headers": [*headers, (b"content-length", str(len(reply)).encode())],
             }
         )
         await send({"type": "http.response.body", "body": reply})

@@ -1,19 +1,38 @@
-"""The coordinator's configuration, read from the environment (prefix DEXP_)."""
+"""The coordinator's configuration, read from the environment (prefix DEXP_).
+
+Secrets (the admin token, the enrollment secret, the Redis password inside DEXP_REDIS_URL) come
+from the environment only; the image holds none. The defaults below are development placeholders:
+with DEXP_ENVIRONMENT=production the coordinator refuses to start while any of them is still in use,
+or while a secret is shorter than MIN_SECRET_LENGTH characters.
+"""
 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The development placeholders (also docker-compose.yml's defaults): refused in production.
+DEV_ADMIN_TOKEN = "dev-admin-token"
+DEV_ENROLLMENT_SECRET = "dev-enrollment-secret"
+DEV_REDIS_PASSWORD = "dexp-dev-redis"
+MIN_SECRET_LENGTH = 16
+
+
+class InsecureSettings(ValueError):
+    """Production settings that still hold a development placeholder or a short secret."""
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DEXP_", extra="ignore")
 
+    environment: Literal["development", "production"] = "development"
     redis_url: str = "redis://127.0.0.1:6379/0"
-    admin_token: str = Field("dev-admin-token", min_length=8)
-    enrollment_secret: str = Field("dev-enrollment-secret", min_length=8)
+    admin_token: str = Field(DEV_ADMIN_TOKEN, min_length=8)
+    enrollment_secret: str = Field(DEV_ENROLLMENT_SECRET, min_length=8)
     # The experiment created at start-up when it does not exist (empty: none).
     experiment: str = "demo"
     arms: str = "A,B,C,D,E,F,G,H,I,J"
@@ -27,8 +46,55 @@ class Settings(BaseSettings):
     beta: float = 0.5
     phi: float = 0.0
     every_arm: bool = False
+    tolerance: int = Field(0, ge=0)  # f: Byzantine agents tolerated; the threshold is M + f
     sigma: float | None = None  # reward scale for Gaussian rewards; unset: rewards in [0, 1]
     log_level: str = "info"
+    # Abuse limits (0 turns a limit off). Votes are rare by design (at most K per agent and epoch),
+    # so the vote rate is generous: it stops a runaway or hostile agent, not a working one.
+    vote_rate: float = Field(20.0, ge=0)  # votes per second per agent, sustained
+    vote_burst: int = Field(50, ge=1)  # votes per agent at once
+    enroll_rate: float = Field(
+        20.0, ge=0
+    )  # enrollments per second per client address and experiment
+    enroll_burst: int = Field(200, ge=1)
+    max_agents: int = Field(10_000, ge=0)  # agents per experiment
+    max_agents_per_client: int = Field(
+        1_000, ge=0
+    )  # agents one client address may enroll per experiment
+
+    @model_validator(mode="after")
+    def _production_secrets(self) -> Settings:
+        if self.environment == "production":
+            problems = self.insecure()
+            if problems:
+                raise InsecureSettings(
+                    "DEXP_ENVIRONMENT=production refuses to start with placeholder or weak "
+                    "secrets: " + "; ".join(problems)
+                )
+        return self
+
+    def insecure(self) -> list[str]:
+        """What would make these settings unfit for production (empty: nothing)."""
+        problems = []
+        for name, value, placeholder in (
+            ("DEXP_ADMIN_TOKEN", self.admin_token, DEV_ADMIN_TOKEN),
+            ("DEXP_ENROLLMENT_SECRET", self.enrollment_secret, DEV_ENROLLMENT_SECRET),
+        ):
+            if value == placeholder:
+                problems.append(f"{name} is the development default; set a random secret")
+            elif len(value) < MIN_SECRET_LENGTH:
+                problems.append(f"{name} is shorter than {MIN_SECRET_LENGTH} characters")
+        if self.admin_token == self.enrollment_secret:
+            problems.append("DEXP_ADMIN_TOKEN and DEXP_ENROLLMENT_SECRET must differ")
+        password = urlsplit(self.redis_url).password
+        if password == DEV_REDIS_PASSWORD:
+            problems.append("the Redis password in DEXP_REDIS_URL is the development default")
+        elif password is not None and len(password) < MIN_SECRET_LENGTH:
+            problems.append(
+                f"the Redis password in DEXP_REDIS_URL is shorter than {MIN_SECRET_LENGTH} "
+                "characters"
+            )
+        return problems
 
 
 @lru_cache

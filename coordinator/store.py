@@ -2,7 +2,9 @@
 
 Votes, enrollments, resets and creations are Lua scripts (lua/ beside this file) registered once and
 run with EVALSHA, so each one is atomic; no state lives in the coordinator process. A vote is one
-round trip: the script checks the agent's token digest (kept in the experiment's hash slot) itself.
+round trip: the script checks the agent's token digest (kept in the experiment's hash slot) and the
+agent's rate limit itself. Rate limits are GCRA token buckets in Redis (lua/gcra.lua, prepended to
+the scripts that use it), so every coordinator replica enforces the same ones.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from coordinator.errors import (
     Forbidden,
     Invalid,
     NotFound,
+    RateLimited,
     Unauthorized,
 )
 
@@ -37,6 +40,35 @@ SERVICE_ALGORITHMS = ("de", "ce", "dp-mase")
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _script(name: str, rate_limited: bool = False) -> str:
+    text = (_LUA / name).read_text()
+    return (_LUA / "gcra.lua").read_text() + "\n" + text if rate_limited else text
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Abuse limits (0: none). Rates are per second, bursts the requests allowed at once."""
+
+    vote_rate: float = 0.0  # per agent
+    vote_burst: int = 1
+    enroll_rate: float = 0.0  # per client address and experiment
+    enroll_burst: int = 1
+    max_agents: int = 0  # per experiment
+    max_agents_per_client: int = 0  # per client address and experiment
+
+    @classmethod
+    def of(cls, settings: Any) -> Limits:
+        """The limits a coordinator.settings.Settings sets."""
+        return cls(
+            vote_rate=settings.vote_rate,
+            vote_burst=settings.vote_burst,
+            enroll_rate=settings.enroll_rate,
+            enroll_burst=settings.enroll_burst,
+            max_agents=settings.max_agents,
+            max_agents_per_client=settings.max_agents_per_client,
+        )
 
 
 @dataclass(frozen=True)
@@ -78,12 +110,22 @@ def _experiment_of(agent: str) -> str:
 
 
 class ExperimentStore:
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, limits: Limits | None = None) -> None:
         self.redis = redis
-        self._vote = redis.register_script((_LUA / "vote.lua").read_text())
-        self._reset = redis.register_script((_LUA / "reset.lua").read_text())
-        self._create = redis.register_script((_LUA / "create.lua").read_text())
-        self._enroll = redis.register_script((_LUA / "enroll.lua").read_text())
+        self.limits = limits or Limits()
+        self._vote = redis.register_script(_script("vote.lua", rate_limited=True))
+        self._reset = redis.register_script(_script("reset.lua"))
+        self._create = redis.register_script(_script("create.lua"))
+        self._enroll = redis.register_script(_script("enroll.lua", rate_limited=True))
+
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
+    @limits.setter
+    def limits(self, limits: Limits) -> None:
+        self._limits = limits
+        self._vote_limit = (repr(float(limits.vote_rate)), limits.vote_burst)  # the script's ARGV
 
     # -- experiments --------------------------------------------------------------------
     async def create(
@@ -130,6 +172,9 @@ class ExperimentStore:
             keys.agents(exp),
             keys.agent_seq(exp),
             keys.credentials(exp),  # every agent's token stops working with the experiment
+            keys.vote_rate(exp),
+            keys.enroll_rate(exp),
+            keys.enrollers(exp),
             *[keys.voters(exp, arm) for arm in range(n_arms)],
             *streams,
         )
@@ -185,26 +230,53 @@ class ExperimentStore:
         }
 
     # -- agents ---------------------------------------------------------------------------
-    async def enroll(self, exp: str) -> Enrollment:
-        """A new agent id and token; the token is returned once and only its digest is kept."""
+    async def enroll(self, exp: str, client: str = "") -> Enrollment:
+        """A new agent id and token; the token is returned once and only its digest is kept.
+        `client` is the caller's address: the limits on enrollments apply per client."""
+        limits = self.limits
         for _ in range(8):  # the id's random part is 40 bits: a clash is rare, and retried
             agent_id = f"{exp}-{secrets.token_hex(5)}"
             token = f"{agent_id}.{secrets.token_urlsafe(24)}"  # a 192-bit secret
-            index = int(
-                await self._enroll(
-                    keys=[
-                        keys.meta(exp),
-                        keys.agent_seq(exp),
-                        keys.agents(exp),
-                        keys.credentials(exp),
-                    ],
-                    args=[agent_id, _digest(token)],
-                )
+            code, value = await self._enroll(
+                keys=[
+                    keys.meta(exp),
+                    keys.agent_seq(exp),
+                    keys.agents(exp),
+                    keys.credentials(exp),
+                    keys.enroll_rate(exp),
+                    keys.enrollers(exp),
+                ],
+                args=[
+                    agent_id,
+                    _digest(token),
+                    client,
+                    limits.max_agents,
+                    limits.max_agents_per_client,
+                    repr(float(limits.enroll_rate)),
+                    limits.enroll_burst,
+                ],
             )
-            if index == 0:
-                raise NotFound(f"experiment {exp!r} does not exist")
+            index, value = int(code), int(value)
             if index > 0:
                 return Enrollment(agent_id, token, index)
+            if index == 0:
+                raise NotFound(f"experiment {exp!r} does not exist")
+            if index == -2:
+                raise Forbidden(
+                    f"experiment {exp!r} is full: it has its maximum of {value} agents "
+                    "(DEXP_MAX_AGENTS)"
+                )
+            if index == -3:
+                raise Forbidden(
+                    f"this client enrolled its maximum of {value} agents in experiment {exp!r} "
+                    "(DEXP_MAX_AGENTS_PER_CLIENT)"
+                )
+            if index == -4:
+                raise RateLimited(
+                    f"too many enrollments from this client: at most {limits.enroll_rate:g} per "
+                    f"second (burst {limits.enroll_burst}); retry in {value / 1000:.2f} s",
+                    value / 1000,
+                )
         raise RuntimeError("could not draw a free agent id")
 
     async def authenticate(self, token: str, exp: str) -> str:
@@ -239,6 +311,7 @@ class ExperimentStore:
     async def vote(self, exp: str, token: str, arm: int, epoch: int) -> VoteResult:
         """Apply the vote of the agent whose bearer token is `token`: one round trip to Redis."""
         agent = _agent_of(token)
+        rate, burst = self._vote_limit
         reply = await self._vote(
             keys=[
                 keys.meta(exp),
@@ -246,8 +319,9 @@ class ExperimentStore:
                 keys.voters(exp, arm),
                 keys.eliminations(exp),
                 keys.credentials(exp),
+                keys.vote_rate(exp),
             ],
-            args=[agent, arm, epoch, _now_ms(), _digest(token)],
+            args=[agent, arm, epoch, _now_ms(), _digest(token), rate, burst],
         )
         outcome = _s(reply[0])
         if outcome == "no_experiment":
@@ -256,6 +330,13 @@ class ExperimentStore:
             raise await self._refusal(token, exp)
         if outcome == "bad_arm":
             raise Invalid(f"arm={arm} is invalid: must be in [0, {int(reply[1]) - 1}]")
+        if outcome == "rate_limited":
+            wait = int(reply[1]) / 1000
+            raise RateLimited(
+                f"agent {agent} votes too fast: at most {self.limits.vote_rate:g} votes per second "
+                f"(burst {self.limits.vote_burst}); retry in {wait:.2f} s",
+                wait,
+            )
         result = VoteResult(
             VoteOutcome(outcome) if outcome in VoteOutcome._value2member_map_ else outcome,
             int(reply[1]),

@@ -11,14 +11,24 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from coordinator.api.deps import Credentials, EnrollmentDep, SettingsDep, StoreDep, bearer_token
+from coordinator.api.deps import (
+    Credentials,
+    EnrollmentDep,
+    SettingsDep,
+    StoreDep,
+    bearer_token,
+    problems,
+)
 from coordinator.errors import Invalid
 from coordinator.store import ExperimentStore
 
 router = APIRouter(prefix="/v1", tags=["agents"])
 VOTES = Counter("dexp_votes_total", "Votes received, by outcome", ["outcome"])
 
-ExperimentId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+ExperimentId = Annotated[
+    str,
+    Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="experiment id", examples=["demo"]),
+]
 
 
 class AgentCreate(BaseModel):
@@ -28,6 +38,7 @@ class AgentCreate(BaseModel):
         None,
         pattern=r"^[A-Za-z0-9_-]{1,64}$",
         description="the experiment to join; default: the coordinator's own (DEXP_EXPERIMENT)",
+        examples=["demo"],
     )
 
 
@@ -43,13 +54,8 @@ class VoteCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    arm: StrictInt = Field(ge=0, description="index of the arm voted against")
-    epoch: StrictInt = Field(0, ge=0, description="the reset epoch the agent is in")
-
-
-class Problem(BaseModel):
-    detail: str = Field(description="what is wrong with the request")
-    errors: list[dict[str, Any]] | None = Field(None, description="each validation error")
+    arm: StrictInt = Field(ge=0, description="index of the arm voted against", examples=[0])
+    epoch: StrictInt = Field(0, ge=0, description="the reset epoch the agent is in", examples=[0])
 
 
 class VotePublic(BaseModel):
@@ -70,12 +76,28 @@ class VotePublic(BaseModel):
     dependencies=[EnrollmentDep],
     response_model=AgentPublic,
     tags=["agents"],
+    responses=problems(
+        401,
+        403,
+        404,
+        422,
+        429,
+        s403="the experiment has its maximum of agents (DEXP_MAX_AGENTS), or this client its "
+        "maximum in it (DEXP_MAX_AGENTS_PER_CLIENT)",
+        s429="this client enrolls too fast (DEXP_ENROLL_RATE, DEXP_ENROLL_BURST): retry after "
+        "Retry-After seconds",
+    ),
 )
-async def enroll(body: AgentCreate, store: StoreDep, settings: SettingsDep) -> AgentPublic:
+async def enroll(
+    body: AgentCreate, request: Request, store: StoreDep, settings: SettingsDep
+) -> AgentPublic:
+    """Enrollment secret. A new agent: its id and its own token, shown once (only a digest of it is
+    kept). Enrollments are limited per client address and experiment, in rate and in number."""
     experiment = body.experiment or settings.experiment
     if not experiment:
         raise Invalid("experiment: required (this coordinator has no default experiment)")
-    enrollment = await store.enroll(experiment)
+    client = request.client.host if request.client else ""
+    enrollment = await store.enroll(experiment, client)
     return AgentPublic(
         agent_id=enrollment.agent_id,
         token=enrollment.token,
@@ -88,18 +110,28 @@ async def enroll(body: AgentCreate, store: StoreDep, settings: SettingsDep) -> A
     "/experiments/{experiment}/votes",
     response_model=VotePublic,
     response_class=JSONResponse,
-    responses={
-        401: {"model": Problem, "description": "missing or invalid agent token"},
-        403: {"model": Problem, "description": "the agent is enrolled in another experiment"},
-        404: {"model": Problem, "description": "no such experiment"},
-        422: {"model": Problem, "description": "invalid body, or an arm index out of range"},
-    },
+    responses=problems(
+        401,
+        403,
+        404,
+        422,
+        429,
+        s401="missing or invalid agent token (a token names its agent: another agent id with "
+        "it is refused)",
+        s403="the agent is enrolled in another experiment",
+        s422="invalid body (strict integers), or an arm index out of range",
+        s429="this agent votes too fast (DEXP_VOTE_RATE, DEXP_VOTE_BURST): retry after "
+        "Retry-After seconds",
+    ),
 )
 async def vote(
     experiment: ExperimentId, body: VoteCreate, request: Request, credentials: Credentials
 ) -> Response:
     """Vote against an arm, with the agent's own bearer token. A vote changes something only the
-    first time an agent votes against an arm in an epoch; a refused vote changes nothing."""
+    first time an agent votes against an arm in an epoch: a replayed vote (the same token, arm and
+    epoch, resent by the agent's retries or by anyone who captured it) answers `counted: false`,
+    outcome `duplicate`, and changes no vote count, arm or version; it is counted only as a
+    message (`messages`, `ignored_messages`). A refused vote (4xx) changes nothing at all."""
     # A plain, valid vote is answered by coordinator.fast_path before it reaches FastAPI; this route
     # documents the endpoint and answers every other request (its validation is the reference).
     store: ExperimentStore = request.app.state.store

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field
 
 from coordinator.errors import Unauthorized
 from coordinator.settings import Settings
@@ -55,3 +56,45 @@ async def require_enrollment(settings: SettingsDep, credentials: Credentials) ->
 
 AdminDep = Depends(require_admin)
 EnrollmentDep = Depends(require_enrollment)
+
+
+class Problem(BaseModel):
+    """Every error: a 4xx (or 503) with a JSON body that says what is wrong."""
+
+    detail: str = Field(description="what is wrong with the request")
+    errors: list[dict[str, Any]] | None = Field(None, description="each validation error")
+
+
+PROBLEMS: dict[int, str] = {
+    401: "missing or invalid bearer token",
+    403: "the token is valid but not allowed to do this",
+    404: "no such experiment",
+    409: "an experiment with this id exists",
+    422: "invalid path, body or parameter (strict JSON types: no strings for numbers, no 0/1 "
+    "for booleans, no unknown fields)",
+    429: "too many requests from this agent or client: retry after Retry-After seconds",
+}
+
+
+def problems(*statuses: int, **descriptions: str) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of a route that may answer `statuses` (descriptions may be given by
+    'sNNN' keyword, e.g. s403="...")."""
+    documented: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        entry: dict[str, Any] = {
+            "model": Problem,
+            "description": descriptions.get(f"s{status}", PROBLEMS[status]),
+        }
+        if status == 401:
+            entry["headers"] = {
+                "WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}
+            }
+        if status == 429:
+            entry["headers"] = {
+                "Retry-After": {
+                    "description": "seconds to wait before retrying",
+                    "schema": {"type": "integer", "minimum": 1},
+                }
+            }
+        documented[status] = entry
+    return documented

@@ -1,12 +1,16 @@
 -- One vote, authenticated and applied atomically: the rule of common/votes.py (decide_vote) in Lua.
 -- KEYS[1] meta hash, KEYS[2] remaining set, KEYS[3] voters set of the arm, KEYS[4] eliminations
--- list, KEYS[5] credentials hash (agent id -> SHA-256 digest of its token).
+-- list, KEYS[5] credentials hash (agent id -> SHA-256 digest of its token), KEYS[6] vote rate hash
+-- (agent id -> GCRA state, see gcra.lua, which store.py prepends to this script).
 -- ARGV[1] agent id, ARGV[2] arm index, ARGV[3] the epoch the agent is in, ARGV[4] now (ms),
--- ARGV[5] the SHA-256 hex digest of the bearer token the vote came with.
+-- ARGV[5] the SHA-256 hex digest of the bearer token the vote came with, ARGV[6] votes per second
+-- per agent (0: no limit), ARGV[7] the burst of votes an agent may send at once.
 -- Returns {outcome, version, epoch, votes on the arm}; outcome is one of counted, eliminated,
 -- duplicate, arm_out, last_arm, stale_epoch, or an error sentinel that changes nothing and counts
 -- no message: no_experiment, unauthorized (no such agent in this experiment, or a wrong token),
--- bad_arm (then the second element is the number of arms).
+-- bad_arm (then the second element is the number of arms), rate_limited (then the second element
+-- is the ms the agent must wait). A replayed vote (same agent, arm and epoch) is a duplicate: it
+-- counts as a message and an ignored one, and changes no vote count, arm or version.
 local meta = redis.call('HMGET', KEYS[1], 'threshold', 'n_arms', 'version', 'epoch')
 local threshold = tonumber(meta[1])
 if not threshold then return {'no_experiment', 0, 0, 0} end
@@ -19,6 +23,9 @@ local arm = tonumber(ARGV[2])
 if not arm or arm < 0 or arm >= n_arms or arm ~= math.floor(arm) then
   return {'bad_arm', n_arms, 0, 0}
 end
+-- Every well-formed vote of an authenticated agent counts against its rate, counted or ignored.
+local wait = gcra(KEYS[6], ARGV[1], tonumber(ARGV[6]), tonumber(ARGV[7]))
+if wait > 0 then return {'rate_limited', math.ceil(wait), 0, 0} end
 
 local version = tonumber(meta[3])
 local epoch = tonumber(meta[4])

@@ -523,6 +523,7 @@ def test_openapi_documents_the_routes(client: httpx.Client) -> None:
         "/v1/experiments": {"get", "post"},
         "/v1/experiments/{experiment}": {"get", "delete"},
         "/v1/experiments/{experiment}/best-arm": {"get"},
+        "/v1/experiments/{experiment}/suspects": {"get"},
         "/v1/experiments/{experiment}/reset": {"post"},
         "/v1/experiments/{experiment}/votes": {"post"},
         "/v1/agents": {"post"},
@@ -539,7 +540,8 @@ def test_openapi_documents_the_routes(client: httpx.Client) -> None:
     responses = paths["/v1/experiments/{experiment}/votes"]["post"]["responses"]
     reply = responses["200"]["content"]["application/json"]["schema"]
     assert reply == {"$ref": "#/components/schemas/VotePublic"}
-    assert {"401", "403", "404", "422"} <= responses.keys()
+    assert {"401", "403", "404", "422", "429"} <= responses.keys()
+    assert "Retry-After" in responses["429"]["headers"]
     assert set(schemas["VotePublic"]["required"]) == {
         "counted", "outcome", "eliminated", "arm_out", "votes", "version", "epoch"
     }  # fmt: skip

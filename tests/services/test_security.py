@@ -1,0 +1,342 @@
+"""Security of the coordinator over real HTTP: replayed and forged votes, votes for arms or
+experiments that do not exist, rate limits and enrollment caps, and production settings.
+
+A vote that is refused changes nothing; a replayed vote is a duplicate message: it changes no vote
+count, arm or version (only the message counters and the agent's rate-limit state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from common import redis_keys as keys
+from coordinator.errors import Forbidden, RateLimited
+from coordinator.settings import Settings
+from coordinator.store import Limits
+
+from .helpers import (
+    ENROLLMENT_SECRET,
+    Agent,
+    RedisState,
+    ThreadedCoordinator,
+    admin_headers,
+    bearer,
+    config_for_threshold,
+    coordinator,
+    coordinator_settings,
+    create_experiment,
+    enroll_agents,
+    open_store,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+ARMS = ["A", "B", "C"]
+
+
+def vote(
+    client: httpx.Client, exp: str, token: str, arm: int, epoch: int = 0, route: bool = False
+) -> httpx.Response:
+    """A vote; `route=True` pads the body past the fast path's limit so the FastAPI route answers."""
+    if not route:
+        return client.post(
+            f"/v1/experiments/{exp}/votes", json={"arm": arm, "epoch": epoch}, headers=bearer(token)
+        )
+    body = b'{"arm": %d, "epoch": %d' % (arm, epoch) + b" " * 2000 + b"}"
+    return client.post(
+        f"/v1/experiments/{exp}/votes",
+        content=body,
+        headers={**bearer(token), "content-type": "application/json"},
+    )
+
+
+def detail(response: httpx.Response) -> str:
+    assert response.headers["content-type"].startswith("application/json"), response.text
+    return str(response.json()["detail"])
+
+
+def changed(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The keys whose content differs, with (before, after); for hashes, the fields that differ."""
+    diff: dict[str, Any] = {}
+    for key in sorted(before.keys() | after.keys()):
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            diff[key] = {f: (old.get(f), new.get(f)) for f in old.keys() | new.keys()}
+            diff[key] = {f: v for f, v in diff[key].items() if v[0] != v[1]}
+        else:
+            diff[key] = (old, new)
+    return diff
+
+
+# -- replayed votes ----------------------------------------------------------------------------
+@pytest.mark.parametrize("route", [False, True], ids=["fast-path", "route"])
+def test_a_replayed_vote_is_a_duplicate_and_changes_no_count(
+    client: httpx.Client, redis_state: RedisState, route: bool
+) -> None:
+    create_experiment(client, id="rp", arms=ARMS, delta=0.2, eta=0.5)  # M = 3
+    a, b = enroll_agents(client, "rp", 2)
+    first = vote(client, "rp", a.token, 1, route=route)
+    assert first.status_code == 200 and first.json()["counted"] is True
+    before = redis_state()
+    for _ in range(3):
+        replay = vote(client, "rp", a.token, 1, route=route)
+        assert replay.status_code == 200, replay.text
+        assert replay.json() == {
+            "counted": False,
+            "outcome": "duplicate",
+            "eliminated": False,
+            "arm_out": False,
+            "votes": 1,
+            "version": 0,
+            "epoch": 0,
+        }
+    diff = changed(before, redis_state())
+    meta = keys.meta("rp")
+    # only the message counters and the agent's rate-limit state: no voter, arm or version
+    assert diff.keys() == {meta, keys.vote_rate("rp")}, diff
+    assert diff[meta] == {"messages": ("1", "4"), "ignored": ("0", "3")}
+    assert diff[keys.vote_rate("rp")].keys() == {a.agent_id}
+    state = client.get("/v1/experiments/rp").json()
+    assert state["votes"] == [0, 1, 0] and state["voters"][1] == [a.agent_id]
+    assert vote(client, "rp", b.token, 1).json()["votes"] == 2  # others still count
+
+
+# -- forged votes ------------------------------------------------------------------------------
+def forged_tokens(a: Agent, b: Agent, outsider: Agent) -> dict[str, tuple[str, int]]:
+    secret_a = a.token.split(".", 1)[1]
+    return {
+        "A's secret under B's id": (f"{b.agent_id}.{secret_a}", 401),
+        "A's secret under a made-up id": (f"rf-0000000000.{secret_a}", 401),
+        "A's id with a changed secret": (f"{a.agent_id}.{secret_a[:-1]}x", 401),
+        "A's id alone": (a.agent_id, 401),
+        "A's token with a suffix": (a.token + "x", 401),
+        "a token of another experiment": (outsider.token, 403),
+    }
+
+
+@pytest.mark.parametrize("route", [False, True], ids=["fast-path", "route"])
+def test_forged_votes_are_refused_and_change_nothing(
+    client: httpx.Client, redis_state: RedisState, route: bool
+) -> None:
+    create_experiment(client, id="rf", arms=ARMS)
+    create_experiment(client, id="other", arms=ARMS)
+    a, b = enroll_agents(client, "rf", 2)
+    (outsider,) = enroll_agents(client, "other", 1)
+    before = redis_state()
+    for case, (token, status) in forged_tokens(a, b, outsider).items():
+        response = vote(client, "rf", token, 0, route=route)
+        assert response.status_code == status, (case, response.text)
+        assert detail(response), case
+        if status == 401:
+            assert response.headers["www-authenticate"] == "Bearer", case
+        assert redis_state() == before, case
+    assert client.get("/v1/experiments/rf").json()["messages"] == 0
+
+
+@pytest.mark.parametrize("route", [False, True], ids=["fast-path", "route"])
+def test_votes_for_a_missing_arm_or_experiment_change_nothing(
+    client: httpx.Client, redis_state: RedisState, route: bool
+) -> None:
+    create_experiment(client, id="rm", arms=ARMS)
+    (a,) = enroll_agents(client, "rm", 1)
+    before = redis_state()
+    no_arm = vote(client, "rm", a.token, 3, route=route)
+    assert no_arm.status_code == 422 and detail(no_arm) == "arm=3 is invalid: must be in [0, 2]"
+    no_experiment = vote(client, "gone", a.token, 0, route=route)
+    assert no_experiment.status_code == 404 and "gone" in detail(no_experiment)
+    assert redis_state() == before
+
+
+# -- rate limits -------------------------------------------------------------------------------
+# 2 votes or enrollments per second, 3 at once; a client may enroll 4 agents per experiment.
+LIMITS = {
+    "vote_rate": 2.0,
+    "vote_burst": 3,
+    "enroll_rate": 2.0,
+    "enroll_burst": 3,
+    "max_agents_per_client": 4,
+}
+
+
+@pytest.fixture(scope="module")
+def limited_server(redis_url: str) -> Iterator[ThreadedCoordinator]:
+    with coordinator(coordinator_settings(redis_url, **LIMITS)) as server:
+        yield server
+
+
+@pytest.fixture
+def limited(limited_server: ThreadedCoordinator, clean_redis: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=limited_server.url, timeout=10.0, trust_env=False) as http:
+        yield http
+
+
+def retry_after(response: httpx.Response) -> int:
+    assert response.status_code == 429, response.text
+    return int(response.headers["retry-after"])
+
+
+@pytest.mark.parametrize("route", [False, True], ids=["fast-path", "route"])
+def test_votes_beyond_an_agents_rate_are_429_and_change_nothing(
+    limited: httpx.Client, redis_state: RedisState, route: bool
+) -> None:
+    create_experiment(limited, id="rl", arms=[f"a{i}" for i in range(8)])
+    a, b = enroll_agents(limited, "rl", 2)
+    for arm in range(3):  # the burst: new votes and replays alike count
+        assert vote(limited, "rl", a.token, min(arm, 1), route=route).status_code == 200
+    before = redis_state()
+    refused = vote(limited, "rl", a.token, 5, route=route)
+    assert retry_after(refused) == 1
+    assert "too fast" in detail(refused) and "2 votes per second" in detail(refused)
+    assert redis_state() == before  # a refused vote is not even a message
+    assert vote(limited, "rl", b.token, 5, route=route).status_code == 200  # per agent
+    time.sleep(0.6)  # one interval (0.5 s) later, one more vote passes
+    assert vote(limited, "rl", a.token, 5, route=route).json()["outcome"] == "counted"
+    assert retry_after(vote(limited, "rl", a.token, 6, route=route)) >= 1
+
+
+def test_the_agent_client_waits_out_a_429(limited: httpx.Client) -> None:
+    from agent.client import CoordinatorClient
+
+    create_experiment(limited, id="rc", arms=[f"a{i}" for i in range(8)])
+    (a,) = enroll_agents(limited, "rc", 1)
+    client = CoordinatorClient(str(limited.base_url), retry_max_seconds=2.0, give_up_after=20)
+    try:
+        outcomes = [client.vote("rc", a.token, arm, 0)["outcome"] for arm in range(5)]
+    finally:
+        client.close()
+    assert outcomes == ["counted"] * 5
+    assert client.retries >= 1  # at least one 429, retried after Retry-After
+
+
+def test_enrollments_beyond_a_clients_rate_or_cap_are_refused(
+    limited: httpx.Client, redis_state: RedisState
+) -> None:
+    create_experiment(limited, id="re", arms=ARMS)
+    create_experiment(limited, id="re2", arms=ARMS)
+    enroll_agents(limited, "re", 3)  # the burst
+    before = redis_state()
+    refused = limited.post(
+        "/v1/agents", json={"experiment": "re"}, headers=bearer(ENROLLMENT_SECRET)
+    )
+    assert retry_after(refused) == 1 and "too many enrollments" in detail(refused)
+    assert redis_state() == before
+    enroll_agents(limited, "re2", 1)  # per experiment
+    time.sleep(0.6)
+    enroll_agents(limited, "re", 1)  # the fourth, the client's maximum in "re"
+    time.sleep(0.6)
+    before = redis_state()
+    capped = limited.post(
+        "/v1/agents", json={"experiment": "re"}, headers=bearer(ENROLLMENT_SECRET)
+    )
+    assert capped.status_code == 403, capped.text
+    assert "maximum of 4 agents" in detail(capped) and "DEXP_MAX_AGENTS_PER_CLIENT" in detail(
+        capped
+    )
+    assert redis_state() == before
+    assert limited.get("/v1/experiments/re").json()["agents"] == 4
+
+
+def test_an_experiment_takes_at_most_max_agents_from_all_clients(clean_redis: str) -> None:
+    """DEXP_MAX_AGENTS caps an experiment whatever the clients; the per-client cap and rate hold
+    for each client address separately (the store, as the enrollment route calls it)."""
+
+    async def body() -> None:
+        limits = Limits(max_agents=5, max_agents_per_client=3, enroll_rate=1.0, enroll_burst=10)
+        async with open_store(clean_redis) as store:
+            store.limits = limits
+            await store.create("cap", ARMS, config_for_threshold(2))
+            for _ in range(3):
+                await store.enroll("cap", "10.0.0.1")
+            with pytest.raises(Forbidden, match="this client enrolled its maximum of 3"):
+                await store.enroll("cap", "10.0.0.1")
+            for _ in range(2):
+                await store.enroll("cap", "10.0.0.2")
+            with pytest.raises(Forbidden, match=r"'cap' is full: .* 5 agents"):
+                await store.enroll("cap", "10.0.0.3")
+            assert (await store.get("cap"))["agents"] == 5
+            store.limits = Limits(enroll_rate=1.0, enroll_burst=2)
+            await store.create("fast", ARMS, config_for_threshold(2))
+            await store.enroll("fast", "10.0.0.1")
+            await store.enroll("fast", "10.0.0.1")
+            with pytest.raises(RateLimited) as refused:
+                await store.enroll("fast", "10.0.0.1")
+            assert 0 < refused.value.retry_after <= 1.0
+            await store.enroll("fast", "10.0.0.2")
+
+    asyncio.run(body())
+
+
+# -- production settings -----------------------------------------------------------------------
+STRONG = {
+    "admin_token": "a" * 8 + "-strong-admin-token",
+    "enrollment_secret": "e" * 8 + "-strong-enrollment",
+    "redis_url": "redis://:a-long-redis-password-123@redis:6379/0",
+}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({}, "DEXP_ADMIN_TOKEN is the development default"),
+        ({"admin_token": "dev-admin-token"}, "DEXP_ADMIN_TOKEN is the development default"),
+        ({"enrollment_secret": "dev-enrollment-secret"}, "DEXP_ENROLLMENT_SECRET"),
+        ({"admin_token": "short-token-15c"}, "DEXP_ADMIN_TOKEN is shorter than 16"),
+        ({"enrollment_secret": "0123456789abcde"}, "DEXP_ENROLLMENT_SECRET is shorter than 16"),
+        ({"enrollment_secret": STRONG["admin_token"]}, "must differ"),
+        ({"redis_url": "redis://:dexp-dev-redis@redis:6379/0"}, "Redis password"),
+        ({"redis_url": "redis://:short@redis:6379/0"}, "Redis password"),
+    ],
+)
+def test_production_refuses_placeholder_or_weak_secrets(
+    overrides: dict[str, str], named: str
+) -> None:
+    values = {**STRONG, **overrides} if overrides else {}
+    with pytest.raises(ValidationError, match=named):
+        Settings(environment="production", **values)
+    Settings(environment="development", **values)  # development takes them
+
+
+def test_production_takes_strong_secrets() -> None:
+    settings = Settings(environment="production", **STRONG)
+    assert settings.insecure() == []
+    assert Settings().environment == "development"
+
+
+def test_a_production_coordinator_with_dev_secrets_does_not_start() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEXP_")}
+    env.update({"DEXP_ENVIRONMENT": "production", "PYTHONPATH": str(ROOT)})
+    started = subprocess.run(
+        [sys.executable, "-m", "coordinator"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode != 0
+    assert "invalid configuration, not starting" in started.stderr
+    assert "DEXP_ADMIN_TOKEN is the development default" in started.stderr
+    assert "Traceback" not in started.stderr
+
+
+def test_admin_calls_need_the_admin_token(client: httpx.Client, redis_state: RedisState) -> None:
+    """Reset by a wrong or missing token: 401, nothing changes (create/delete: test_api)."""
+    create_experiment(client, id="ad", arms=ARMS)
+    before = redis_state()
+    for headers in ({}, bearer("x" * 20), bearer(ENROLLMENT_SECRET)):
+        response = client.post("/v1/experiments/ad/reset", headers=headers)
+        assert response.status_code == 401, response.text
+    assert redis_state() == before
+    assert client.post("/v1/experiments/ad/reset", headers=admin_headers()).status_code == 200
