@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import fields
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -29,19 +30,7 @@ async def ensure_default_experiment(store: ExperimentStore, settings: Settings) 
     """Create the experiment described by the environment, so `docker compose up` needs no step."""
     if not settings.experiment:
         return
-    config = AlgorithmConfig(
-        algorithm=settings.algorithm,
-        subroutine=settings.subroutine,
-        epsilon=settings.epsilon,
-        delta=settings.delta,
-        eta=settings.eta,
-        xi=settings.xi,
-        dp_epsilon=settings.dp_epsilon,
-        beta=settings.beta,
-        phi=settings.phi,
-        every_arm=settings.every_arm,
-        tolerance=settings.tolerance,
-    )
+    config = AlgorithmConfig(**{f.name: getattr(settings, f.name) for f in fields(AlgorithmConfig)})
     arms = [a.strip() for a in settings.arms.split(",") if a.strip()]
     try:
         await store.create(settings.experiment, arms, config, settings.sigma)

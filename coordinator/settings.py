@@ -33,7 +33,8 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     admin_token: str = Field(DEV_ADMIN_TOKEN, min_length=8)
     enrollment_secret: str = Field(DEV_ENROLLMENT_SECRET, min_length=8)
-    # The experiment created at start-up when it does not exist (empty: none).
+    # The experiment created at start-up when it does not exist (empty: none); the fields from
+    # `algorithm` to `tolerance` are common.algorithms.AlgorithmConfig's, read by name.
     experiment: str = "demo"
     arms: str = "A,B,C,D,E,F,G,H,I,J"
     algorithm: str = "de"
