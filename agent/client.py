@@ -2,7 +2,8 @@
 
 A retried vote is harmless: the coordinator ignores a second vote by the same agent on the same arm.
 Client errors (4xx) are not retried: they mean the request itself is wrong; except 429 (too many
-requests), retried no sooner than the coordinator's Retry-After.
+requests), retried no sooner than the coordinator's Retry-After. An agent's DSER4 reset is the one
+request a 429 ends (reset() returns None): the reset is optional, and waiting would stall the agent.
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ class CoordinatorError(RuntimeError):
         super().__init__(f"{status}: {detail}")
         self.status = status
         self.detail = detail
+
+
+class RateLimited(CoordinatorError):
+    """A 429 on a request that must not wait for its Retry-After (see CoordinatorClient.reset)."""
+
+    def __init__(self, detail: str, retry_after: float) -> None:
+        super().__init__(429, detail)
+        self.retry_after = retry_after
 
 
 class CoordinatorClient:
@@ -48,7 +57,15 @@ class CoordinatorClient:
     def close(self) -> None:
         self.http.close()
 
-    def request(self, method: str, path: str, token: str | None = None, **kwargs: Any) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        token: str | None = None,
+        wait_rate_limit: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """The reply's JSON; 5xx, transport errors and (if `wait_rate_limit`) 429 are retried."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         delay, start = 0.05, time.monotonic()
         while True:
@@ -63,6 +80,8 @@ class CoordinatorClient:
                 if response.status_code < 500 and response.status_code != 429:
                     raise CoordinatorError(response.status_code, detail)
                 problem = f"{response.status_code}: {detail}"
+                if response.status_code == 429 and not wait_rate_limit:
+                    raise RateLimited(detail, _retry_after(response))
                 if response.status_code == 429:
                     delay = max(delay, _retry_after(response))
             if self.should_stop() or (
@@ -75,6 +94,8 @@ class CoordinatorClient:
             delay = min(delay * 2, self.retry_max_seconds)
 
     def enroll(self, secret: str, experiment: str) -> dict[str, Any]:
+        """`secret`: a one-time ticket, or the shared secret of open enrollment. A ticket whose
+        reply was lost is used up: the retry gets 401 (CoordinatorError)."""
         result: dict[str, Any] = self.request(
             "POST", "/v1/agents", token=secret, json={"experiment": experiment}
         )
@@ -82,6 +103,12 @@ class CoordinatorClient:
 
     def experiment(self, experiment: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", f"/v1/experiments/{experiment}")
+        return result
+
+    def me(self, token: str) -> dict[str, Any]:
+        """This agent as the coordinator knows it: epoch, version and `voted_against`, the arms
+        whose voter set holds it in the current epoch."""
+        result: dict[str, Any] = self.request("GET", "/v1/agents/me", token=token)
         return result
 
     def vote(self, experiment: str, token: str, arm: int, epoch: int) -> dict[str, Any]:
@@ -93,10 +120,19 @@ class CoordinatorClient:
         )
         return result
 
-    def reset(self, experiment: str, token: str, epoch: int) -> dict[str, Any]:
-        result: dict[str, Any] = self.request(
-            "POST", f"/v1/experiments/{experiment}/reset", token=token, json={"epoch": epoch}
-        )
+    def reset(self, experiment: str, token: str, epoch: int) -> dict[str, Any] | None:
+        """An agent's DSER4 reset; None if the coordinator rate-limits resets (429): not retried,
+        the agent resets its own statistics only."""
+        try:
+            result: dict[str, Any] = self.request(
+                "POST",
+                f"/v1/experiments/{experiment}/reset",
+                token=token,
+                wait_rate_limit=False,
+                json={"epoch": epoch},
+            )
+        except RateLimited:
+            return None
         return result
 
 

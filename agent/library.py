@@ -7,28 +7,36 @@ Each agent keeps a record of its votes (agent.state.AgentRecord): a vote is "pen
 moment it is decided until the coordinator acknowledges it, then "acknowledged" with its outcome.
 The record is what a restarted process re-uses (same agent id and token, no arm decided twice), and
 what lets an agent notice that the coordinator lost votes it had acknowledged (a Redis failover under
-Sentinel or Cluster can lose the last acknowledged writes): when the global state's (epoch, version)
-goes backwards, or the voter set of an arm still in play lacks a vote this agent had acknowledged, the
-agent sends that vote again. A second copy of a vote is harmless (the coordinator counts an
-(agent, arm) pair once), so the check can be eager.
+Sentinel or Cluster can lose the last acknowledged writes). Who voted against which arm is not public
+(it would tell each agent's ranking of the arms), so an agent asks the coordinator for its own votes
+(GET /v1/agents/me) while it has acknowledged votes in the current epoch and (a) the global
+(epoch, version) went backwards, or another agent of the process saw an arm's vote count go down
+or found votes of its own missing (GlobalView), (b) the public vote count of an arm still in play is
+below the count its own acknowledged vote's reply showed (a sure loss), or (c) now and then (every
+`reconcile_seconds`, staggered across agents), for a loss no count shows; it then sends again the
+acknowledged votes the coordinator lacks. A second copy of a vote is harmless (the coordinator
+counts an (agent, arm) pair once), so the check can be eager.
 
     view = GlobalView.fetch(client, "demo")
-    agent = Agent.enroll(client, view, secret="...", rng=np.random.default_rng())
+    agent = Agent.enroll(client, view, secret="ticket...", rng=np.random.default_rng())
     arms = agent.choose()                   # arms to play now
     agent.observe(arms, rewards_of(arms))   # may send votes
+    agent.reconcile(time.monotonic())       # now and then, and after each view.refresh()
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+import random
+import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from agent.client import CoordinatorClient
+from agent.client import CoordinatorClient, CoordinatorError
 from agent.state import Acknowledged, AgentRecord
 from common.agent import AgentSpec, LocalAgent
 from common.algorithms import AlgorithmConfig
@@ -48,7 +56,13 @@ def _next_seq() -> int:
 class GlobalView:
     """What an agent knows of the global state: the remaining arms, their version and the epoch.
 
-    Refreshed only when a vote reply or a broadcast shows a newer version (or by a slow poll)."""
+    Refreshed only when a vote reply or a broadcast shows a newer version (or by a slow poll).
+
+    Shared by the agents of a process, it also watches for sure signs that the coordinator lost
+    writes: the (epoch, version) going backwards, or an arm's vote count (a state read or a vote
+    reply) going below one seen before in the same epoch (a count only grows within an epoch;
+    the requests of a process are sequential, so a later answer reflects every earlier one). Each
+    sign moves `lost_at`, and every agent of the process then checks its own votes once."""
 
     experiment: str
     arms: list[str]
@@ -59,12 +73,16 @@ class GlobalView:
     version: int = -1
     epoch: int = 0
     created_at: int = 0
-    # The voter sets of the last state read (None if the coordinator did not send them), and the
-    # sequence number taken just before that read was issued (see _next_seq).
-    voters: dict[int, frozenset[str]] | None = None
+    # The public vote count of each arm in the last state read (empty if the coordinator sent
+    # none), and the sequence number taken just before that read was issued (see _next_seq).
+    votes: tuple[int, ...] = ()
     snapshot_seq: int = 0
     regressions: int = 0  # times the coordinator's (epoch, version) went backwards
     regressed_at: int = -1  # snapshot_seq of the last read that went backwards
+    losses: int = 0  # sure signs of lost writes noted (regressions included)
+    lost_at: int = -1  # sequence number of the last of them
+    # Per arm, the last vote count seen in this epoch (state reads and vote replies, in order).
+    counts: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def fetch(cls, client: CoordinatorClient, experiment: str) -> GlobalView:
@@ -86,30 +104,42 @@ class GlobalView:
 
         A state older than the one held means the coordinator lost writes (a Redis failover): it is
         taken all the same (it is what the coordinator now counts from), and noted, so that the
-        agents send their acknowledged votes again. The remaining arms are always taken from the
-        state read: after a loss, an equal version no longer proves an equal set."""
+        agents check their acknowledged votes. The remaining arms are always taken from the state
+        read: after a loss, an equal version no longer proves an equal set."""
         epoch, version = int(state["epoch"]), int(state["version"])
         remaining = frozenset(int(a) for a in state["remaining_arms"])
         self.snapshot_seq = _next_seq() if seq is None else seq
-        self.voters = (
-            {arm: frozenset(ids) for arm, ids in enumerate(state["voters"])}
-            if "voters" in state
-            else None
-        )
+        self.votes = tuple(int(n) for n in state.get("votes", ()))
         if (epoch, version) < (self.epoch, self.version):
             self.regressions += 1
             self.regressed_at = self.snapshot_seq
-            log.warning(
-                "the coordinator's state went back from (epoch %d, version %d) to (%d, %d): "
-                "acknowledged votes will be sent again",
-                self.epoch,
-                self.version,
-                epoch,
-                version,
+            self.note_loss(
+                f"the coordinator's state went back from (epoch {self.epoch}, version "
+                f"{self.version}) to ({epoch}, {version})"
             )
         changed = (epoch, version) != (self.epoch, self.version) or remaining != self.remaining
+        if epoch != self.epoch:
+            self.counts = {}  # another epoch's counts say nothing of this one's
         self.epoch, self.version, self.remaining = epoch, version, remaining
+        for arm, count in enumerate(self.votes):
+            self.observe_count(arm, epoch, count)
         return changed
+
+    def observe_count(self, arm: int, epoch: int, votes: int) -> None:
+        """An arm's vote count, as a state read or a vote reply showed it (in `epoch`): below the
+        last one seen in this epoch, writes were lost."""
+        if epoch != self.epoch:
+            return
+        last = self.counts.get(arm, 0)
+        if votes < last:
+            self.note_loss(f"the votes against arm {arm} went down from {last} to {votes}")
+        self.counts[arm] = votes
+
+    def note_loss(self, what: str) -> None:
+        """A sure sign that the coordinator lost writes: every agent checks its votes once."""
+        self.losses += 1
+        self.lost_at = _next_seq()
+        log.warning("%s: agents check their acknowledged votes", what)
 
     def stale(self, version: int, epoch: int) -> bool:
         """A vote reply shows another (epoch, version): newer, or older (lost writes)."""
@@ -132,7 +162,8 @@ class GlobalView:
 
 class Agent:
     """One agent. `record` holds its credentials and votes (a restarted process passes the saved
-    one); `persist` is called whenever the record changed (the service writes its state file)."""
+    one); `persist` is called whenever the record changed (the service writes its state file);
+    `reconcile_seconds` is the mean period of the slow check of its votes (see reconcile)."""
 
     def __init__(
         self,
@@ -144,6 +175,7 @@ class Agent:
         voted: Sequence[int] = (),
         record: AgentRecord | None = None,
         persist: Callable[[], None] | None = None,
+        reconcile_seconds: float = 30.0,
     ) -> None:
         self.client = client
         self.view = view
@@ -158,6 +190,14 @@ class Agent:
         self.local.voted.update(self.record.decided(view.epoch))
         self.votes_sent = 0  # votes decided and sent by this object
         self.votes_resent = 0  # pending or lost votes sent again
+        self.resets_limited = 0  # DSER4 resets the coordinator refused (429): local reset only
+        self.checks = 0  # GET /v1/agents/me calls (see reconcile)
+        self.checked_seq = 0  # sequence number taken just before the last of them
+        # The slow check runs every reconcile_seconds x U(0.5, 1.5), the first one no sooner than
+        # one period after the start: the agents of a process spread their checks over time.
+        self.reconcile_seconds = reconcile_seconds
+        self._jitter = random.Random()
+        self.next_check = time.monotonic() + reconcile_seconds * (1 + self._jitter.random())
 
     @classmethod
     def enroll(
@@ -167,21 +207,44 @@ class Agent:
         secret: str,
         rng: np.random.Generator,
         persist: Callable[[], None] | None = None,
+        reconcile_seconds: float = 30.0,
     ) -> Agent:
+        """A new agent; `secret` is a one-time ticket (or open enrollment's shared secret)."""
         reply = client.enroll(secret, view.experiment)
-        return cls(client, view, reply["agent_id"], reply["token"], rng, persist=persist)
+        return cls(
+            client,
+            view,
+            reply["agent_id"],
+            reply["token"],
+            rng,
+            persist=persist,
+            reconcile_seconds=reconcile_seconds,
+        )
 
     def choose(self) -> list[int]:
         """Sync with the global set (maybe voting, or resetting under DSER4); the arms to play."""
         self._sync()
         if self.local.wants_reset():
-            if self.view.config.global_reset:
-                self.client.reset(self.view.experiment, self.token, self.view.epoch)
+            if self.view.config.global_reset and self._global_reset():
                 self.view.refresh(self.client)
                 self._sync()
             else:
                 self.local.reset(self.view.remaining)
         return self.local.select()
+
+    def _global_reset(self) -> bool:
+        """DSER4: ask for a new epoch. The coordinator rate-limits agents' resets; refused (429),
+        the agent neither retries nor waits: it resets its own statistics, as SER4 without the
+        global reset would, and carries on."""
+        if self.client.reset(self.view.experiment, self.token, self.view.epoch) is not None:
+            return True
+        self.resets_limited += 1
+        log.info(
+            "reset agent=%s epoch=%d rate-limited: local statistics reset only",
+            self.agent_id,
+            self.view.epoch,
+        )
+        return False
 
     def _sync(self) -> None:
         epoch = self.local.epoch
@@ -215,8 +278,10 @@ class Agent:
             v
             for v in record.acknowledged
             if (v.arm, v.epoch) != (arm, epoch) and v.epoch >= epoch - 1
-        ] + [Acknowledged(arm, epoch, outcome, _next_seq())]
+        ] + [Acknowledged(arm, epoch, outcome, _next_seq(), _int_or_none(reply.get("votes")))]
         self.persist()
+        if "votes" in reply:
+            self.view.observe_count(arm, int(reply["epoch"]), int(reply["votes"]))
         log.info(
             "vote agent=%s arm=%d epoch=%d outcome=%s kind=%s",
             self.agent_id,
@@ -243,32 +308,91 @@ class Agent:
         self.votes_resent += sent
         return sent
 
-    def missing_votes(self) -> list[int]:
-        """Arms of acknowledged votes the last global state read lacks: votes of the current epoch,
-        acknowledged before that read was issued, without this agent among the arm's voters,
-        that were counted (the coordinator lost them) or that were refused as late while the arm
-        is now back in the global set. When the coordinator sent no voter sets: every such vote,
-        once the state went backwards. Sent again, a vote on an arm still in play is counted, one
-        on an arm gone meanwhile comes back as arm_out and is recorded so."""
+    def check_reason(self, now: float | None = None) -> str | None:
+        """Why this agent should ask the coordinator for its votes now (None: no need). Only while
+        it has acknowledged votes in the current epoch: "regression" (the global (epoch, version)
+        went backwards since its last check), "loss" (another sure sign of lost writes since then,
+        see GlobalView), "count" (an arm still in play has fewer public votes than this agent's own
+        vote's reply showed, in a state read after that reply), "period" (the slow check is due at
+        `now`, a time.monotonic() reading; None: not considered)."""
         view = self.view
-        candidates = [
-            v
+        acknowledged = [v for v in self.record.acknowledged if v.epoch == view.epoch]
+        if not acknowledged:
+            return None
+        if view.lost_at > self.checked_seq:
+            return "regression" if view.regressed_at > self.checked_seq else "loss"
+        for v in acknowledged:
+            if (
+                v.votes is not None
+                and (v.in_voter_set or v.outcome == "arm_out")
+                and v.seq < view.snapshot_seq
+                and v.arm in view.remaining
+                and v.arm < len(view.votes)
+                and view.votes[v.arm] < v.votes
+            ):
+                return "count"
+        if now is not None and now >= self.next_check:
+            return "period"
+        return None
+
+    def missing_votes(self, voted_against: Collection[int], before_seq: int) -> list[int]:
+        """Arms of acknowledged votes the coordinator lacks: votes of the current epoch,
+        acknowledged before the read of `voted_against` (the arms whose voter set holds this agent)
+        was issued (`before_seq`), not among them, that were counted (the coordinator lost them)
+        or that were refused as late while the arm is now back in the global set. Sent again, a
+        vote on an arm still in play is counted, one on an arm gone meanwhile comes back as arm_out
+        and is recorded so."""
+        view = self.view
+        return [
+            v.arm
             for v in self.record.acknowledged
             if v.epoch == view.epoch
-            and v.seq < view.snapshot_seq
+            and v.seq < before_seq
             and (v.in_voter_set or v.arm in view.remaining)
+            and v.arm not in voted_against
         ]
-        if view.voters is not None:
-            return [v.arm for v in candidates if self.agent_id not in view.voters.get(v.arm, ())]
-        if view.regressed_at == view.snapshot_seq:
-            return [v.arm for v in candidates]
-        return []
 
-    def reconcile(self) -> int:
-        """Send again the acknowledged votes the coordinator lost (see missing_votes)."""
-        missing = self.missing_votes()
+    def reconcile(self, now: float | None = None) -> int:
+        """If check_reason says so, read this agent's votes from the coordinator and send again the
+        acknowledged ones it lost (see missing_votes); the number sent again."""
+        reason = self.check_reason(now)
+        if reason is None:
+            return 0
+        view = self.view
+        seq = _next_seq()
+        self.checked_seq = seq
+        self.next_check = (time.monotonic() if now is None else now) + self.reconcile_seconds * (
+            0.5 + self._jitter.random()
+        )
+        try:
+            me = self.client.me(self.token)
+        except CoordinatorError as exc:  # e.g. a coordinator without GET /v1/agents/me
+            log.warning("check agent=%s of its votes failed: %s", self.agent_id, exc)
+            return 0
+        self.checks += 1
+        if (int(me["epoch"]), int(me["version"])) != (view.epoch, view.version):
+            view.refresh(self.client)  # the view is behind (or ahead of) what `me` describes
+            if view.epoch != int(me["epoch"]):
+                return 0  # another epoch meanwhile: these votes no longer count
+        voted_against = {int(arm) for arm in me["voted_against"]}
+        for v in self.record.acknowledged:  # present: the count to watch is the current one
+            if v.epoch == view.epoch and v.arm in voted_against and v.arm < len(view.votes):
+                v.votes = None if v.votes is None else min(v.votes, view.votes[v.arm])
+        missing = self.missing_votes(voted_against, seq)
+        if missing and reason in ("count", "period"):  # news: the other agents lost votes too?
+            self.view.note_loss(f"agent {self.agent_id} lost {len(missing)} acknowledged vote(s)")
+            self.checked_seq = self.view.lost_at  # this agent's check is done
         for arm in missing:
-            log.warning("vote agent=%s arm=%d was acknowledged but is missing", self.agent_id, arm)
-            self._deliver(arm, self.view.epoch, "resent")
+            log.warning(
+                "vote agent=%s arm=%d was acknowledged but is missing (check: %s)",
+                self.agent_id,
+                arm,
+                reason,
+            )
+            self._deliver(arm, view.epoch, "resent")
         self.votes_resent += len(missing)
         return len(missing)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)

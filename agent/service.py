@@ -18,6 +18,13 @@ and arm, each wrong with probability at most eta) holds across the restart. Rest
 instead would need rewards or means on disk, which must never leave the process.
 Without a state directory every start enrolls new agents (the old ones' streams are orphaned).
 
+Enrollment. Each agent that is not restored takes one ticket (DEXP_TICKETS, DEXP_TICKETS_FILE): the
+process walks the list from a random offset (replicas may share one file), skips a ticket refused
+with 401 (used by another replica, expired, or burnt by a lost reply) and tries the next. When the
+list runs out first, it exits with status 3 and one line saying how to get more tickets. Without
+tickets, agents enroll with the shared secret (open enrollment, refused by a production coordinator
+unless it allows it). Tickets and tokens are never logged.
+
 Faults. The coordinator unreachable: every request is retried with capped back-off until it answers.
 Redis unreachable: the loop waits with capped back-off, then reads the pending entries again (a read
 whose reply was lost left them pending) and resubscribes; an acknowledgement (XACK) is retried until
@@ -28,16 +35,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import signal
 import socket
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import redis
 
-from agent.client import CoordinatorClient
+from agent.client import CoordinatorClient, CoordinatorError
 from agent.library import Agent, GlobalView
 from agent.settings import AgentSettings
 from agent.state import AgentRecord, StateDir
@@ -47,6 +56,34 @@ from common.wire import decode_rewards
 log = logging.getLogger("dexp.agent.service")
 CONSUMER = "agent"  # one logical consumer per stream: a restarted process sees its pending entries
 REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+
+
+class EnrollmentFailed(RuntimeError):
+    """The agents to enroll cannot all be enrolled: the tickets ran out, or cannot be read."""
+
+
+class Tickets:
+    """The configured tickets, walked once in a circle from a random offset: several replicas that
+    share one list mostly start on different tickets, and each ticket is tried at most once."""
+
+    def __init__(self, tickets: list[str], rng: random.Random | None = None) -> None:
+        self.tickets = tickets
+        self.start = (rng or random.SystemRandom()).randrange(len(tickets)) if tickets else 0
+        self.tried = 0
+        self.refused = 0
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        """(position in the list from 1, ticket), each ticket once."""
+        while self.tried < len(self.tickets):
+            index = (self.start + self.tried) % len(self.tickets)
+            self.tried += 1
+            yield index + 1, self.tickets[index]
+
+
+def ticket_label(ticket: str) -> str:
+    """What a log may show of a ticket: `ticket.<id>.<secret>` without its secret."""
+    head, _, secret = ticket.rpartition(".")
+    return f"{head}.…" if head and secret else "(malformed ticket)"
 
 
 def connect_redis(url: str, attempts: int = 120, delay: float = 0.5) -> redis.Redis:
@@ -98,27 +135,35 @@ class AgentService:
             entropy = [settings.seed, time.time_ns() % 2**32]
         seeds = np.random.SeedSequence(entropy).spawn(settings.agents_per_replica)
         self.agents: dict[str, Agent] = {}
+        self.restored = len(saved)
+        self.tickets = self._tickets() if len(saved) < len(seeds) else None
         for slot, seed in enumerate(seeds):
             rng = np.random.default_rng(seed)
             if slot < len(saved):
                 record = saved[slot]
                 agent = Agent(
-                    self.client, self.view, record.agent_id, record.token, rng, record=record
+                    self.client,
+                    self.view,
+                    record.agent_id,
+                    record.token,
+                    rng,
+                    record=record,
+                    reconcile_seconds=settings.reconcile_seconds,
                 )
             else:
-                agent = Agent.enroll(self.client, self.view, settings.enrollment_secret, rng)
+                agent = self._enroll(rng, enrolled=slot - len(saved))
                 if self.state:  # before anything else: a crash now must not enroll it again
                     self.state.save(agent.record, self.view.created_at, slot, durable=True)
             if self.state:
                 agent.persist = self._persister(agent.record, slot)
             self.agents[keys.activations(settings.experiment, agent.agent_id)] = agent
-        self.restored = len(saved)
         self._create_groups()
         self.pubsub = self._subscribe()
         self.activations = 0
         self.redelivered = 0
         self.last_refresh = time.monotonic()
-        self.reconciled_seq = 0
+        self.reconciled = (0, -1)  # the view's (snapshot_seq, lost_at) at the last pass
+        self.next_reconcile = 0.0
         log.info(
             "%d agent(s) in %s on %s (M=%d): %d restored from %s, %d enrolled",
             len(self.agents),
@@ -131,6 +176,60 @@ class AgentService:
         )
         if self.restored:
             log.info("restored agents: %s", ",".join(a.agent_id for a in self.agents.values()))
+
+    def _tickets(self) -> Tickets | None:
+        """The configured tickets (None: none configured, open enrollment)."""
+        if not self.settings.uses_tickets:
+            return None
+        try:
+            return Tickets(self.settings.ticket_list())
+        except OSError as exc:
+            raise EnrollmentFailed(
+                f"cannot read the tickets file DEXP_TICKETS_FILE={self.settings.tickets_file}: "
+                f"{exc.strerror or exc}"
+            ) from None
+
+    def _enroll(self, rng: np.random.Generator, enrolled: int) -> Agent:
+        """A new agent: with the next ticket that works, or with the shared secret if no ticket
+        is configured. `enrolled`: agents this process enrolled so far (for the message)."""
+        period = self.settings.reconcile_seconds
+        if self.tickets is None:
+            try:
+                return Agent.enroll(
+                    self.client,
+                    self.view,
+                    self.settings.enrollment_secret,
+                    rng,
+                    reconcile_seconds=period,
+                )
+            except CoordinatorError as exc:
+                if exc.status != 401:
+                    raise
+                raise EnrollmentFailed(
+                    f"the coordinator refused open enrollment ({exc}): give the agents tickets "
+                    f"(`dexp tickets issue {self.settings.experiment} --count N`, then "
+                    "DEXP_TICKETS_FILE or DEXP_TICKETS)"
+                ) from None
+        for position, ticket in self.tickets:
+            try:
+                return Agent.enroll(self.client, self.view, ticket, rng, reconcile_seconds=period)
+            except CoordinatorError as exc:
+                if exc.status != 401:
+                    raise
+                self.tickets.refused += 1
+                log.info(
+                    "ticket %d of %d (%s) refused (used, expired or unknown): trying the next",
+                    position,
+                    len(self.tickets.tickets),
+                    ticket_label(ticket),
+                )
+        needed = self.settings.agents_per_replica - self.restored
+        raise EnrollmentFailed(
+            f"out of tickets: {enrolled} of the {needed} agent(s) to enroll got one "
+            f"({len(self.tickets.tickets)} ticket(s) configured, {self.tickets.refused} refused as "
+            f"used, expired or unknown); issue more with `dexp tickets issue {self.settings.experiment} "
+            f"--count {needed - enrolled}` and add them to DEXP_TICKETS_FILE or DEXP_TICKETS"
+        )
 
     def _persister(self, record: AgentRecord, slot: int) -> Callable[[], None]:
         state, created_at = self.state, self.view.created_at
@@ -166,12 +265,15 @@ class AgentService:
             self.last_refresh = time.monotonic()
 
     def _reconcile(self) -> None:
-        """After each new read of the global state: send again any acknowledged vote it lacks."""
-        if self.view.snapshot_seq == self.reconciled_seq:
+        """After each new read of the global state or sign of lost writes, and once a second for
+        the agents' slow periodic checks: each agent checks its acknowledged votes if it has a
+        reason to (Agent.check_reason) and sends again those the coordinator lost."""
+        now, seen = time.monotonic(), (self.view.snapshot_seq, self.view.lost_at)
+        if seen == self.reconciled and now < self.next_reconcile:
             return
-        self.reconciled_seq = self.view.snapshot_seq
+        self.reconciled, self.next_reconcile = seen, now + 1.0
         for agent in self.agents.values():
-            agent.reconcile()
+            agent.reconcile(now)
 
     def _process(self, stream: str, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
         agent = self.agents[stream]
@@ -209,14 +311,12 @@ class AgentService:
                 delay = min(delay * 2, self.settings.redis_retry_max_seconds)
 
     def _read(self, start: str) -> list[Any]:
-        streams = dict.fromkeys(self.agents, start)
+        streams: dict[Any, Any] = dict.fromkeys(self.agents, start)
         block = None if start == "0" else 1000
-        return (
-            self.redis.xreadgroup(
-                keys.ACTIVATION_GROUP, CONSUMER, streams, count=self.settings.batch, block=block
-            )
-            or []
+        reply: Any = self.redis.xreadgroup(
+            keys.ACTIVATION_GROUP, CONSUMER, streams, count=self.settings.batch, block=block
         )
+        return list(reply or [])
 
     def _drain_pending(self) -> None:
         """Entries read earlier but never acknowledged: a dead process's, or a read whose reply
@@ -274,11 +374,15 @@ class AgentService:
                 self._create_groups()
             if time.monotonic() - last_log > 10:
                 last_log = time.monotonic()
+                agents = self.agents.values()
                 log.info(
-                    "%d activations, %d votes (%d sent again), remaining arms %s",
+                    "%d activations, %d votes (%d sent again, %d checks), %d resets "
+                    "rate-limited, remaining arms %s",
                     self.activations,
-                    sum(a.votes_sent for a in self.agents.values()),
-                    sum(a.votes_resent for a in self.agents.values()),
+                    sum(a.votes_sent for a in agents),
+                    sum(a.votes_resent for a in agents),
+                    sum(a.checks for a in agents),
+                    sum(a.resets_limited for a in agents),
                     sorted(self.view.remaining),
                 )
         self.client.close()
@@ -291,7 +395,11 @@ def main() -> None:
         format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    service = AgentService(settings)
+    try:
+        service = AgentService(settings)
+    except EnrollmentFailed as exc:
+        log.error("%s", exc)
+        sys.exit(3)
     signal.signal(signal.SIGTERM, service.stop)
     signal.signal(signal.SIGINT, service.stop)
     try:

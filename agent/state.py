@@ -34,7 +34,11 @@ class Acknowledged:
     arm: int
     epoch: int
     outcome: str
-    seq: int = 0  # in memory only: when the acknowledgement arrived (see GlobalView.snapshot_seq)
+    # In memory only (never saved, not part of equality): when the acknowledgement arrived (see
+    # GlobalView.snapshot_seq), and the arm's vote count the reply showed (None: unknown, e.g.
+    # after a restart). A later public count below it, the arm still in play, means lost votes.
+    seq: int = field(default=0, compare=False)
+    votes: int | None = field(default=None, compare=False)
 
     @property
     def in_voter_set(self) -> bool:

@@ -6,7 +6,9 @@ An experiment's keys share the hash tag {id}, so a multi-key script stays valid 
 from __future__ import annotations
 
 PREFIX = "dexp"
-EXPERIMENTS = f"{PREFIX}:experiments"  # set of experiment ids (an index; not read by scripts)
+# Sorted set of experiment ids, all scored 0 so that they page in id order (ZRANGE BYLEX); an
+# index for GET /v1/experiments, outside every experiment's slot and never read by a script.
+EXPERIMENT_INDEX = f"{PREFIX}:experiment-index"
 
 
 def meta(exp: str) -> str:
@@ -71,7 +73,21 @@ def enrollers(exp: str) -> str:
     return f"{PREFIX}:{{{exp}}}:enrollers"
 
 
-# Before credentials(exp): one hash per agent, {digest, experiment}, outside the experiment's slot.
+def tickets(exp: str) -> str:
+    """Sorted set: SHA-256 hex digest of each unused enrollment ticket -> its expiry (unix ms).
+    A ticket is removed by the enrollment it buys, in the same script."""
+    return f"{PREFIX}:{{{exp}}}:tickets"
+
+
+def reset_rate(exp: str) -> str:
+    """Hash: agent id -> its reset rate-limit state, and '*' -> the experiment's (GCRA)."""
+    return f"{PREFIX}:{{{exp}}}:reset-rate"
+
+
+def resets(exp: str) -> str:
+    """Hash: agent id -> resets of the experiment it made; '<agent id>:last' -> time of the last
+    one (unix ms). What the admin reads to see who resets."""
+    return f"{PREFIX}:{{{exp}}}:resets"
 
 
 ACTIVATION_GROUP = "agents"

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import sys
 
 import uvicorn
 from pydantic import ValidationError
+from uvicorn.config import STARTUP_FAILURE
 
+from coordinator.server import uvicorn_config
 from coordinator.settings import Settings, get_settings
 
 log = logging.getLogger("dexp.coordinator")
 
 
 def fast_stack() -> dict[str, bool]:
-    """The C accelerators installed (uvicorn[standard], redis[hiredis]): with loop="auto" and
-    http="auto", uvicorn runs on uvloop and parses HTTP with httptools when they are importable;
+    """The C accelerators installed (uvicorn[standard], redis[hiredis]): uvicorn runs on uvloop
+    (loop="auto") and parses HTTP with httptools (coordinator/server.py) when they are importable;
     redis-py uses hiredis whenever it is importable."""
     return {
         name: importlib.util.find_spec(name) is not None
@@ -44,17 +45,14 @@ def main() -> None:
     if missing:
         logging.basicConfig()
         log.warning("%s not importable: the vote path runs at about half speed", ", ".join(missing))
-    uvicorn.run(
-        "coordinator.app:create_app",
-        factory=True,
-        host=os.environ.get("DEXP_HOST", "127.0.0.1"),
-        port=int(os.environ.get("DEXP_PORT", "8000")),
-        loop="auto",  # uvloop if installed
-        http="auto",  # httptools if installed
-        ws="none",  # no WebSocket routes
-        log_level=settings.log_level,
-        access_log=False,
-    )
+    try:  # the factory string: create_app() builds the app from the same (cached) settings
+        config = uvicorn_config("coordinator.app:create_app", settings, factory=True)
+    except ValueError as exc:  # e.g. DEXP_TRUSTED_PROXIES names no address or network
+        sys.exit(f"dexp coordinator: invalid configuration, not starting:\n  {exc}")
+    server = uvicorn.Server(config)
+    server.run()
+    if not server.started:  # as uvicorn.run: a failed start-up is a failed exit
+        sys.exit(STARTUP_FAILURE)
 
 
 if __name__ == "__main__":

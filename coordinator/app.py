@@ -11,14 +11,19 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from common.algorithms import AlgorithmConfig
 from coordinator.api import agents, experiments
-from coordinator.api.deps import Problem
-from coordinator.errors import Conflict, CoordinatorError
+from coordinator.api.deps import Problem, problems
+from coordinator.api.experiments import ExperimentCreate
+from coordinator.edges import BodyLimit
+from coordinator.errors import Conflict, CoordinatorError, StoreUnavailable
 from coordinator.fast_path import VoteFastPath
+from coordinator.gate import CredentialGate
 from coordinator.redis_client import connect
 from coordinator.settings import Settings, get_settings
 from coordinator.store import ExperimentStore, Limits
@@ -27,16 +32,36 @@ log = logging.getLogger("dexp.coordinator")
 
 
 async def ensure_default_experiment(store: ExperimentStore, settings: Settings) -> None:
-    """Create the experiment described by the environment, so `docker compose up` needs no step."""
+    """Create the experiment described by the environment, so `docker compose up` needs no step.
+    It passes the same checks as POST /v1/experiments; a configuration that fails them stops the
+    coordinator with the reason."""
     if not settings.experiment:
         return
-    config = AlgorithmConfig(**{f.name: getattr(settings, f.name) for f in fields(AlgorithmConfig)})
-    arms = [a.strip() for a in settings.arms.split(",") if a.strip()]
+    params = {f.name: getattr(settings, f.name) for f in fields(AlgorithmConfig)}
     try:
-        await store.create(settings.experiment, arms, config, settings.sigma)
-        log.info("created experiment %s (M=%s)", settings.experiment, config.threshold(len(arms)))
+        body = ExperimentCreate(
+            id=settings.experiment,
+            arms=[a for a in settings.arms.split(",") if a.strip()],
+            sigma=settings.sigma,
+            **params,
+        )
+        config = body.checked_config(settings)
+    except (ValidationError, CoordinatorError) as exc:
+        raise InvalidDefaultExperiment(
+            f"the default experiment {settings.experiment!r} (DEXP_EXPERIMENT, DEXP_ARMS and "
+            f"the algorithm settings) is invalid: {exc}"
+        ) from None
+    try:
+        await store.create(settings.experiment, body.arms, config, settings.sigma)
+        log.info(
+            "created experiment %s (M=%s)", settings.experiment, config.threshold(len(body.arms))
+        )
     except Conflict:
         log.info("experiment %s exists", settings.experiment)
+
+
+class InvalidDefaultExperiment(RuntimeError):
+    """The environment describes a default experiment POST /v1/experiments would refuse."""
 
 
 def allowed_methods(request: Request) -> str:
@@ -71,15 +96,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Global arm set and vote counters of decentralized best-arm identification. "
         "Agents send only votes (an arm index); an arm leaves once M distinct agents voted.",
         lifespan=lifespan,
+        responses=problems(413, 503),  # any route: a body over the limit; Redis unreachable
     )
     app.state.settings = settings
     app.include_router(experiments.router)
     app.include_router(agents.router)
+    # Starlette runs the last-added middleware first: the fast path, then the gate, then routing.
+    app.add_middleware(CredentialGate)  # credentials checked before any body is read
     app.add_middleware(VoteFastPath)  # plain valid votes skip FastAPI's machinery (see the module)
+    # Last, so outermost: a body over DEXP_MAX_BODY_BYTES is refused before anything reads it.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
 
     @app.exception_handler(CoordinatorError)
     async def domain_error(_: Request, exc: CoordinatorError) -> JSONResponse:
         return JSONResponse({"detail": exc.message}, status_code=exc.status, headers=exc.headers())
+
+    @app.exception_handler(RedisError)
+    async def store_unavailable(_: Request, exc: RedisError) -> JSONResponse:
+        error = StoreUnavailable.of(exc)
+        log.warning("redis error: %s", exc)
+        return JSONResponse(
+            {"detail": error.message}, status_code=error.status, headers=error.headers()
+        )
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

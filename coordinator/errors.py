@@ -52,3 +52,18 @@ class RateLimited(CoordinatorError):
     def headers(self) -> dict[str, str]:
         # Retry-After takes whole seconds (RFC 9110); round up so that a retry at that time passes.
         return {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
+
+
+class StoreUnavailable(CoordinatorError):
+    """Redis does not answer (down, loading, failing over, read-only replica): 503, retry later.
+    Nothing was applied, or the request was idempotent (a vote counts once), so a retry is safe."""
+
+    status = 503
+    retry_after = 1
+
+    @classmethod
+    def of(cls, exc: Exception) -> StoreUnavailable:
+        return cls(f"the store (Redis) is unavailable: {type(exc).__name__}; retry later")
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}

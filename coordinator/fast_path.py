@@ -16,22 +16,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+
+from redis.exceptions import RedisError
 
 from coordinator.api.agents import vote_reply
-from coordinator.errors import CoordinatorError
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from coordinator.asgi import ASGIApp, Receive, Scope, Send, replay, send_json, send_problem
+from coordinator.errors import CoordinatorError, StoreUnavailable
 
 # The route's path with the experiment id pattern of coordinator.api.agents.ExperimentId.
 VOTE_PATH = re.compile(r"/v1/experiments/([A-Za-z0-9_-]{1,64})/votes")
 MAX_BODY = 1024  # a vote is ~20 bytes; anything longer takes the ordinary route
-JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 def plain_vote(body: bytes) -> tuple[int, int] | None:
@@ -96,41 +90,15 @@ class VoteFastPath:
             more = message.get("more_body", False)
         vote = plain_vote(body)
         if vote is None:
-            return await self.app(scope, _replay(body, receive), send)
+            return await self.app(scope, replay(body, receive), send)
 
-        headers = JSON_HEADERS
         try:
             reply = await vote_reply(
                 scope["app"].state.store, match.group(1), token, vote[0], vote[1]
             )
-            status = 200
-        except CoordinatorError as exc:  # as app.py's handler answers it (JSONResponse's encoding)
-            detail = {"detail": exc.message}
-            reply = json.dumps(detail, ensure_ascii=False, separators=(",", ":")).encode()
-            status = exc.status
-            headers = [
-                *headers,
-                *((k.lower().encode(), v.encode()) for k, v in exc.headers().items()),
-            ]
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [*headers, (b"content-length", str(len(reply)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": reply})
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A `receive` that gives the already-read body first, for the app downstream."""
-    pending = True
-
-    async def again() -> Message:
-        nonlocal pending
-        if pending:
-            pending = False
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return again
+        except CoordinatorError as exc:  # as app.py's handler answers it
+            return await send_problem(send, exc.status, exc.message, exc.headers())
+        except RedisError as exc:  # as app.py's handler answers it: 503, retry later
+            error = StoreUnavailable.of(exc)
+            return await send_problem(send, error.status, error.message, error.headers())
+        await send_json(send, 200, reply)

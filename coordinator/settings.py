@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     tolerance: int = Field(0, ge=0)  # f: Byzantine agents tolerated; the threshold is M + f
     sigma: float | None = None  # reward scale for Gaussian rewards; unset: rewards in [0, 1]
     log_level: str = "info"
+    host: str = "127.0.0.1"  # where uvicorn listens (coordinator/server.py)
+    port: int = 8000
     # Abuse limits (0 turns a limit off). Votes are rare by design (at most K per agent and epoch),
     # so the vote rate is generous: it stops a runaway or hostile agent, not a working one.
     vote_rate: float = Field(20.0, ge=0)  # votes per second per agent, sustained
@@ -61,7 +63,25 @@ class Settings(BaseSettings):
     max_agents: int = Field(10_000, ge=0)  # agents per experiment
     max_agents_per_client: int = Field(
         1_000, ge=0
-    )  # agents one client address may enroll per experiment
+    )  # agents one client address may enroll per experiment (open enrollment only)
+    # Enrollment. Tickets (POST /v1/experiments/{id}/tickets) are the production way: one ticket,
+    # one agent. Open enrollment lets anyone holding the shared enrollment secret enroll as many
+    # agents as the per-client limits allow: a development convenience, on by default in
+    # development and off in production unless set to true explicitly.
+    open_enrollment: bool | None = None
+    max_tickets: int = Field(10_000, ge=1, le=100_000)  # tickets per request
+    max_ticket_ttl_seconds: int = Field(30 * 86_400, ge=1)
+    # DSER4 resets by agents (an admin's reset is never limited): per agent and per experiment.
+    reset_rate: float = Field(0.1, ge=0)  # resets per second per agent, sustained
+    reset_burst: int = Field(1, ge=1)
+    experiment_reset_rate: float = Field(1.0, ge=0)  # resets per second per experiment
+    experiment_reset_burst: int = Field(3, ge=1)
+    # The HTTP edge (coordinator/server.py, coordinator/edges.py).
+    trusted_proxies: str = ""  # comma-separated addresses whose X-Forwarded-For is believed
+    max_body_bytes: int = Field(65_536, ge=1024)  # larger bodies: 413, before any parsing
+    header_timeout_seconds: float = Field(10.0, gt=0)  # a request's headers must arrive by then
+    keep_alive_seconds: float = Field(5.0, gt=0)  # an idle keep-alive connection is closed
+    max_concurrency: int = Field(1_000, ge=1)  # connections at once; beyond: 503
 
     @model_validator(mode="after")
     def _production_secrets(self) -> Settings:
@@ -74,18 +94,28 @@ class Settings(BaseSettings):
                 )
         return self
 
+    @property
+    def open_enrollment_enabled(self) -> bool:
+        """Open enrollment (the shared secret): on in development, off in production unless
+        DEXP_OPEN_ENROLLMENT=true."""
+        if self.open_enrollment is None:
+            return self.environment == "development"
+        return self.open_enrollment
+
     def insecure(self) -> list[str]:
         """What would make these settings unfit for production (empty: nothing)."""
         problems = []
-        for name, value, placeholder in (
-            ("DEXP_ADMIN_TOKEN", self.admin_token, DEV_ADMIN_TOKEN),
-            ("DEXP_ENROLLMENT_SECRET", self.enrollment_secret, DEV_ENROLLMENT_SECRET),
-        ):
+        secrets = [("DEXP_ADMIN_TOKEN", self.admin_token, DEV_ADMIN_TOKEN)]
+        if self.open_enrollment_enabled:  # the shared secret is used only by open enrollment
+            secrets.append(
+                ("DEXP_ENROLLMENT_SECRET", self.enrollment_secret, DEV_ENROLLMENT_SECRET)
+            )
+        for name, value, placeholder in secrets:
             if value == placeholder:
                 problems.append(f"{name} is the development default; set a random secret")
             elif len(value) < MIN_SECRET_LENGTH:
                 problems.append(f"{name} is shorter than {MIN_SECRET_LENGTH} characters")
-        if self.admin_token == self.enrollment_secret:
+        if self.open_enrollment_enabled and self.admin_token == self.enrollment_secret:
             problems.append("DEXP_ADMIN_TOKEN and DEXP_ENROLLMENT_SECRET must differ")
         password = urlsplit(self.redis_url).password
         if password == DEV_REDIS_PASSWORD:

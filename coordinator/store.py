@@ -56,7 +56,11 @@ class Limits:
     enroll_rate: float = 0.0  # per client address and experiment
     enroll_burst: int = 1
     max_agents: int = 0  # per experiment
-    max_agents_per_client: int = 0  # per client address and experiment
+    max_agents_per_client: int = 0  # per client address and experiment (open enrollment)
+    reset_rate: float = 0.0  # agents' DSER4 resets, per agent
+    reset_burst: int = 1
+    experiment_reset_rate: float = 0.0  # agents' DSER4 resets, per experiment
+    experiment_reset_burst: int = 1
 
     @classmethod
     def of(cls, settings: Any) -> Limits:
@@ -68,6 +72,10 @@ class Limits:
             enroll_burst=settings.enroll_burst,
             max_agents=settings.max_agents,
             max_agents_per_client=settings.max_agents_per_client,
+            reset_rate=settings.reset_rate,
+            reset_burst=settings.reset_burst,
+            experiment_reset_rate=settings.experiment_reset_rate,
+            experiment_reset_burst=settings.experiment_reset_burst,
         )
 
 
@@ -98,13 +106,23 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _agent_of(token: str) -> str:
+def agent_of(token: str) -> str:
     """The agent id a token names: tokens are '<agent id>.<secret>' (neither part has a dot)."""
     agent, dot, secret = token.partition(".")
     return agent if dot and secret else ""
 
 
-def _experiment_of(agent: str) -> str:
+TICKET_PREFIX = "ticket"
+
+
+def ticket_experiment(ticket: str) -> str:
+    """The experiment a ticket names: tickets are 'ticket.<experiment>.<secret>' ('' if not)."""
+    prefix, _, rest = ticket.partition(".")
+    exp, dot, secret = rest.partition(".")
+    return exp if prefix == TICKET_PREFIX and dot and exp and secret and "." not in secret else ""
+
+
+def experiment_of(agent: str) -> str:
     """The experiment an agent id names: ids are '<experiment>-<hex>'."""
     return agent.rsplit("-", 1)[0] if "-" in agent else ""
 
@@ -114,7 +132,7 @@ class ExperimentStore:
         self.redis = redis
         self.limits = limits or Limits()
         self._vote = redis.register_script(_script("vote.lua", rate_limited=True))
-        self._reset = redis.register_script(_script("reset.lua"))
+        self._reset = redis.register_script(_script("reset.lua", rate_limited=True))
         self._create = redis.register_script(_script("create.lua"))
         self._enroll = redis.register_script(_script("enroll.lua", rate_limited=True))
 
@@ -145,21 +163,52 @@ class ExperimentStore:
         document = {"arms": arms, "params": asdict(config), "sigma": sigma}
         created = await self._create(
             keys=[keys.meta(exp), keys.remaining(exp)],
-            args=[json.dumps(document), threshold, len(arms), _now_ms()],
+            args=[json.dumps(document), int(threshold or 0), len(arms), _now_ms()],
         )
         if not created:
             raise Conflict(f"experiment {exp!r} already exists")
-        await self.redis.sadd(keys.EXPERIMENTS, exp)
+        await self.redis.zadd(keys.EXPERIMENT_INDEX, {exp: 0})
         return await self.get(exp)
 
     async def exists(self, exp: str) -> bool:
         return bool(await self.redis.exists(keys.meta(exp)))
 
-    async def ids(self) -> list[str]:
-        return sorted(
-            m.decode() if isinstance(m, bytes) else m
-            for m in await self.redis.smembers(keys.EXPERIMENTS)
-        )
+    async def ids(self, after: str = "", limit: int = 50) -> list[str]:
+        """Experiment ids in order, after `after`: one page of at most `limit`."""
+        low = f"({after}" if after else "-"
+        return [
+            _s(m) for m in await self.redis.zrangebylex(keys.EXPERIMENT_INDEX, low, "+", 0, limit)
+        ]
+
+    async def summaries(self, ids: list[str]) -> list[dict[str, Any]]:
+        """A few aggregates of each experiment, in one pipeline (ids deleted meanwhile are left
+        out): what a listing shows, never voters or agent ids."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for exp in ids:
+                pipe.hmget(keys.meta(exp), "n_arms", "threshold", "version", "epoch", "created_at")
+                pipe.smembers(keys.remaining(exp))
+                pipe.zcard(keys.agents(exp))
+            replies = await pipe.execute()
+        result = []
+        for i, exp in enumerate(ids):
+            (n_arms, threshold, version, epoch, created), remaining, agents = replies[
+                3 * i : 3 * i + 3
+            ]
+            if n_arms is None:
+                continue
+            result.append(
+                {
+                    "id": exp,
+                    "n_arms": int(n_arms),
+                    "remaining": len(remaining),
+                    "threshold": int(threshold),
+                    "agents": int(agents),
+                    "version": int(version),
+                    "epoch": int(epoch),
+                    "created_at": int(created),
+                }
+            )
+        return result
 
     async def delete(self, exp: str) -> None:
         meta = await self._meta(exp)
@@ -175,10 +224,13 @@ class ExperimentStore:
             keys.vote_rate(exp),
             keys.enroll_rate(exp),
             keys.enrollers(exp),
+            keys.tickets(exp),
+            keys.reset_rate(exp),
+            keys.resets(exp),
             *[keys.voters(exp, arm) for arm in range(n_arms)],
             *streams,
         )
-        await self.redis.srem(keys.EXPERIMENTS, exp)
+        await self.redis.zrem(keys.EXPERIMENT_INDEX, exp)
 
     async def _meta(self, exp: str) -> dict[str, str]:
         raw = await self.redis.hgetall(keys.meta(exp))
@@ -190,36 +242,38 @@ class ExperimentStore:
         document = json.loads((await self._meta(exp))["config"])
         return document["arms"], AlgorithmConfig(**document["params"])
 
-    async def get(self, exp: str) -> dict[str, Any]:
-        """The full state: config, threshold, global set, voters, eliminations, counters."""
+    async def get(self, exp: str, voters: bool = False) -> dict[str, Any]:
+        """The state: config, threshold, global set, votes per arm, eliminations, counters; with
+        `voters`, also the agent ids that voted against each arm (the admin's view only)."""
         meta = await self._meta(exp)
         document = json.loads(meta["config"])
         arms: list[str] = document["arms"]
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.smembers(keys.remaining(exp))
             for arm in range(len(arms)):
-                pipe.smembers(keys.voters(exp, arm))
+                if voters:
+                    pipe.smembers(keys.voters(exp, arm))
+                else:
+                    pipe.scard(keys.voters(exp, arm))
             pipe.lrange(keys.eliminations(exp), 0, -1)
             pipe.zcard(keys.agents(exp))
             pipe.hgetall(keys.meta(exp))
             replies = await pipe.execute()
         remaining = sorted(int(_s(a)) for a in replies[0])
-        voters = [sorted(_s(v) for v in replies[1 + arm]) for arm in range(len(arms))]
+        per_arm = replies[1 : 1 + len(arms)]
         eliminations = [json.loads(_s(e)) for e in replies[1 + len(arms)]]
         n_agents = int(replies[2 + len(arms)])
         meta = {_s(k): _s(v) for k, v in replies[3 + len(arms)].items()} or meta
-        threshold = int(meta["threshold"])
         for e in eliminations:
             e["name"] = arms[e["arm"]]
-        return {
+        state: dict[str, Any] = {
             "id": exp,
             "arms": arms,
             "params": document["params"],
             "sigma": document.get("sigma"),
-            "threshold": threshold,
+            "threshold": int(meta["threshold"]),
             "remaining_arms": remaining,
-            "votes": [len(v) for v in voters],
-            "voters": voters,
+            "votes": [len(v) for v in per_arm] if voters else [int(v) for v in per_arm],
             "eliminations": eliminations,
             "messages": int(meta["messages"]),
             "ignored_messages": int(meta["ignored"]),
@@ -228,12 +282,43 @@ class ExperimentStore:
             "agents": n_agents,
             "created_at": int(meta["created_at"]),
         }
+        if voters:
+            state["voters"] = [sorted(_s(v) for v in ids) for ids in per_arm]
+        return state
 
     # -- agents ---------------------------------------------------------------------------
-    async def enroll(self, exp: str, client: str = "") -> Enrollment:
+    async def issue_tickets(self, exp: str, count: int, ttl_seconds: int) -> tuple[list[str], int]:
+        """`count` one-time enrollment tickets for `exp`, valid `ttl_seconds`, and their expiry
+        (unix ms). Each ticket is shown once: only its digest is kept. Expired tickets are purged."""
+        await self._meta(exp)  # 404 for an experiment that does not exist
+        expires_at = _now_ms() + ttl_seconds * 1000
+        tickets = [f"{TICKET_PREFIX}.{exp}.{secrets.token_urlsafe(32)}" for _ in range(count)]
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zremrangebyscore(keys.tickets(exp), "-inf", _now_ms())
+            pipe.zadd(keys.tickets(exp), {_digest(t): expires_at for t in tickets})
+            pipe.exists(keys.meta(exp))
+            *_, exists = await pipe.execute()
+        if not exists:  # deleted meanwhile: the tickets must not outlive it
+            await self.redis.delete(keys.tickets(exp))
+            raise NotFound(f"experiment {exp!r} does not exist")
+        return tickets, expires_at
+
+    async def ticket_usable(self, ticket: str) -> bool:
+        """Whether `ticket` is an unused, unexpired ticket of the experiment it names (a check
+        before the request body is read; the enrollment script decides, atomically)."""
+        exp = ticket_experiment(ticket)
+        if not exp:
+            return False
+        expiry = await self.redis.zscore(keys.tickets(exp), _digest(ticket))
+        return expiry is not None and expiry > _now_ms()
+
+    async def enroll(self, exp: str, client: str = "", ticket: str | None = None) -> Enrollment:
         """A new agent id and token; the token is returned once and only its digest is kept.
-        `client` is the caller's address: the limits on enrollments apply per client."""
+        With a `ticket` (one of `exp`'s), the enrollment consumes it; without, it is open
+        enrollment, limited per `client` (the caller's address) in rate and number."""
         limits = self.limits
+        if ticket is not None and ticket_experiment(ticket) != exp:
+            raise Unauthorized(f"invalid ticket: not a ticket of experiment {exp!r}")
         for _ in range(8):  # the id's random part is 40 bits: a clash is rare, and retried
             agent_id = f"{exp}-{secrets.token_hex(5)}"
             token = f"{agent_id}.{secrets.token_urlsafe(24)}"  # a 192-bit secret
@@ -245,6 +330,7 @@ class ExperimentStore:
                     keys.credentials(exp),
                     keys.enroll_rate(exp),
                     keys.enrollers(exp),
+                    keys.tickets(exp),
                 ],
                 args=[
                     agent_id,
@@ -254,6 +340,7 @@ class ExperimentStore:
                     limits.max_agents_per_client,
                     repr(float(limits.enroll_rate)),
                     limits.enroll_burst,
+                    "" if ticket is None else _digest(ticket),
                 ],
             )
             index, value = int(code), int(value)
@@ -277,11 +364,15 @@ class ExperimentStore:
                     f"second (burst {limits.enroll_burst}); retry in {value / 1000:.2f} s",
                     value / 1000,
                 )
+            if index == -5:
+                raise Unauthorized("invalid ticket: unknown or already used")
+            if index == -6:
+                raise Unauthorized("invalid ticket: expired")
         raise RuntimeError("could not draw a free agent id")
 
     async def authenticate(self, token: str, exp: str) -> str:
         """The agent id a bearer token belongs to, if it is enrolled in `exp`."""
-        agent = _agent_of(token)
+        agent = agent_of(token)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.exists(keys.meta(exp))
             pipe.hget(keys.credentials(exp), agent)
@@ -295,9 +386,9 @@ class ExperimentStore:
     async def _refusal(self, token: str, exp: str) -> CoordinatorError:
         """Why a token is not good for `exp`: a valid token of another experiment's agent is 403
         (the caller is who it says, but not enrolled here); anything else is 401."""
-        agent = _agent_of(token)
+        agent = agent_of(token)
         digest = _digest(token)
-        other = _experiment_of(agent)
+        other = experiment_of(agent)
         if other and other != exp:
             stored = await self.redis.hget(keys.credentials(other), agent)
             if stored is not None and hmac.compare_digest(_s(stored), digest):
@@ -305,12 +396,69 @@ class ExperimentStore:
         return Unauthorized("invalid agent token")
 
     async def agent_ids(self, exp: str) -> list[str]:
-        return [_s(a) for a in await self.redis.zrange(keys.agents(exp), 0, -1)]
+        members: list[bytes] = await self.redis.zrange(keys.agents(exp), 0, -1)  # type: ignore[assignment]
+        return [_s(a) for a in members]
+
+    async def own_votes(self, token: str) -> dict[str, Any]:
+        """What the agent holding `token` may read of itself: its enrollment index and the arms
+        whose voter set holds it in the current epoch (so it can re-send a vote the store lost)."""
+        agent = agent_of(token)
+        exp = experiment_of(agent)
+        if not exp:
+            raise Unauthorized("invalid agent token")
+        await self.authenticate(token, exp)
+        meta = await self._meta(exp)
+        n_arms = int(meta["n_arms"])
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hmget(keys.meta(exp), "version", "epoch")
+            pipe.zscore(keys.agents(exp), agent)
+            for arm in range(n_arms):
+                pipe.sismember(keys.voters(exp, arm), agent)
+            replies = await pipe.execute()
+        (version, epoch), index, member = replies[0], replies[1], replies[2:]
+        return {
+            "agent_id": agent,
+            "experiment": exp,
+            "index": int(index or 0),
+            "epoch": int(epoch),
+            "version": int(version),
+            "voted_against": [arm for arm in range(n_arms) if member[arm]],
+        }
+
+    async def agents_page(self, exp: str, after: int, limit: int) -> list[dict[str, Any]]:
+        """The admin's view of agents, in enrollment order after index `after`: each one's id,
+        index, the arms it voted against this epoch and the resets it made."""
+        meta = await self._meta(exp)
+        n_arms = int(meta["n_arms"])
+        page: list[tuple[bytes, float]] = await self.redis.zrangebyscore(  # type: ignore[assignment]
+            keys.agents(exp), f"({after}", "+inf", start=0, num=limit, withscores=True
+        )
+        ids = [_s(a) for a, _ in page]
+        if not ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(keys.resets(exp), *ids, *[f"{a}:last" for a in ids])
+            for arm in range(n_arms):
+                pipe.smismember(keys.voters(exp, arm), ids)
+            replies = await pipe.execute()
+        resets, membership = replies[0], replies[1:]
+        return [
+            {
+                "agent_id": agent,
+                "index": int(score),
+                "voted_against": [arm for arm in range(n_arms) if membership[arm][i]],
+                "resets": int(resets[i] or 0),
+                "last_reset_at": None
+                if resets[len(ids) + i] is None
+                else int(resets[len(ids) + i]),
+            }
+            for i, (agent, (_, score)) in enumerate(zip(ids, page, strict=True))
+        ]
 
     # -- votes ------------------------------------------------------------------------------
     async def vote(self, exp: str, token: str, arm: int, epoch: int) -> VoteResult:
         """Apply the vote of the agent whose bearer token is `token`: one round trip to Redis."""
-        agent = _agent_of(token)
+        agent = agent_of(token)
         rate, burst = self._vote_limit
         reply = await self._vote(
             keys=[
@@ -347,23 +495,44 @@ class ExperimentStore:
             await self.redis.publish(keys.events(exp), result.version)
         return result
 
-    async def reset(self, exp: str, epoch: int | None) -> tuple[bool, int, int]:
+    async def reset(self, exp: str, epoch: int | None, agent: str = "") -> tuple[bool, int, int]:
+        """A new epoch. By an agent (DSER4): only if still in `epoch`, and rate-limited per agent
+        and per experiment (RateLimited); by the admin (`agent` ''): unconditional, unlimited."""
         meta = await self._meta(exp)
         n_arms = int(meta["n_arms"])
+        limits = self.limits
         reply = await self._reset(
             keys=[
                 keys.meta(exp),
                 keys.remaining(exp),
                 keys.eliminations(exp),
+                keys.reset_rate(exp),
+                keys.resets(exp),
                 *[keys.voters(exp, arm) for arm in range(n_arms)],
             ],
-            args=["" if epoch is None else epoch],
+            args=[
+                "" if epoch is None else epoch,
+                agent,
+                repr(float(limits.reset_rate)),
+                limits.reset_burst,
+                repr(float(limits.experiment_reset_rate)),
+                limits.experiment_reset_burst,
+            ],
         )
-        if int(reply[0]) < 0:
+        code = int(reply[0])
+        if code == -1:
             raise NotFound(f"experiment {exp!r} does not exist")
-        if int(reply[0]) == 1:
+        if code == -2:
+            wait = int(reply[1]) / 1000
+            raise RateLimited(
+                f"resets too fast: at most {limits.reset_rate:g} per second per agent (burst "
+                f"{limits.reset_burst}) and {limits.experiment_reset_rate:g} per second per "
+                f"experiment (burst {limits.experiment_reset_burst}); retry in {wait:.2f} s",
+                wait,
+            )
+        if code == 1:
             await self.redis.publish(keys.events(exp), int(reply[1]))
-        return bool(int(reply[0])), int(reply[1]), int(reply[2])
+        return bool(code), int(reply[1]), int(reply[2])
 
 
 def _s(value: bytes | str) -> str:

@@ -1,5 +1,6 @@
 """The `dexp` command: `dexp simulate` runs seeded trials of one configuration, `dexp reproduce`
-runs one of the papers' experiments and writes CSV files and figures.
+runs one of the papers' experiments and writes CSV files and figures, `dexp tickets issue` asks a
+coordinator for enrollment tickets (dexp/admin.py).
 
 Bad arguments exit with status 2 and one line on stderr (`error: eta=1.5 is invalid: ...`).
 """
@@ -32,6 +33,7 @@ from common.environments import PROBLEMS, build_problem
 from common.errors import ParameterError
 from common.simulation import ENGINES, SimulationConfig, TrialResult, run_trials, summarize
 from common.simulation.config import DEFAULT_BUDGET, STOP_RULES
+from dexp.admin import AdminError, tickets_app
 from dexp.engines import EngineUnavailable, check_engine, trial_function
 from dexp.stats import describe
 
@@ -43,10 +45,10 @@ STOP_HELP = {
 DEFAULT_PROBLEM = "feraud-1"
 
 
-def _fail(message: str, code: int = 2) -> NoReturn:
+def _fail(message: str, code: int = 2, prefix: str = "error") -> NoReturn:
     """One line on stderr, then exit."""
     line = " ".join(message.split())
-    sys.stderr.write(f"error: {line}\n")
+    sys.stderr.write(f"{prefix}: {line}\n")
     sys.stderr.flush()
     sys.exit(code)
 
@@ -82,8 +84,7 @@ class DexpGroup(TyperGroup):
             rv = super().main(args, prog_name or "dexp", complete_var, False, **extra)
         except _USAGE_ERROR as err:
             ctx = getattr(err, "ctx", None)
-            if type(err).__name__ == "NoArgsIsHelpError" and ctx is not None:
-                sys.stdout.write(ctx.get_help() + "\n")  # `dexp` alone: the help, as click does
+            if type(err).__name__ == "NoArgsIsHelpError":  # `dexp` alone: typer printed the help
                 sys.exit(2)
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
             _fail(err.format_message() + hint, getattr(err, "exit_code", 2))  # type: ignore[attr-defined]
@@ -95,6 +96,8 @@ class DexpGroup(TyperGroup):
             _fail(str(err), 2)
         except EngineUnavailable as err:
             _fail(str(err), 1)
+        except AdminError as err:  # the coordinator refused, or is unreachable
+            _fail(str(err), 1, prefix=err.command)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
@@ -617,6 +620,9 @@ def demo(
         _fail(str(exc))
     print(format_summary(summary, json_output))
     raise typer.Exit(0 if summary.status == "identified" and summary.correct else 1)
+
+
+app.add_typer(tickets_app, name="tickets")
 
 
 def main() -> None:

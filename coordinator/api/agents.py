@@ -1,4 +1,5 @@
-"""Agents: enrollment (with the enrollment secret) and votes (with the agent's own token)."""
+"""Agents: enrollment (with a ticket, or the open-enrollment secret) and votes (with the agent's
+own token)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from coordinator.api.deps import (
     Credentials,
-    EnrollmentDep,
     SettingsDep,
     StoreDep,
     bearer_token,
     problems,
+    same_secret,
 )
-from coordinator.errors import Invalid
-from coordinator.store import ExperimentStore
+from coordinator.errors import Invalid, Unauthorized
+from coordinator.store import ExperimentStore, ticket_experiment
 
 router = APIRouter(prefix="/v1", tags=["agents"])
 VOTES = Counter("dexp_votes_total", "Votes received, by outcome", ["outcome"])
@@ -49,6 +50,19 @@ class AgentPublic(BaseModel):
     experiment: str
 
 
+class AgentSelf(BaseModel):
+    """What an agent may read of itself: enough to re-send a vote the store lost."""
+
+    agent_id: str
+    experiment: str
+    index: int = Field(description="enrollment order in the experiment, from 1")
+    epoch: int
+    version: int
+    voted_against: list[int] = Field(
+        description="the arms whose voter set holds this agent, in the current epoch"
+    )
+
+
 class VoteCreate(BaseModel):
     """A vote says only "this arm is not good enough": an arm index, and the agent's epoch."""
 
@@ -73,7 +87,6 @@ class VotePublic(BaseModel):
 @router.post(
     "/agents",
     status_code=status.HTTP_201_CREATED,
-    dependencies=[EnrollmentDep],
     response_model=AgentPublic,
     tags=["agents"],
     responses=problems(
@@ -82,28 +95,59 @@ class VotePublic(BaseModel):
         404,
         422,
         429,
-        s403="the experiment has its maximum of agents (DEXP_MAX_AGENTS), or this client its "
-        "maximum in it (DEXP_MAX_AGENTS_PER_CLIENT)",
-        s429="this client enrolls too fast (DEXP_ENROLL_RATE, DEXP_ENROLL_BURST): retry after "
-        "Retry-After seconds",
+        s401="missing, unknown, used, expired or another experiment's ticket; or the "
+        "open-enrollment secret while open enrollment is off",
+        s403="the experiment has its maximum of agents (DEXP_MAX_AGENTS), or, under open "
+        "enrollment, this client its maximum in it (DEXP_MAX_AGENTS_PER_CLIENT)",
+        s429="open enrollment: this client enrolls too fast (DEXP_ENROLL_RATE, "
+        "DEXP_ENROLL_BURST): retry after Retry-After seconds",
     ),
 )
 async def enroll(
-    body: AgentCreate, request: Request, store: StoreDep, settings: SettingsDep
+    body: AgentCreate,
+    request: Request,
+    store: StoreDep,
+    settings: SettingsDep,
+    credentials: Credentials,
 ) -> AgentPublic:
-    """Enrollment secret. A new agent: its id and its own token, shown once (only a digest of it is
-    kept). Enrollments are limited per client address and experiment, in rate and in number."""
+    """A ticket (`Authorization: Bearer <ticket>`, from POST /v1/experiments/{id}/tickets) enrolls
+    exactly one agent in the ticket's experiment and is used up. Open enrollment (the shared
+    DEXP_ENROLLMENT_SECRET; on in development, off in production unless DEXP_OPEN_ENROLLMENT=true)
+    enrolls any number, limited per client address in rate and number. Either way: a new agent
+    id and its own token, shown once (only a digest of it is kept)."""
+    credential = bearer_token(credentials)
     experiment = body.experiment or settings.experiment
     if not experiment:
         raise Invalid("experiment: required (this coordinator has no default experiment)")
-    client = request.client.host if request.client else ""
-    enrollment = await store.enroll(experiment, client)
+    if settings.open_enrollment_enabled and same_secret(credential, settings.enrollment_secret):
+        client = request.client.host if request.client else ""
+        enrollment = await store.enroll(experiment, client)
+    elif ticket_experiment(credential):
+        enrollment = await store.enroll(experiment, ticket=credential)
+    else:
+        raise Unauthorized(
+            "invalid enrollment credential: neither a ticket from the experiment's admin nor the "
+            "open-enrollment secret"
+            + ("" if settings.open_enrollment_enabled else " (open enrollment is off)")
+        )
     return AgentPublic(
         agent_id=enrollment.agent_id,
         token=enrollment.token,
         index=enrollment.index,
         experiment=experiment,
     )
+
+
+@router.get(
+    "/agents/me",
+    response_model=AgentSelf,
+    tags=["agents"],
+    responses=problems(401, s401="missing or invalid agent token"),
+)
+async def me(store: StoreDep, credentials: Credentials) -> AgentSelf:
+    """Agent token. The agent's own enrollment and the arms it is counted against this epoch, so
+    that it can send again an acknowledged vote a store failover lost (nobody else's votes)."""
+    return AgentSelf(**await store.own_votes(bearer_token(credentials)))
 
 
 @router.post(

@@ -1,4 +1,8 @@
-"""Dependencies shared by the routes: the store, the settings, and the three kinds of credential."""
+"""Dependencies shared by the routes: the store, the settings, and the admin credential.
+
+FastAPI reads a route's body before it solves the route's dependencies, so these checks come too
+late to spare the coordinator a hostile body: coordinator.gate checks every credential before the
+body is read; the dependencies here document the scheme in OpenAPI and check again."""
 
 from __future__ import annotations
 
@@ -49,13 +53,7 @@ async def require_admin(settings: SettingsDep, credentials: Credentials) -> None
         raise Unauthorized("invalid admin token")
 
 
-async def require_enrollment(settings: SettingsDep, credentials: Credentials) -> None:
-    if not same_secret(bearer_token(credentials), settings.enrollment_secret):
-        raise Unauthorized("invalid enrollment secret")
-
-
 AdminDep = Depends(require_admin)
-EnrollmentDep = Depends(require_enrollment)
 
 
 class Problem(BaseModel):
@@ -67,12 +65,14 @@ class Problem(BaseModel):
 
 PROBLEMS: dict[int, str] = {
     401: "missing or invalid bearer token",
+    413: "request body too large (DEXP_MAX_BODY_BYTES)",
     403: "the token is valid but not allowed to do this",
     404: "no such experiment",
     409: "an experiment with this id exists",
     422: "invalid path, body or parameter (strict JSON types: no strings for numbers, no 0/1 "
     "for booleans, no unknown fields)",
     429: "too many requests from this agent or client: retry after Retry-After seconds",
+    503: "the store (Redis) is unavailable: retry after Retry-After seconds",
 }
 
 
@@ -89,7 +89,7 @@ def problems(*statuses: int, **descriptions: str) -> dict[int | str, dict[str, A
             entry["headers"] = {
                 "WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}
             }
-        if status == 429:
+        if status in (429, 503):
             entry["headers"] = {
                 "Retry-After": {
                     "description": "seconds to wait before retrying",

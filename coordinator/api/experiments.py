@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, status
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from fastapi import APIRouter, Path, Query, status
+from prometheus_client import Counter
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+)
 
 from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
@@ -18,9 +29,12 @@ from coordinator.api.deps import (
     problems,
     same_secret,
 )
-from coordinator.errors import Forbidden, Invalid
+from coordinator.errors import Forbidden, Invalid, RateLimited
+from coordinator.settings import Settings
 
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
+# No per-agent label: which agent resets is the admin's to read (GET .../agents), not the scraper's.
+RESETS = Counter("dexp_resets_total", "Reset requests, by who and outcome", ["by", "outcome"])
 
 ExperimentId = Annotated[
     str,
@@ -39,13 +53,58 @@ def positive(default: float | None, description: str) -> Any:
     return Field(default, gt=0, le=MAX_NUMBER, allow_inf_nan=False, description=description)
 
 
+MAX_ARM_NAME = 64
+
+
+def arm_name(name: str) -> str:
+    """An arm's name as stored: NFKC-normalized and trimmed, printable, at most MAX_ARM_NAME
+    characters. Control, format (e.g. right-to-left overrides, zero-width) and separator characters
+    other than the space are refused: a name must read as what it is, on a dashboard or in a log."""
+    normal = unicodedata.normalize("NFKC", name).strip()
+    if not normal:
+        raise ValueError("an arm name must not be empty or blank")
+    if len(normal) > MAX_ARM_NAME:
+        raise ValueError(f"an arm name has at most {MAX_ARM_NAME} characters")
+    bad = next((c for c in normal if not c.isprintable()), None)
+    if bad is not None:
+        raise ValueError(
+            f"an arm name must be printable: U+{ord(bad):04X} ({unicodedata.name(bad, 'unnamed')})"
+            " is not"
+        )
+    return normal
+
+
+def distinct_arms(names: list[str]) -> list[str]:
+    """Arm names that stay distinct after normalization, ignoring case ("A", "A " and "a" are one
+    name): two arms a reader cannot tell apart are one arm too many."""
+    seen: dict[str, str] = {}
+    for name in names:
+        key = name.casefold()
+        if key in seen:
+            raise ValueError(f"arm names must be distinct: {seen[key]!r} and {name!r} are the same")
+        seen[key] = name
+    return names
+
+
+# At most 100 characters as sent (blanks around a name are trimmed, then MAX_ARM_NAME holds).
+ArmName = Annotated[StrictStr, Field(min_length=1, max_length=100), AfterValidator(arm_name)]
+
+
 class ExperimentCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: StrictStr = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", examples=["demo"])
-    arms: list[Annotated[StrictStr, Field(min_length=1, max_length=64)]] = Field(
-        min_length=2, max_length=1000, examples=[["A", "B", "C"]]
-    )
+    arms: Annotated[
+        list[ArmName],
+        Field(
+            min_length=2,
+            max_length=1000,
+            examples=[["A", "B", "C"]],
+            description="arm names: printable, trimmed and NFKC-normalized, at most "
+            f"{MAX_ARM_NAME} characters, distinct ignoring case",
+        ),
+        AfterValidator(distinct_arms),
+    ]
     algorithm: Literal["de", "ce", "dp-mase"] = "de"
     subroutine: Literal["se", "ser3", "ser4", "me", "lucb"] = "ser3"
     epsilon: StrictFloat = positive(0.25, "accuracy: an arm within epsilon of the best is good")
@@ -70,8 +129,6 @@ class ExperimentCreate(BaseModel):
     )
 
     def algorithm_config(self) -> AlgorithmConfig:
-        if len(set(self.arms)) != len(self.arms):
-            raise Invalid("arms: names must be distinct")
         try:
             return AlgorithmConfig(
                 algorithm=self.algorithm,
@@ -88,6 +145,21 @@ class ExperimentCreate(BaseModel):
             )
         except ParameterError as exc:
             raise Invalid(str(exc)) from None
+
+    def checked_config(self, settings: Settings) -> AlgorithmConfig:
+        """The configuration, refused (422) if its threshold M + f could never be reached within
+        the agent cap (DEXP_MAX_AGENTS): such an experiment could never eliminate an arm."""
+        config = self.algorithm_config()
+        try:
+            threshold = config.threshold(len(self.arms))
+        except ParameterError as exc:
+            raise Invalid(str(exc)) from None
+        if threshold is not None and settings.max_agents and threshold > settings.max_agents:
+            raise Invalid(
+                f"threshold M + f = {threshold} is above the agent cap DEXP_MAX_AGENTS = "
+                f"{settings.max_agents}: no arm could ever be eliminated"
+            )
+        return config
 
 
 class Elimination(BaseModel):
@@ -108,7 +180,6 @@ class ExperimentPublic(BaseModel):
     )
     remaining_arms: list[int]
     votes: list[int] = Field(description="distinct voters against each arm, this epoch")
-    voters: list[list[str]]
     eliminations: list[Elimination]
     messages: int = Field(description="votes received, counted or not")
     ignored_messages: int = Field(description="late, duplicate or stale-epoch votes")
@@ -117,6 +188,65 @@ class ExperimentPublic(BaseModel):
     agents: int
     created_at: int
     warnings: list[str] = []
+
+
+class ExperimentSummary(BaseModel):
+    id: str
+    status: Literal["exploring", "identified"]
+    n_arms: int
+    remaining: int = Field(description="arms still in the global set")
+    threshold: int
+    agents: int
+    version: int
+    epoch: int
+    created_at: int
+
+
+class ExperimentPage(BaseModel):
+    experiments: list[ExperimentSummary]
+    next: str | None = Field(description="pass as `after` for the next page; null: the last page")
+
+
+class Voters(BaseModel):
+    experiment: str
+    epoch: int
+    version: int
+    voters: list[list[str]] = Field(description="the agent ids against each arm, this epoch")
+    by_agent: dict[str, list[int]] = Field(
+        description="each voting agent's vote vector: the arms it voted against, this epoch"
+    )
+
+
+class AgentView(BaseModel):
+    agent_id: str
+    index: int = Field(description="enrollment order, from 1")
+    voted_against: list[int] = Field(description="arms it voted against, this epoch")
+    resets: int = Field(description="DSER4 resets of the experiment it made")
+    last_reset_at: int | None = Field(description="unix ms of its last reset")
+
+
+class AgentPage(BaseModel):
+    experiment: str
+    agents: list[AgentView]
+    next: int | None = Field(description="pass as `after` for the next page; null: the last page")
+
+
+class TicketRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    count: StrictInt = Field(ge=1, le=100_000, description="tickets to issue (one agent each)")
+    ttl_seconds: StrictInt = Field(
+        86_400, ge=1, le=365 * 86_400, description="how long they stay valid"
+    )
+
+
+class Tickets(BaseModel):
+    experiment: str
+    tickets: list[str] = Field(
+        description="one-time enrollment tickets, shown once: each enrolls one agent "
+        "(POST /v1/agents with 'Authorization: Bearer <ticket>')"
+    )
+    expires_at: int = Field(description="unix ms after which unused tickets are refused")
 
 
 class ArmRef(BaseModel):
@@ -187,24 +317,106 @@ def _public(state: dict) -> ExperimentPublic:
     response_model=ExperimentPublic,
     responses=problems(401, 409, 422),
 )
-async def create_experiment(body: ExperimentCreate, store: StoreDep) -> ExperimentPublic:
+async def create_experiment(
+    body: ExperimentCreate, store: StoreDep, settings: SettingsDep
+) -> ExperimentPublic:
     """Admin token. The threshold is M + f: M from delta and eta (beta for DP-MASE), f the
     `tolerance`. With at most f lying agents, any arm that leaves had at least M honest votes
     against it, so the guarantee of the algorithm (the best arm kept with probability >= 1 - delta)
     holds as without liars; eliminating the other arms then needs M + f honest voters."""
-    config = body.algorithm_config()
+    config = body.checked_config(settings)
     sigma = None if body.sigma is None else float(body.sigma)
     return _public(await store.create(body.id, body.arms, config, sigma))
 
 
-@router.get("", response_model=list[ExperimentPublic])
-async def list_experiments(store: StoreDep) -> list[ExperimentPublic]:
-    return [_public(await store.get(exp)) for exp in await store.ids() if await store.exists(exp)]
+@router.get("", response_model=ExperimentPage, responses=problems(422))
+async def list_experiments(
+    store: StoreDep,
+    limit: Annotated[int, Query(ge=1, le=100, description="experiments per page")] = 50,
+    after: Annotated[
+        str, Query(pattern=r"^[A-Za-z0-9_-]{0,64}$", description="the last id of the previous page")
+    ] = "",
+) -> ExperimentPage:
+    """Experiments in id order, one page at a time, as summaries (aggregates only)."""
+    ids = await store.ids(after, limit + 1)
+    page = [
+        ExperimentSummary(**s, status="identified" if s["remaining"] == 1 else "exploring")
+        for s in await store.summaries(ids[:limit])
+    ]
+    return ExperimentPage(experiments=page, next=ids[limit - 1] if len(ids) > limit else None)
 
 
 @router.get("/{experiment}", response_model=ExperimentPublic, responses=problems(404, 422))
 async def get_experiment(experiment: ExperimentId, store: StoreDep) -> ExperimentPublic:
+    """Aggregates only, for anyone: votes per arm, remaining arms, eliminations, counters. Who
+    voted is the admin's (GET .../voters)."""
     return _public(await store.get(experiment))
+
+
+@router.get(
+    "/{experiment}/voters",
+    response_model=Voters,
+    dependencies=[AdminDep],
+    responses=problems(401, 404, 422),
+)
+async def voters(experiment: ExperimentId, store: StoreDep) -> Voters:
+    """Admin token. The voter set of each arm and each agent's vote vector, this epoch."""
+    state = await store.get(experiment, voters=True)
+    by_agent: dict[str, list[int]] = {}
+    for arm, ids in enumerate(state["voters"]):
+        for agent in ids:
+            by_agent.setdefault(agent, []).append(arm)
+    return Voters(
+        experiment=experiment,
+        epoch=state["epoch"],
+        version=state["version"],
+        voters=state["voters"],
+        by_agent=dict(sorted(by_agent.items())),
+    )
+
+
+@router.get(
+    "/{experiment}/agents",
+    response_model=AgentPage,
+    dependencies=[AdminDep],
+    responses=problems(401, 404, 422),
+)
+async def agents(
+    experiment: ExperimentId,
+    store: StoreDep,
+    limit: Annotated[int, Query(ge=1, le=1000, description="agents per page")] = 100,
+    after: Annotated[int, Query(ge=0, description="the last index of the previous page")] = 0,
+) -> AgentPage:
+    """Admin token. The enrolled agents in enrollment order: their votes this epoch and the
+    resets each one made (to see who resets a DSER4 experiment)."""
+    page = await store.agents_page(experiment, after, limit + 1)
+    return AgentPage(
+        experiment=experiment,
+        agents=[AgentView(**a) for a in page[:limit]],
+        next=page[limit - 1]["index"] if len(page) > limit else None,
+    )
+
+
+@router.post(
+    "/{experiment}/tickets",
+    status_code=status.HTTP_201_CREATED,
+    response_model=Tickets,
+    dependencies=[AdminDep],
+    responses=problems(
+        401, 404, 422, s422="invalid body, or more tickets or a longer ttl than allowed"
+    ),
+)
+async def issue_tickets(
+    experiment: ExperimentId, body: TicketRequest, store: StoreDep, settings: SettingsDep
+) -> Tickets:
+    """Admin token. One-time enrollment tickets for this experiment: each enrolls exactly one
+    agent, until it expires. Only their digests are stored: the tickets are shown this once."""
+    if body.count > settings.max_tickets:
+        raise Invalid(f"count: at most {settings.max_tickets} tickets per request")
+    if body.ttl_seconds > settings.max_ticket_ttl_seconds:
+        raise Invalid(f"ttl_seconds: at most {settings.max_ticket_ttl_seconds}")
+    tickets, expires_at = await store.issue_tickets(experiment, body.count, body.ttl_seconds)
+    return Tickets(experiment=experiment, tickets=tickets, expires_at=expires_at)
 
 
 def _status(remaining: list[int]) -> Literal["exploring", "identified"]:
@@ -228,13 +440,18 @@ async def best_arm(experiment: ExperimentId, store: StoreDep) -> BestArm:
     )
 
 
-@router.get("/{experiment}/suspects", response_model=Suspects, responses=problems(404, 422))
+@router.get(
+    "/{experiment}/suspects",
+    response_model=Suspects,
+    dependencies=[AdminDep],
+    responses=problems(401, 404, 422),
+)
 async def suspects(experiment: ExperimentId, store: StoreDep) -> Suspects:
-    """Agents whose votes contradict the outcome: once the best arm is identified, the agents that
+    """Admin token. Agents whose votes contradict the outcome: once the best arm is identified, the agents that
     voted against it; while exploring, those that voted against the leading arm (the remaining arm
     with the fewest votes). Votes of the current epoch only. A suspect is not proven to lie: an
     honest agent errs with probability up to eta, and a lying agent may vote like an honest one."""
-    state = await store.get(experiment)
+    state = await store.get(experiment, voters=True)
     remaining, votes = state["remaining_arms"], state["votes"]
     reference = min(remaining, key=lambda arm: (votes[arm], arm))
     voted: dict[str, list[int]] = {}
@@ -257,7 +474,14 @@ async def suspects(experiment: ExperimentId, store: StoreDep) -> Suspects:
     "/{experiment}/reset",
     response_model=ResetResult,
     responses=problems(
-        401, 403, 404, 422, s403="an agent of another experiment, or a reset of a non-DSER4 one"
+        401,
+        403,
+        404,
+        422,
+        429,
+        s403="an agent of another experiment, or a reset of a non-DSER4 one",
+        s429="this agent or this experiment resets too fast (DEXP_RESET_RATE, "
+        "DEXP_EXPERIMENT_RESET_RATE): retry after Retry-After seconds",
     ),
 )
 async def reset_experiment(
@@ -267,17 +491,26 @@ async def reset_experiment(
     credentials: Credentials,
     body: ResetRequest | None = None,
 ) -> ResetResult:
-    """Admin token: unconditional reset. Agent token (DSER4 only): reset if still in `epoch`."""
+    """Admin token: unconditional reset. Agent token (DSER4 only): reset if still in `epoch`,
+    at most DEXP_RESET_RATE per second per agent and DEXP_EXPERIMENT_RESET_RATE per experiment;
+    each agent's resets are recorded for the admin (GET .../agents)."""
     token = bearer_token(credentials)
     epoch = body.epoch if body else None
+    agent = ""
     if not same_secret(token, settings.admin_token):
-        await store.authenticate(token, experiment)
+        agent = await store.authenticate(token, experiment)
         _, config = await store.config(experiment)
         if not config.global_reset:
             raise Forbidden("agents may reset only a DSER4 experiment (subroutine ser4)")
         if epoch is None:
             raise Invalid("epoch: an agent's reset must name the epoch it is in")
-    done, version, new_epoch = await store.reset(experiment, epoch)
+    by = "agent" if agent else "admin"
+    try:
+        done, version, new_epoch = await store.reset(experiment, epoch, agent)
+    except RateLimited:
+        RESETS.labels(by=by, outcome="rate_limited").inc()
+        raise
+    RESETS.labels(by=by, outcome="applied" if done else "stale").inc()
     return ResetResult(reset=done, version=version, epoch=new_epoch)
 
 

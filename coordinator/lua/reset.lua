@@ -1,17 +1,40 @@
 -- DSER4's global reset: every arm back, every vote cleared, a new epoch. Applied only if the caller
 -- is still in the current epoch, so that concurrent resets from several agents make one new epoch.
--- KEYS[1] meta hash, KEYS[2] remaining set, KEYS[3] eliminations list, KEYS[4..] voters set of each
--- arm. ARGV[1] the epoch the caller is in ('' for an unconditional, administrative reset).
--- Returns {reset (1/0), version, epoch}; {-1, 0, 0} if the experiment does not exist.
+-- An agent's reset is rate-limited, per agent and per experiment (gcra.lua, prepended by store.py),
+-- and recorded per agent for the admin; an admin's reset is neither.
+-- KEYS[1] meta hash, KEYS[2] remaining set, KEYS[3] eliminations list, KEYS[4] reset rate hash
+-- (agent id or '*' -> GCRA state), KEYS[5] resets hash (agent id -> count, '<id>:last' -> ms),
+-- KEYS[6..] voters set of each arm.
+-- ARGV[1] the epoch the caller is in ('' for an unconditional, administrative reset), ARGV[2] the
+-- agent id ('' for the admin), ARGV[3] resets per second per agent, ARGV[4] its burst, ARGV[5]
+-- resets per second per experiment, ARGV[6] its burst (rate 0: no limit).
+-- Returns {reset (1/0), version, epoch}; {-1, 0, 0} if the experiment does not exist; {-2, ms to
+-- wait, 0} if the agent or the experiment resets too fast (nothing changes).
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, 0, 0} end
+local agent = ARGV[2]
+if agent ~= '' then
+  -- Both limits are checked before either is recorded: a refusal changes nothing.
+  local rate, burst = tonumber(ARGV[3]), tonumber(ARGV[4])
+  local wait = gcra_wait(KEYS[4], agent, rate, burst)
+  local shared = gcra_wait(KEYS[4], '*', tonumber(ARGV[5]), tonumber(ARGV[6]))
+  if shared > wait then wait = shared end
+  if wait > 0 then return {-2, math.ceil(wait), 0} end
+  gcra(KEYS[4], agent, rate, burst)
+  gcra(KEYS[4], '*', tonumber(ARGV[5]), tonumber(ARGV[6]))
+end
 local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch'))
 if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= epoch then
   return {0, tonumber(redis.call('HGET', KEYS[1], 'version')), epoch}
 end
 local n_arms = tonumber(redis.call('HGET', KEYS[1], 'n_arms'))
-for i = 4, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 6, #KEYS do redis.call('DEL', KEYS[i]) end
 redis.call('DEL', KEYS[2], KEYS[3])
 for arm = 0, n_arms - 1 do redis.call('SADD', KEYS[2], arm) end
 epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
+if agent ~= '' then
+  local clock = redis.call('TIME')
+  redis.call('HINCRBY', KEYS[5], agent, 1)
+  redis.call('HSET', KEYS[5], agent .. ':last', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+end
 return {1, version, epoch}

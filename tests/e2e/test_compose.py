@@ -1,15 +1,20 @@
 """The docker compose stack end to end: build, `up`, the demo identifies the best arm, scaling adds
-agents, `down -v`. Runs where a Docker engine answers (CI gets one from docker-sandbox.sh)."""
+agents, `down -v`; then the production override (docker-compose.production.yml) as an operator runs
+it: secrets from an env file, tickets issued with `exec coordinator dexp tickets issue`, agents
+enrolled with them, the shared enrollment secret refused. Runs where a Docker engine answers (CI
+gets one from docker-sandbox.sh)."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -17,6 +22,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "dexp-e2e"
+PRODUCTION_PROJECT = "dexp-e2e-production"
+PRODUCTION_FILES = ["-f", "docker-compose.yml", "-f", "docker-compose.production.yml"]
 
 
 def _docker_problem() -> str | None:
@@ -65,9 +72,9 @@ def stack() -> Iterator[tuple[dict[str, str], str]]:
         run("down", "-v", timeout=120)
 
 
-def _containers(env: dict[str, str]) -> list[dict[str, object]]:
+def _containers(env: dict[str, str], project: str = PROJECT) -> list[dict[str, object]]:
     out = subprocess.run(
-        ["docker", "compose", "-p", PROJECT, "ps", "-a", "--format", "json"],
+        ["docker", "compose", "-p", project, "ps", "-a", "--format", "json"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -81,15 +88,25 @@ def _containers(env: dict[str, str]) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
-def test_compose_demo_identifies_the_best_arm(stack: tuple[dict[str, str], str]) -> None:
-    env, url = stack
-    deadline = time.monotonic() + 300
+def _wait_for_the_load_generator(
+    env: dict[str, str], project: str = PROJECT, timeout: float = 300
+) -> dict[str, object]:
+    """Its container once exited (or as last seen when `timeout` runs out)."""
+    deadline = time.monotonic() + timeout
     generator: dict[str, object] = {}
     while time.monotonic() < deadline:
-        generator = next(c for c in _containers(env) if c["Service"] == "load_generator")
-        if generator["State"] == "exited":
+        generator = next(
+            (c for c in _containers(env, project) if c["Service"] == "load_generator"), {}
+        )
+        if generator.get("State") == "exited":
             break
         time.sleep(2)
+    return generator
+
+
+def test_compose_demo_identifies_the_best_arm(stack: tuple[dict[str, str], str]) -> None:
+    env, url = stack
+    generator = _wait_for_the_load_generator(env)
     assert generator.get("State") == "exited", generator
     assert generator.get("ExitCode") == 0, generator
     best = httpx.get(f"{url}/v1/experiments/demo/best-arm", timeout=10).json()
@@ -131,3 +148,160 @@ def test_scaling_adds_agents(stack: tuple[dict[str, str], str]) -> None:
             break
         time.sleep(1)
     assert agents == 48
+
+
+# ----------------------------------------------------------------------------- production
+
+
+@dataclass
+class Production:
+    """The production stack of one test module: compose runner, URL, secrets, tickets, timings."""
+
+    env: dict[str, str]
+    env_file: Path
+    url: str
+    admin_token: str
+    tickets: list[str]
+    seconds: dict[str, float]
+
+    def compose(
+        self, *args: str, timeout: float = 600, env_file: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                "docker",
+                "compose",
+                "-p",
+                PRODUCTION_PROJECT,
+                *PRODUCTION_FILES,
+                "--env-file",
+                str(env_file or self.env_file),
+                *args,
+            ],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+
+def _env_file(path: Path, values: dict[str, str]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(scope="module")
+def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Production]:
+    """The operator's flow: `up --wait redis coordinator`, tickets from `exec coordinator dexp
+    tickets issue` into the bind-mounted file, `up agent load_generator`; `down -v` whatever
+    happens."""
+    problem = _docker_problem()
+    if problem is not None:
+        pytest.skip(f"Docker engine unavailable here: {problem}")
+    tmp = tmp_path_factory.mktemp("production")
+    # Only what the env file says: no DEXP_* (nor compose variable) leaking from this process.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEXP_", "AGENT"))}
+    admin_token, port = secrets.token_urlsafe(32), _free_port()
+    tickets_file = tmp / "tickets.txt"
+    env_file = _env_file(
+        tmp / ".env",
+        {
+            "DEXP_ADMIN_TOKEN": admin_token,
+            "DEXP_REDIS_PASSWORD": secrets.token_urlsafe(32),
+            "DEXP_PORT": str(port),
+            "DEXP_TICKETS_FILE_HOST": str(tickets_file),
+        },
+    )
+    prod = Production(env, env_file, f"http://127.0.0.1:{port}", admin_token, [], {})
+    prod.compose("down", "-v", timeout=120)
+    try:
+        start = time.monotonic()
+        up = prod.compose("up", "-d", "--build", "--wait", "redis", "coordinator")
+        assert up.returncode == 0, up.stderr[-2000:]
+        prod.seconds["up_coordinator"] = time.monotonic() - start
+        start = time.monotonic()
+        issued = prod.compose(
+            "exec", "-T", "coordinator", "dexp", "tickets", "issue", "demo", "--count", "32"
+        )
+        assert issued.returncode == 0, issued.stderr[-2000:]
+        prod.seconds["issue_tickets"] = time.monotonic() - start
+        tickets_file.write_text(issued.stdout)
+        tickets_file.chmod(0o644)  # read by the agents' uid 10001
+        prod.tickets = issued.stdout.splitlines()
+        start = time.monotonic()
+        up = prod.compose("up", "-d", "agent", "load_generator")
+        assert up.returncode == 0, up.stderr[-2000:]
+        prod.seconds["up_agents"] = time.monotonic() - start
+        yield prod
+    finally:
+        for service in ("load_generator", "agent"):
+            logs = prod.compose("logs", "--no-color", service, timeout=60).stdout
+            print(f"--- {service}\n{logs[-3000:]}")
+        prod.compose("down", "-v", timeout=120)
+
+
+def test_production_needs_real_secrets(production: Production, tmp_path: Path) -> None:
+    """A missing secret stops compose before anything starts; the development defaults stop the
+    coordinator at start-up. (Judged by the messages: some builds of the compose plugin exit 0 on
+    an error, this sandbox's among them.)"""
+    no_token = _env_file(tmp_path / "no-token.env", {"DEXP_REDIS_PASSWORD": "x" * 32})
+    config = production.compose("config", "--quiet", env_file=no_token, timeout=60)
+    assert "required variable DEXP_ADMIN_TOKEN is missing a value" in config.stderr
+    assert "set DEXP_ADMIN_TOKEN in .env" in config.stderr
+    defaults = _env_file(
+        tmp_path / "dev.env",
+        {"DEXP_ADMIN_TOKEN": "dev-admin-token", "DEXP_REDIS_PASSWORD": "dexp-dev-redis"},
+    )
+    run = production.compose(
+        "run", "--rm", "--no-deps", "coordinator", env_file=defaults, timeout=120
+    )
+    refused = run.stdout + run.stderr
+    assert "not starting" in refused and "DEXP_ADMIN_TOKEN is the development default" in refused
+    assert "Redis password" in refused
+
+
+def test_production_tickets_enroll_the_agents_and_the_run_ends_identified(
+    production: Production,
+) -> None:
+    assert len(production.tickets) == 32
+    assert all(t.startswith("ticket.demo.") for t in production.tickets)
+    start = time.monotonic()
+    generator = _wait_for_the_load_generator(production.env, PRODUCTION_PROJECT)
+    production.seconds["run"] = time.monotonic() - start
+    print({k: round(v, 1) for k, v in production.seconds.items()})
+    assert generator.get("State") == "exited", generator
+    assert generator.get("ExitCode") == 0, generator
+    best = httpx.get(f"{production.url}/v1/experiments/demo/best-arm", timeout=10).json()
+    assert best["status"] == "identified"
+    assert best["best_arm"] == {"index": 0, "name": "A"}
+    state = httpx.get(f"{production.url}/v1/experiments/demo", timeout=10).json()
+    assert state["agents"] == 32  # one per ticket
+    assert "voters" not in state  # who voted against what: admin only
+    voters = httpx.get(
+        f"{production.url}/v1/experiments/demo/voters",
+        headers={"Authorization": f"Bearer {production.admin_token}"},
+        timeout=10,
+    )
+    assert voters.status_code == 200
+    assert [len(ids) for ids in voters.json()["voters"]] == state["votes"]
+    # Every ticket was used, once: a second use is refused.
+    again = httpx.post(
+        f"{production.url}/v1/agents",
+        headers={"Authorization": f"Bearer {production.tickets[0]}"},
+        json={"experiment": "demo"},
+        timeout=10,
+    )
+    assert again.status_code == 401
+
+
+def test_production_refuses_the_enrollment_secret(production: Production) -> None:
+    for secret in ("dev-enrollment-secret", production.admin_token):
+        reply = httpx.post(
+            f"{production.url}/v1/agents",
+            headers={"Authorization": f"Bearer {secret}"},
+            json={"experiment": "demo"},
+            timeout=10,
+        )
+        assert reply.status_code == 401, reply.text

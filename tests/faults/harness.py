@@ -4,8 +4,9 @@ Problem 1 (feraud-1, DE-SER3), 32 agents in 2 agent processes, a fixed seed; eve
 a state directory, so that the votes each agent had acknowledged can be read back (agent/state.py).
 After the run the agents are stopped (SIGTERM: each finishes its batch and its votes), then:
 - the experiment is identified and the arm is eps-optimal;
-- the coordinator's voter sets are exactly the (agent, arm) pairs the agents recorded as
-  acknowledged into a voter set: nothing lost, nothing counted twice, nothing counted unknown;
+- the coordinator's voter sets (admin-only: GET /v1/experiments/{id}/voters) are exactly the
+  (agent, arm) pairs the agents recorded as acknowledged into a voter set: nothing lost, nothing
+  counted twice, nothing counted unknown;
 - no vote is left pending, and no agent decided twice on an arm (from the agents' logs, where each
   vote is a line `vote agent=.. arm=.. epoch=.. outcome=.. kind=decided|pending|resent`);
 - the agents are the 32 enrolled at the start (a restart enrolls nobody).
@@ -14,6 +15,7 @@ After the run the agents are stopped (SIGTERM: each finishes its batch and its v
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 from collections import Counter
@@ -28,6 +30,7 @@ import redis
 from agent.state import AgentRecord, StateDir
 from common.algorithms import AlgorithmConfig
 from common.environments import problem
+from coordinator.settings import DEV_ADMIN_TOKEN
 from dexp.demo import LocalStack, local_stack
 from load_generator.generator import LoadGenerator, Summary
 from load_generator.settings import LoadSettings
@@ -36,6 +39,8 @@ PROBLEM = "feraud-1"
 AGENTS, PROCESSES, SEED = 32, 2, 11
 TRIGGER_VOTES = 100  # inject the fault once this many votes are counted
 EXPERIMENT = "demo"
+# The local stack's coordinator inherits this process's environment: its admin token.
+ADMIN_TOKEN = os.environ.get("DEXP_ADMIN_TOKEN", DEV_ADMIN_TOKEN)
 VOTE_LINE = re.compile(
     r"vote agent=(?P<agent>\S+) arm=(?P<arm>\d+) epoch=(?P<epoch>\d+) "
     r"outcome=(?P<outcome>\w+) kind=(?P<kind>\w+)"
@@ -58,6 +63,7 @@ class FaultRun:
     generator: LoadGenerator
     summary: Summary
     final: dict[str, Any]
+    voters: list[list[str]]  # per arm, from the admin endpoint, read with `final`
     records: dict[str, list[AgentRecord]]
     votes: list[VoteLine]
     votes_at_fault: int
@@ -76,10 +82,18 @@ class FaultRun:
 
     @property
     def voter_pairs(self) -> set[tuple[str, int]]:
-        return {(agent, arm) for arm, ids in enumerate(self.final["voters"]) for agent in ids}
+        return {(agent, arm) for arm, ids in enumerate(self.voters) for agent in ids}
 
     def log(self, name: str) -> str:
         return self.stack.log_path(name).read_text(errors="replace")
+
+    def loss_signs_logged(self) -> int:
+        """Sure signs of lost writes the agent processes noted (agent.library.GlobalView)."""
+        return sum(
+            self.log(name).count("agents check their acknowledged votes")
+            for name in self.stack.named
+            if name.startswith("agent-")
+        )
 
     def retries_logged(self) -> int:
         """Requests the agents retried (coordinator unreachable or failing)."""
@@ -107,6 +121,17 @@ def experiment(url: str, timeout: float = 5.0) -> dict[str, Any]:
     reply.raise_for_status()
     result: dict[str, Any] = reply.json()
     return result
+
+
+def voters(url: str, timeout: float = 5.0) -> list[list[str]]:
+    """Each arm's voter set in the current epoch: admin-only, the public state has counts."""
+    reply = httpx.get(
+        f"{url}/v1/experiments/{EXPERIMENT}/voters",
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=timeout,
+    )
+    reply.raise_for_status()
+    return [list(ids) for ids in reply.json()["voters"]]
 
 
 def wait_for_votes(url: str, at_least: int, running: Any, timeout: float = 60.0) -> int:
@@ -197,7 +222,8 @@ def run_with_fault(
         generator.close()
     stack.check_alive()  # every process (restarted ones included) still up
     stack.stop_agents()
-    final = experiment(stack.coordinator_url)
+    final, final_voters = experiment(stack.coordinator_url), voters(stack.coordinator_url)
+    assert final["version"] == experiment(stack.coordinator_url)["version"], "changed meanwhile"
     client = redis.Redis.from_url(stack.redis_url)
     try:  # since Redis (re)started: the backlog lives there, so its peak bounds Redis's memory
         info["redis_used_memory_peak"] = client.info("memory").get("used_memory_peak_human")
@@ -208,6 +234,7 @@ def run_with_fault(
         generator,
         summary,
         final,
+        final_voters,
         records(stack, int(final["created_at"])),
         vote_lines(stack),
         votes_at_fault,
@@ -229,7 +256,7 @@ def check_books(run: FaultRun) -> dict[str, Any]:
     unknown, lost = sorted(counted - acknowledged), sorted(acknowledged - counted)
     assert not unknown, f"counted votes no agent knows as acknowledged: {unknown}"
     assert not lost, f"acknowledged votes the coordinator lost: {lost}"
-    assert final["votes"] == [len(ids) for ids in final["voters"]]
+    assert final["votes"] == [len(ids) for ids in run.voters]
     decided = Counter((v.agent, v.arm, v.epoch) for v in run.votes if v.kind == "decided")
     twice = [key for key, n in decided.items() if n > 1]
     assert not twice, f"decided twice: {twice}"
@@ -244,6 +271,7 @@ def check_books(run: FaultRun) -> dict[str, Any]:
         "outcomes": dict(outcomes),
         "kinds": dict(kinds),
         "agent_retries_logged": run.retries_logged(),
+        "loss_signs_logged": run.loss_signs_logged(),
         "generator_http_retries": run.generator.client.retries,
         "generator_redis_retries": run.generator.redis_retries,
         "identified_arm": summary.identified_arm,

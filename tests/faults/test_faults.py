@@ -28,6 +28,7 @@ from tests.faults.harness import (
     logged_after_restart,
     report,
     run_with_fault,
+    voters,
 )
 from tests.faults.latency_proxy import FaultProxy
 
@@ -173,8 +174,9 @@ def test_acknowledged_votes_lost_by_a_failover_are_sent_again() -> None:
     """What a Sentinel or Cluster failover can do: the new primary lacks the last acknowledged
     writes. Simulated by restoring, mid-run, a snapshot of the experiment's keys taken ~40 votes
     earlier (DUMP / RESTORE in one MULTI): votes, eliminations and the version go back. The agents
-    notice (the (epoch, version) went backwards, or an acknowledged vote is missing from an arm's
-    voter set) and send those votes again; the books end exact."""
+    notice (the (epoch, version) went backwards, or an arm shows fewer public votes than their own
+    acknowledged vote's reply did), ask the coordinator for their own votes (GET /v1/agents/me),
+    and send the lost ones again; the books end exact."""
     experiment_keys = [
         keys.meta(EXPERIMENT),
         keys.remaining(EXPERIMENT),
@@ -206,8 +208,8 @@ def test_acknowledged_votes_lost_by_a_failover_are_sent_again() -> None:
             acknowledged = acknowledged_now(stack, created_at)
         finally:
             client.close()
+        restored = {(a, arm) for arm, ids in enumerate(voters(stack.coordinator_url)) for a in ids}
         after = experiment(stack.coordinator_url)
-        restored = {(a, arm) for arm, ids in enumerate(after["voters"]) for a in ids}
         return {
             "votes_at_snapshot": sum(before["votes"]),
             "votes_when_restored": sum(lost_state["votes"]),

@@ -26,6 +26,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from common.algorithms import AlgorithmConfig
 from coordinator.app import create_app
+from coordinator.server import uvicorn_config
 from coordinator.settings import Settings
 from coordinator.store import ExperimentStore
 
@@ -160,15 +161,8 @@ class ThreadedCoordinator:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = int(self.sock.getsockname()[1])
-        config = uvicorn.Config(
-            create_app(settings),
-            host="127.0.0.1",
-            port=self.port,
-            log_level="warning",
-            access_log=False,
-            ws="none",
-            lifespan="on",
-        )
+        # the production server configuration (edge limits, protocol), on this socket
+        config = uvicorn_config(create_app(settings), settings, host="127.0.0.1", port=self.port)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True

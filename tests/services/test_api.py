@@ -87,15 +87,26 @@ def test_second_create_of_the_same_id_is_409_and_changes_nothing(
 
 
 def test_list_and_get(client: httpx.Client) -> None:
-    assert client.get("/v1/experiments").json() == []
+    assert client.get("/v1/experiments").json() == {"experiments": [], "next": None}
     create_experiment(client, id="one", arms=ARMS)
     create_experiment(client, id="two", arms=["X", "Y"], algorithm="ce", xi=0.05)
     listed = client.get("/v1/experiments")
     assert listed.status_code == 200
-    assert [e["id"] for e in listed.json()] == ["one", "two"]
+    assert [e["id"] for e in listed.json()["experiments"]] == ["one", "two"]
     one = client.get("/v1/experiments/one")
     assert one.status_code == 200
-    assert one.json() == listed.json()[0]
+    summary = listed.json()["experiments"][0]
+    assert summary == {
+        "id": "one",
+        "status": "exploring",
+        "n_arms": 3,
+        "remaining": 3,
+        "threshold": one.json()["threshold"],
+        "agents": 0,
+        "version": 0,
+        "epoch": 0,
+        "created_at": one.json()["created_at"],
+    }
     assert one.json()["params"]["algorithm"] == "de"
     missing = client.get("/v1/experiments/three")
     assert missing.status_code == 404 and "three" in detail(missing)
@@ -110,7 +121,7 @@ def test_delete_removes_the_experiment(redis_state: RedisState, client: httpx.Cl
     response = client.delete("/v1/experiments/gone", headers=admin_headers())
     assert response.status_code == 204
     assert client.get("/v1/experiments/gone").status_code == 404
-    assert [e["id"] for e in client.get("/v1/experiments").json()] == ["kept"]
+    assert [e["id"] for e in client.get("/v1/experiments").json()["experiments"]] == ["kept"]
     left = redis_state()
     assert not [k for k in left if "{gone}" in k or agent.agent_id in k], left.keys()
     assert vote(client, "gone", agent, 1).status_code == 404
@@ -273,7 +284,7 @@ def test_an_experiments_keys_share_its_hash_slot_and_tokens_are_digests(
     a, b = enroll_agents(client, "slot", 2)
     assert vote(client, "slot", a, 0).status_code == 200
     state = redis_state()
-    assert {k for k in state if "{slot}" not in k} == {"dexp:experiments"}
+    assert {k for k in state if "{slot}" not in k} == {"dexp:experiment-index"}
     assert state["dexp:{slot}:credentials"] == {
         agent.agent_id: hashlib.sha256(agent.token.encode()).hexdigest() for agent in (a, b)
     }
@@ -286,8 +297,8 @@ def test_an_experiments_keys_share_its_hash_slot_and_tokens_are_digests(
     ("headers", "body", "status", "named"),
     [
         ({}, {"experiment": "en"}, 401, "bearer"),
-        (bearer("wrong-secret-123"), {"experiment": "en"}, 401, "enrollment secret"),
-        (bearer(ADMIN_TOKEN), {"experiment": "en"}, 401, "enrollment secret"),
+        (bearer("wrong-secret-123"), {"experiment": "en"}, 401, "open-enrollment secret"),
+        (bearer(ADMIN_TOKEN), {"experiment": "en"}, 401, "open-enrollment secret"),
         (bearer(ENROLLMENT_SECRET), {"experiment": "nope"}, 404, "nope"),
         (bearer(ENROLLMENT_SECRET), {"experiment": "en", "x": 1}, 422, "x"),
         (bearer(ENROLLMENT_SECRET), {"experiment": "a b"}, 422, "experiment"),
@@ -354,7 +365,10 @@ def test_votes_report_counted_eliminated_and_version(client: httpx.Client) -> No
     assert (stale["counted"], stale["outcome"]) == (False, "stale_epoch")
     state = client.get("/v1/experiments/v").json()
     assert (state["messages"], state["ignored_messages"]) == (6, 3)
-    assert state["voters"][1] == sorted([a.agent_id, b.agent_id, c.agent_id])
+    assert state["votes"][1] == 3 and "voters" not in state  # aggregates only, for anyone
+    voters = client.get("/v1/experiments/v/voters", headers=admin_headers()).json()
+    assert voters["voters"][1] == sorted([a.agent_id, b.agent_id, c.agent_id])
+    assert voters["by_agent"] == {a.agent_id: [1], b.agent_id: [1], c.agent_id: [1]}
     assert [(e["arm"], e["name"], e["votes"]) for e in state["eliminations"]] == [(1, "B", 3)]
 
 

@@ -55,12 +55,13 @@ def test_without_tolerance_f_attackers_remove_the_best_arm(client: httpx.Client)
     state = client.get("/v1/experiments/byz0").json()
     first = state["eliminations"][0]
     assert (first["arm"], first["votes"]) == (BEST, M), "the attackers' votes alone remove it"
-    assert state["voters"][BEST] == sorted(a.agent_id for a in attackers)
+    voters = client.get("/v1/experiments/byz0/voters", headers=admin_headers()).json()
+    assert voters["voters"][BEST] == sorted(a.agent_id for a in attackers)
     best = client.get("/v1/experiments/byz0/best-arm").json()
     assert best["status"] == "identified"
     assert best["best_arm"]["index"] != BEST  # a wrong answer
     # the honest agents voted against the arm returned: suspects point at them, not the liars
-    suspects = client.get("/v1/experiments/byz0/suspects").json()
+    suspects = client.get("/v1/experiments/byz0/suspects", headers=admin_headers()).json()
     assert suspects["reference_arm"] == best["best_arm"]
     assert {s["agent_id"] for s in suspects["suspects"]} <= {a.agent_id for a in honest}
 
@@ -77,7 +78,7 @@ def test_with_tolerance_f_the_best_arm_survives_and_the_attackers_are_suspects(
     assert best["status"] == "identified"
     assert best["best_arm"] == {"index": BEST, "name": "best"}
 
-    response = client.get("/v1/experiments/byzf/suspects")
+    response = client.get("/v1/experiments/byzf/suspects", headers=admin_headers())
     assert response.status_code == 200
     suspects = response.json()
     assert suspects["status"] == "identified"
@@ -94,7 +95,7 @@ def test_suspects_while_exploring_are_the_voters_against_the_leading_arm(
 ) -> None:
     create_experiment(client, id="lead", arms=ARMS, eta=0.5, delta=0.05, tolerance=2)
     a, b, c = enroll_agents(client, "lead", 3)
-    empty = client.get("/v1/experiments/lead/suspects").json()
+    empty = client.get("/v1/experiments/lead/suspects", headers=admin_headers()).json()
     assert empty["status"] == "exploring"
     assert empty["reference_arm"]["index"] == 0 and empty["suspects"] == []  # ties: lowest index
     vote(client, "lead", a, 0)
@@ -103,7 +104,7 @@ def test_suspects_while_exploring_are_the_voters_against_the_leading_arm(
     vote(client, "lead", c, 2)
     vote(client, "lead", c, 1)
     # votes [2, 1, 2]: the leading arm is 1, and c voted against it
-    body = client.get("/v1/experiments/lead/suspects").json()
+    body = client.get("/v1/experiments/lead/suspects", headers=admin_headers()).json()
     assert body["reference_arm"] == {"index": 1, "name": "middle"}
     assert body["suspects"] == [{"agent_id": c.agent_id, "votes": 2, "voted_against": [1, 2]}]
 

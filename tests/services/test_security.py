@@ -108,8 +108,8 @@ def test_a_replayed_vote_is_a_duplicate_and_changes_no_count(
     assert diff.keys() == {meta, keys.vote_rate("rp")}, diff
     assert diff[meta] == {"messages": ("1", "4"), "ignored": ("0", "3")}
     assert diff[keys.vote_rate("rp")].keys() == {a.agent_id}
-    state = client.get("/v1/experiments/rp").json()
-    assert state["votes"] == [0, 1, 0] and state["voters"][1] == [a.agent_id]
+    state = client.get("/v1/experiments/rp/voters", headers=admin_headers()).json()
+    assert state["voters"] == [[], [a.agent_id], []]
     assert vote(client, "rp", b.token, 1).json()["votes"] == 2  # others still count
 
 
@@ -291,16 +291,22 @@ STRONG = {
     [
         ({}, "DEXP_ADMIN_TOKEN is the development default"),
         ({"admin_token": "dev-admin-token"}, "DEXP_ADMIN_TOKEN is the development default"),
-        ({"enrollment_secret": "dev-enrollment-secret"}, "DEXP_ENROLLMENT_SECRET"),
+        (
+            {"enrollment_secret": "dev-enrollment-secret", "open_enrollment": True},
+            "DEXP_ENROLLMENT_SECRET",
+        ),
         ({"admin_token": "short-token-15c"}, "DEXP_ADMIN_TOKEN is shorter than 16"),
-        ({"enrollment_secret": "0123456789abcde"}, "DEXP_ENROLLMENT_SECRET is shorter than 16"),
-        ({"enrollment_secret": STRONG["admin_token"]}, "must differ"),
+        (
+            {"enrollment_secret": "0123456789abcde", "open_enrollment": True},
+            "DEXP_ENROLLMENT_SECRET is shorter than 16",
+        ),
+        ({"enrollment_secret": STRONG["admin_token"], "open_enrollment": True}, "must differ"),
         ({"redis_url": "redis://:dexp-dev-redis@redis:6379/0"}, "Redis password"),
         ({"redis_url": "redis://:short@redis:6379/0"}, "Redis password"),
     ],
 )
 def test_production_refuses_placeholder_or_weak_secrets(
-    overrides: dict[str, str], named: str
+    overrides: dict[str, Any], named: str
 ) -> None:
     values = {**STRONG, **overrides} if overrides else {}
     with pytest.raises(ValidationError, match=named):
@@ -312,6 +318,19 @@ def test_production_takes_strong_secrets() -> None:
     settings = Settings(environment="production", **STRONG)
     assert settings.insecure() == []
     assert Settings().environment == "development"
+
+
+def test_open_enrollment_is_on_in_development_and_off_in_production_unless_enabled() -> None:
+    assert Settings().open_enrollment_enabled
+    assert not Settings(environment="development", open_enrollment=False).open_enrollment_enabled
+    production = Settings(environment="production", **STRONG)
+    assert not production.open_enrollment_enabled
+    # the shared secret is not used then, so its placeholder is no weakness
+    unused = Settings(environment="production", **{**STRONG, "enrollment_secret": "dev-x-secret"})
+    assert unused.insecure() == [] and not unused.open_enrollment_enabled
+    assert Settings(
+        environment="production", open_enrollment=True, **STRONG
+    ).open_enrollment_enabled
 
 
 def test_a_production_coordinator_with_dev_secrets_does_not_start() -> None:

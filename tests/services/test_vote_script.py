@@ -57,7 +57,7 @@ def test_second_vote_by_the_same_agent_is_ignored(clean_redis: str) -> None:
         assert (again.outcome, again.votes, again.counted) == (VoteOutcome.DUPLICATE, 1, False)
         other = await store.vote(EXP, b.token, 1, 0)
         assert (other.outcome, other.votes) == (VoteOutcome.COUNTED, 2)
-        state = await store.get(EXP)
+        state = await store.get(EXP, voters=True)
         assert state["voters"][1] == sorted([a.agent_id, b.agent_id])
         assert state["votes"] == [0, 2, 0]
         assert (state["messages"], state["ignored_messages"]) == (3, 1)
@@ -75,7 +75,7 @@ def test_threshold_of_distinct_votes_eliminates_and_publishes(clean_redis: str) 
         assert (await pubsub.get_message(timeout=1.0))["type"] == "subscribe"
         outcomes = [(await store.vote(EXP, agent.token, 2, 0)).outcome for agent in agents[:3]]
         assert outcomes == [VoteOutcome.COUNTED] * 3
-        assert (await store.get(EXP))["remaining_arms"] == [0, 1, 2]
+        assert (await store.get(EXP, voters=True))["remaining_arms"] == [0, 1, 2]
         last = await store.vote(EXP, agents[3].token, 2, 0)
         assert (last.outcome, last.eliminated, last.votes, last.version) == (
             VoteOutcome.ELIMINATED,
@@ -86,7 +86,7 @@ def test_threshold_of_distinct_votes_eliminates_and_publishes(clean_redis: str) 
         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2.0)
         assert message is not None and int(message["data"]) == 1
         await pubsub.aclose()
-        state = await store.get(EXP)
+        state = await store.get(EXP, voters=True)
         assert state["remaining_arms"] == [0, 1]
         assert [(e["arm"], e["name"], e["votes"], e["order"]) for e in state["eliminations"]] == [
             (2, "arm2", 4, 1)
@@ -111,7 +111,7 @@ def test_the_last_arm_never_leaves(clean_redis: str) -> None:
         )
         beyond = await store.vote(EXP, c.token, 1, 0)
         assert (beyond.outcome, beyond.votes) == (VoteOutcome.LAST_ARM, 3)
-        state = await store.get(EXP)
+        state = await store.get(EXP, voters=True)
         assert state["remaining_arms"] == [1]
         assert state["votes"] == [2, 3]
         assert len(state["eliminations"]) == 1
@@ -126,7 +126,7 @@ def test_a_vote_on_an_eliminated_arm_is_a_message_and_changes_nothing(clean_redi
         a, b, c = await setup(store, threshold=2, n_arms=3, n_agents=3)
         await store.vote(EXP, a.token, 0, 0)
         await store.vote(EXP, b.token, 0, 0)
-        before = await store.get(EXP)
+        before = await store.get(EXP, voters=True)
         late = await store.vote(EXP, c.token, 0, 0)
         assert (late.outcome, late.counted, late.votes, late.version) == (
             VoteOutcome.ARM_OUT,
@@ -134,7 +134,7 @@ def test_a_vote_on_an_eliminated_arm_is_a_message_and_changes_nothing(clean_redi
             2,
             1,
         )
-        after = await store.get(EXP)
+        after = await store.get(EXP, voters=True)
         assert after["messages"] == before["messages"] + 1 == 3
         assert after["ignored_messages"] == before["ignored_messages"] + 1 == 1
         changed = {k for k in before if before[k] != after[k]}
@@ -156,7 +156,7 @@ def test_a_stale_epoch_is_ignored(clean_redis: str) -> None:
         )
         future = await store.vote(EXP, b.token, 0, 7)
         assert future.outcome == "stale_epoch"
-        state = await store.get(EXP)
+        state = await store.get(EXP, voters=True)
         assert state["votes"] == [0, 0, 0]
         assert (state["messages"], state["ignored_messages"]) == (2, 2)
         current = await store.vote(EXP, a.token, 0, 1)
@@ -173,11 +173,11 @@ def test_reset_clears_votes_restores_arms_and_is_conditional_on_the_epoch(
         await store.vote(EXP, a.token, 0, 0)
         await store.vote(EXP, b.token, 0, 0)
         await store.vote(EXP, a.token, 1, 0)
-        state = await store.get(EXP)
+        state = await store.get(EXP, voters=True)
         assert (state["remaining_arms"], state["votes"], state["version"]) == ([1, 2], [2, 1, 0], 1)
 
         assert await store.reset(EXP, 0) == (True, 2, 1)
-        state = await store.get(EXP)
+        state = await store.get(EXP, voters=True)
         assert state["remaining_arms"] == [0, 1, 2]
         assert state["votes"] == [0, 0, 0]
         assert state["voters"] == [[], [], []]
@@ -192,7 +192,7 @@ def test_reset_clears_votes_restores_arms_and_is_conditional_on_the_epoch(
         assert (await store.vote(EXP, b.token, 0, 1)).outcome == VoteOutcome.ELIMINATED
         # the administrative reset is unconditional
         assert await store.reset(EXP, None) == (True, 4, 2)
-        assert (await store.get(EXP))["remaining_arms"] == [0, 1, 2]
+        assert (await store.get(EXP, voters=True))["remaining_arms"] == [0, 1, 2]
 
     run(clean_redis, body)
 
@@ -252,7 +252,7 @@ def test_votes_survive_a_script_flush_and_killed_connections(clean_redis: str) -
         return outcomes
 
     assert run(clean_redis, body) == ["counted", "counted", "counted", "duplicate"]
-    state = run(clean_redis, lambda store: store.get(EXP))
+    state = run(clean_redis, lambda store: store.get(EXP, voters=True))
     assert state["votes"] == [3, 0, 0]
     assert (state["messages"], state["ignored_messages"]) == (4, 1)
 
@@ -284,7 +284,7 @@ def test_concurrent_votes_on_one_arm_count_exactly_and_eliminate_once(clean_redi
     assert outcomes["counted"] == threshold - 1
     assert outcomes["eliminated"] == 1
     assert outcomes["duplicate"] + outcomes["arm_out"] == 2 * n_agents - threshold
-    state = run(clean_redis, lambda store: store.get(EXP))
+    state = run(clean_redis, lambda store: store.get(EXP, voters=True))
     assert state["remaining_arms"] == [1, 2, 3]
     assert state["votes"][0] == threshold
     assert len(state["eliminations"]) == 1 and state["eliminations"][0]["votes"] == threshold
@@ -304,7 +304,7 @@ def test_concurrent_duplicates_count_each_agent_once(clean_redis: str) -> None:
         return Counter(str(r.outcome) for r in results)
 
     assert run(clean_redis, body) == {"counted": 200, "duplicate": 400}
-    state = run(clean_redis, lambda store: store.get(EXP))
+    state = run(clean_redis, lambda store: store.get(EXP, voters=True))
     assert state["votes"] == [0, 0, 200]
     assert (state["messages"], state["ignored_messages"]) == (600, 400)
 
@@ -333,7 +333,7 @@ def test_votes_from_several_os_threads_or_processes(
     assert outcomes["eliminated"] == 1
     assert outcomes["counted"] == (threshold - 1) + (threshold - 1)
     assert sum(outcomes.values()) == len(votes)
-    state = run(clean_redis, lambda store: store.get(EXP))
+    state = run(clean_redis, lambda store: store.get(EXP, voters=True))
     assert state["remaining_arms"] == [1, 2]
     assert state["votes"] == [threshold, threshold - 1, 0]
     assert [e["arm"] for e in state["eliminations"]] == [0]
@@ -366,7 +366,10 @@ def test_store_agrees_with_global_state(clean_redis: str, seed: int) -> None:
         outcomes = [
             str((await store.vote(exp, agents[a].token, arm, 0)).outcome) for a, arm in sequence
         ]
-        return [a.agent_id for a in agents], {"outcomes": outcomes, "state": await store.get(exp)}
+        return [a.agent_id for a in agents], {
+            "outcomes": outcomes,
+            "state": await store.get(exp, voters=True),
+        }
 
     ids, got = run(clean_redis, body)
     reference = GlobalState(n_arms=n_arms, threshold=threshold)

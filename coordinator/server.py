@@ -1,0 +1,225 @@
+"""How uvicorn serves the coordinator: one place for the HTTP edge's settings and limits.
+
+uvicorn's defaults are made for a trusted network. This module sets, from Settings:
+
+- forwarded headers: believed only from DEXP_TRUSTED_PROXIES. uvicorn's default believes
+  X-Forwarded-For from loopback (or FORWARDED_ALLOW_IPS), and a spoofed address gets a fresh
+  per-client rate-limit bucket;
+- a deadline for request headers (DEXP_HEADER_TIMEOUT_SECONDS), which uvicorn lacks: a client that
+  trickles its headers would hold a connection for ever. A client must deliver complete headers
+  within it after connecting, and after the previous response on a keep-alive connection;
+- a bound on the size of request headers (MAX_HEADER_BYTES, 431): with httptools uvicorn has none,
+  and 200 MB of headers took 270 MB of memory;
+- the keep-alive timeout (DEXP_KEEP_ALIVE_SECONDS) and the connection limit (DEXP_MAX_CONCURRENCY),
+  whose overload answer is the API's JSON 503 with Retry-After instead of uvicorn's plain text.
+
+The deadline, the header bound and the JSON 503 live in a small subclass of uvicorn's HTTP protocol
+(httptools when importable, as http="auto" picks: the vote path stays fast; else h11).
+The body limit is an ASGI middleware (coordinator/edges.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from typing import Any
+
+import uvicorn
+from uvicorn.config import Config
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from coordinator.asgi import ASGIApp, Receive, Scope, Send, send_json, send_problem
+from coordinator.settings import Settings
+
+MAX_HEADER_BYTES = 16 * 1024  # request line and headers; h11's default limit, applied to both
+log = logging.getLogger("uvicorn.error")
+
+
+def trusted_proxies(value: str) -> list[str]:
+    """The addresses and networks of DEXP_TRUSTED_PROXIES, checked: a typo must not pass silently
+    (uvicorn would compare it as a literal and trust nobody), and "*" is refused (it would trust
+    any client's X-Forwarded-For; name the proxies' network, e.g. 10.0.0.0/8)."""
+    networks = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        try:
+            network = ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"DEXP_TRUSTED_PROXIES: {item!r} is not an IP address or network"
+            ) from None
+        networks.append(str(network))
+    return networks
+
+
+async def overloaded(scope: Scope, receive: Receive, send: Send) -> None:
+    """The answer beyond DEXP_MAX_CONCURRENCY: the API's JSON error, retry in a second."""
+    await send_problem(
+        send,
+        503,
+        "the coordinator has too many connections (DEXP_MAX_CONCURRENCY); retry later",
+        {"Retry-After": "1", "Connection": "close"},
+    )
+
+
+TOO_LARGE_HEADERS = f'{{"detail":"request headers too large: at most {MAX_HEADER_BYTES} bytes"}}'
+
+
+async def headers_too_large(scope: Scope, receive: Receive, send: Send) -> None:
+    """The answer to a request line and headers over MAX_HEADER_BYTES (httptools)."""
+    await send_json(send, 431, TOO_LARGE_HEADERS.encode(), {"Connection": "close"})
+
+
+class EdgeGuards:
+    """What both protocol subclasses add to uvicorn's: the header deadline and the JSON 503.
+
+    A mixin before uvicorn's class in the bases: its methods wrap uvicorn's through super().
+    `header_timeout` is set by edge_protocol(); the connection limit is config.limit_concurrency,
+    taken over from uvicorn (whose own check answers in plain text) at construction.
+    """
+
+    header_timeout: float = 10.0
+    # uvicorn's per-connection state that the guards read
+    transport: asyncio.Transport
+    loop: asyncio.AbstractEventLoop
+    connections: set[Any]
+    tasks: set[asyncio.Task[None]]
+    limit_concurrency: int | None
+    timeout_keep_alive_task: asyncio.TimerHandle | None
+    app: ASGIApp
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_concurrency, self.limit_concurrency = self.limit_concurrency, None
+        self.served_app, self.app = self.app, self.gate
+        self.header_deadline: asyncio.TimerHandle | None = None
+
+    # -- the header deadline ------------------------------------------------------------------
+    def arm_header_deadline(self) -> None:
+        self.cancel_header_deadline()
+        self.header_deadline = self.loop.call_later(self.header_timeout, self.headers_too_late)
+
+    def cancel_header_deadline(self) -> None:
+        if self.header_deadline is not None:
+            self.header_deadline.cancel()
+            self.header_deadline = None
+
+    def headers_too_late(self) -> None:
+        self.header_deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()  # nothing is said: the client has not asked anything yet
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self.arm_header_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.cancel_header_deadline()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # type: ignore[misc]
+        # uvicorn arms its keep-alive timer when the connection waits for a next request (none is
+        # pipelined): that request's headers are due within header_timeout from now
+        if self.timeout_keep_alive_task is not None:
+            self.arm_header_deadline()
+
+    # -- the connection limit -----------------------------------------------------------------
+    async def gate(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app, or the JSON 503 beyond max_concurrency connections or running requests
+        (this connection and this request's task are counted)."""
+        limit = self.max_concurrency
+        if limit is not None and (len(self.connections) > limit or len(self.tasks) > limit):
+            log.warning("Exceeded concurrency limit.")
+            return await overloaded(scope, receive, send)
+        return await self.served_app(scope, receive, send)
+
+
+class EdgeH11Protocol(EdgeGuards, H11Protocol):
+    """h11 bounds the headers itself (h11_max_incomplete_event_size: 400 beyond)."""
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle:  # uvicorn made a new cycle: a request's headers are in
+            self.cancel_header_deadline()
+
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # no httptools: h11 only
+    FAST_PROTOCOL: type[asyncio.Protocol] | None = None
+else:
+
+    class EdgeHttpToolsProtocol(EdgeGuards, HttpToolsProtocol):
+        """httptools (llhttp) puts no bound on the request line and headers. They are measured
+        once complete (431 through the ASGI cycle), and counted while they stream in (431, or a
+        plain close while a response is pending): a client that never ends them holds at most
+        MAX_HEADER_BYTES and two reads."""
+
+        awaiting_headers = False  # a request has begun and its headers are not complete
+        header_bytes = 0  # bytes received for them, from the chunk after the one they began in
+
+        def data_received(self, data: bytes) -> None:
+            counting = self.awaiting_headers
+            super().data_received(data)
+            if counting and self.awaiting_headers and not self.transport.is_closing():
+                self.header_bytes += len(data)
+                if self.header_bytes > MAX_HEADER_BYTES:
+                    self.refuse_headers()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self.awaiting_headers, self.header_bytes = True, 0
+
+        def on_headers_complete(self) -> None:
+            self.awaiting_headers = False
+            self.cancel_header_deadline()
+            size = len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
+            # uvicorn reads self.app here to serve this request
+            self.app = headers_too_large if size > MAX_HEADER_BYTES else self.gate
+            super().on_headers_complete()
+
+        def refuse_headers(self) -> None:
+            """431 and close, written directly (the request has no ASGI cycle yet)."""
+            if self.cycle is None or self.cycle.response_complete:  # nothing else is being said
+                body = TOO_LARGE_HEADERS.encode()
+                self.transport.write(
+                    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                    b"content-type: application/json\r\nconnection: close\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(body), body)
+                )
+            self.transport.close()
+
+    FAST_PROTOCOL = EdgeHttpToolsProtocol
+
+
+def edge_protocol(header_timeout: float) -> type[asyncio.Protocol]:
+    """The protocol class for uvicorn.Config(http=...): httptools if importable, else h11."""
+    base: type[asyncio.Protocol] = FAST_PROTOCOL or EdgeH11Protocol
+    return type(base.__name__, (base,), {"header_timeout": header_timeout})
+
+
+def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Config:
+    """uvicorn's Config for the coordinator: `app` is an ASGI app, or an import string such as
+    "coordinator.app:create_app" with factory=True; `overrides` win over the settings."""
+    proxies = trusted_proxies(settings.trusted_proxies)
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "loop": "auto",  # uvloop if importable
+        "http": edge_protocol(settings.header_timeout_seconds),
+        "ws": "none",  # no WebSocket routes
+        "lifespan": "on",  # Redis and the default experiment: a failed start-up must stop
+        "log_level": settings.log_level,
+        "access_log": False,
+        "proxy_headers": bool(proxies),
+        "forwarded_allow_ips": proxies or None,
+        "timeout_keep_alive": settings.keep_alive_seconds,
+        "limit_concurrency": settings.max_concurrency,
+        "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
+    }
+    options.update(overrides)
+    return uvicorn.Config(app, **options)
