@@ -120,6 +120,17 @@ class CoordinatorClient:
         )
         return result
 
+    def settled(self, experiment: str, token: str, epoch: int) -> dict[str, Any]:
+        """CE: this agent's local set holds one arm (it votes no more). The reply has
+        `remaining_arms`, the global set when the message was applied."""
+        result: dict[str, Any] = self.request(
+            "POST",
+            f"/v1/experiments/{experiment}/settled",
+            token=token,
+            json={"epoch": epoch},
+        )
+        return result
+
     def reset(self, experiment: str, token: str, epoch: int) -> dict[str, Any] | None:
         """An agent's DSER4 reset; None if the coordinator rate-limits resets (429): not retried,
         the agent resets its own statistics only."""

@@ -17,6 +17,12 @@ below the count its own acknowledged vote's reply showed (a sure loss), or (c) n
 acknowledged votes the coordinator lacks. A second copy of a vote is harmless (the coordinator
 counts an (agent, arm) pair once), so the check can be eager.
 
+Under CE (a vote is dropped with probability xi) the coordinator cannot see from the votes that an
+agent settled (its local set holds one arm: it votes no more), which it needs to tell a tie. So
+the agent says it: one "settled" message per settle (POST .../settled). The coordinator forgets the
+flag when an arm leaves that the agent is not counted against (it may have been the agent's own
+arm), and a reset forgets every flag; an agent still settled then sends it again (common/votes.py).
+
     view = GlobalView.fetch(client, "demo")
     agent = Agent.enroll(client, view, secret="ticket...", rng=np.random.default_rng())
     arms = agent.choose()                   # arms to play now
@@ -193,6 +199,12 @@ class Agent:
         self.resets_limited = 0  # DSER4 resets the coordinator refused (429): local reset only
         self.checks = 0  # GET /v1/agents/me calls (see reconcile)
         self.checked_seq = 0  # sequence number taken just before the last of them
+        self.settled_sent = 0  # CE: settled messages sent (see _settle)
+        # CE: the global set when the coordinator took this agent's settled message, and its
+        # epoch (None: not settled at the coordinator, as far as this agent knows).
+        self.settled_with: frozenset[int] | None = None
+        self.settled_epoch = -1
+        self._settle_refused = False  # the coordinator refused a settled message (4xx): no more
         # The slow check runs every reconcile_seconds x U(0.5, 1.5), the first one no sooner than
         # one period after the start: the agents of a process spread their checks over time.
         self.reconcile_seconds = reconcile_seconds
@@ -230,6 +242,7 @@ class Agent:
                 self._sync()
             else:
                 self.local.reset(self.view.remaining)
+        self._settle()
         return self.local.select()
 
     def _global_reset(self) -> bool:
@@ -257,7 +270,44 @@ class Agent:
         """Feed the rewards of the arms played; returns the votes sent."""
         votes = self.local.observe(arms, rewards)
         self._send(votes)
+        self._settle()
         return votes
+
+    def _settle(self) -> None:
+        """CE only: tell the coordinator that this agent settled (its local set holds one arm),
+        once per settle, and again when the coordinator forgot it: an arm left the global set that
+        this agent is not counted against (its vote was dropped, or it never voted), or a reset."""
+        if not self.view.config.vote_drop or self._settle_refused:
+            return
+        view = self.view
+        if not self.local.done or self.local.epoch != view.epoch:
+            self.settled_with = None  # not settled (or restarting): nothing to say
+            return
+        if len(view.remaining) < 2:
+            return  # identified: nothing left to tell
+        if self.settled_with is not None:
+            counted = {
+                v.arm for v in self.record.acknowledged if v.epoch == view.epoch and v.in_voter_set
+            }
+            gone = self.settled_with - view.remaining
+            if self.settled_epoch == view.epoch and gone <= counted:
+                return  # the coordinator still holds the flag
+            self.settled_with = None
+        try:
+            reply = self.client.settled(view.experiment, self.token, view.epoch)
+        except CoordinatorError as exc:  # e.g. a coordinator without the route: carry on
+            self._settle_refused = True
+            log.warning("settled message of agent=%s refused: %s", self.agent_id, exc)
+            return
+        self.settled_sent += 1
+        log.info(
+            "settled agent=%s epoch=%d outcome=%s", self.agent_id, view.epoch, reply["outcome"]
+        )
+        if reply["outcome"] == "settled":
+            self.settled_with = frozenset(int(a) for a in reply["remaining_arms"])
+            self.settled_epoch = int(reply["epoch"])
+        if view.stale(int(reply["version"]), int(reply["epoch"])):
+            view.refresh(self.client)
 
     def _send(self, votes: list[int]) -> None:
         for arm in votes:

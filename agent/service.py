@@ -376,12 +376,13 @@ class AgentService:
                 last_log = time.monotonic()
                 agents = self.agents.values()
                 log.info(
-                    "%d activations, %d votes (%d sent again, %d checks), %d resets "
-                    "rate-limited, remaining arms %s",
+                    "%d activations, %d votes (%d sent again, %d checks), %d settled messages, "
+                    "%d resets rate-limited, remaining arms %s",
                     self.activations,
                     sum(a.votes_sent for a in agents),
                     sum(a.votes_resent for a in agents),
                     sum(a.checks for a in agents),
+                    sum(a.settled_sent for a in agents),
                     sum(a.resets_limited for a in agents),
                     sorted(self.view.remaining),
                 )

@@ -22,12 +22,15 @@ from dataclasses import dataclass
 
 from common.errors import ParameterError
 from common.params import (
+    check_agents_for_dropped_votes,
     check_agents_for_threshold,
     check_epsilon,
+    check_epsilon_for_rewards,
     check_open_unit,
     check_tolerance,
     corrupted_local_confidence,
     corrupted_threshold,
+    tie_warning,
     vote_threshold,
 )
 from common.subroutines import SUBROUTINES, LocalParams
@@ -145,6 +148,7 @@ class AlgorithmConfig:
         return self.delta
 
     def local_params(self, n_arms: int, n_agents: int, sigma: float | None) -> LocalParams:
+        check_epsilon_for_rewards(self.epsilon, sigma)
         if self.algorithm == "dp-mase" and sigma is not None:
             raise ParameterError(
                 "rewards", "gaussian", "DP-MASE needs rewards in [0, 1] (Bernoulli)"
@@ -167,5 +171,14 @@ class AlgorithmConfig:
         threshold = self.threshold(n_arms)
         if threshold is not None:
             check_agents_for_threshold(n_agents, threshold, self.tolerance)
+            if self.algorithm == "ce":
+                check_agents_for_dropped_votes(n_agents, threshold, self.xi)
         assert self.local_subroutine in SUBROUTINES
         return threshold
+
+    def warnings(self, n_arms: int, n_agents: int) -> list[str]:
+        """What this configuration risks with N agents without being invalid: ties."""
+        threshold = self.threshold(n_arms)
+        if threshold is None:
+            return []
+        return [w for w in (tie_warning(n_agents, threshold),) if w]

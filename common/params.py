@@ -27,6 +27,41 @@ def check_epsilon(value: float) -> float:
     return float(value)
 
 
+def check_epsilon_for_rewards(value: float, sigma: float | None) -> float:
+    """Rewards in [0, 1] (sigma None): eps must be in (0, 1]. Above 1 every arm is eps-optimal and
+    the question has no answer to find; an experiment set up so is a mistake, refused."""
+    if sigma is None and value > 1.0:
+        raise ParameterError(
+            "epsilon", value, "must be in (0, 1] for rewards in [0, 1] (every arm is within 1)"
+        )
+    return value
+
+
+def check_agents_for_dropped_votes(n_agents: int, threshold: int, xi: float) -> int:
+    """CE drops each vote with probability xi, so at most N (1 - xi) votes against an arm arrive
+    in expectation: below the threshold, arms cannot leave in expectation and the run stalls."""
+    if n_agents * (1.0 - xi) < threshold:
+        needed = math.ceil(threshold / (1.0 - xi) - 1e-9)
+        raise ParameterError(
+            "agents",
+            n_agents,
+            f"CE needs agents x (1 - xi) >= the vote threshold {threshold} (xi={xi}): at least "
+            f"{needed} agents, or fewer dropped votes",
+        )
+    return n_agents
+
+
+def tie_warning(n_agents: int, threshold: int) -> str | None:
+    """N < 2 (M + f) - 1: two arms within eps of each other can split the agents so that neither
+    gets the threshold's votes, and the experiment ends tied (both kept)."""
+    if n_agents < 2 * threshold - 1:
+        return (
+            f"{n_agents} agents < 2 x threshold - 1 = {2 * threshold - 1}: arms within epsilon "
+            "of each other can split the agents and end the experiment tied (several arms kept)"
+        )
+    return None
+
+
 def check_arms(n_arms: int) -> int:
     if n_arms < 2:
         raise ParameterError("arms", n_arms, "need at least 2 arms")

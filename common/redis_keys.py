@@ -26,6 +26,13 @@ def voters(exp: str, arm: int) -> str:
     return f"{PREFIX}:{{{exp}}}:voters:{arm}"
 
 
+def settled(exp: str) -> str:
+    """Set of the agent ids that said they settled in the current epoch (CE's "settled" message:
+    the agent's local set holds one arm). An elimination keeps only the settled agents that voted
+    against the arm that left; a reset clears it (common/votes.py)."""
+    return f"{PREFIX}:{{{exp}}}:settled"
+
+
 def eliminations(exp: str) -> str:
     """List of JSON eliminations of the current epoch, in order."""
     return f"{PREFIX}:{{{exp}}}:eliminations"

@@ -3,11 +3,23 @@
 An arm leaves the global set once `threshold` distinct agents voted against it; an agent's second
 vote on the same arm counts for nothing; the last arm never leaves; a vote on an arm that is already
 out is a message but changes nothing.
+
+Ties. Votes can stop short of removing any arm: with two arms within eps of each other and fewer
+than 2M - 1 agents, each agent keeps one of them and votes against the other, and neither reaches M
+votes. `reachable_votes` bounds, for each remaining arm, the votes it has plus those it can still
+get in this epoch while no arm leaves; when no arm can reach the threshold, nothing can change any
+more (no elimination, so no agent restarts) and the experiment is tied (`is_tied`). An agent stops
+voting ("settles") once its local set holds one arm, which it never votes against. Under DE and
+DP-MASE every local elimination is sent, so an agent that voted against every remaining arm but
+one has settled, visibly. Under CE some votes are dropped, so the agent says it itself: one
+"settled" message, which carries no arm (`GlobalState.settle`). The coordinator then forgets the
+flag of a settled agent whenever an arm leaves that the agent did not visibly vote against (it may
+have been the agent's own arm, which restarts it); an agent still settled then sends it again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -37,6 +49,61 @@ def decide_vote(
     return VoteOutcome.COUNTED
 
 
+def reachable_votes(
+    remaining: Collection[int],
+    voters: Mapping[int, Collection[str]],
+    settled: Collection[str],
+    n_agents: int,
+) -> dict[int, int]:
+    """For each remaining arm, the most distinct votes it can have in this epoch while no arm
+    leaves: its voters, plus every agent that has not voted against it and can still vote.
+
+    An agent can still vote unless it has settled: it said so (`settled`), or it voted against
+    every remaining arm but one. Agents that never voted count as able to (N = `n_agents` includes
+    them). An arm's count is then (settled voters of the arm) + (agents not settled): the voters
+    that can still vote are among the agents not settled."""
+    against: dict[str, set[int]] = {}
+    for arm in remaining:
+        for agent in voters.get(arm, ()):
+            against.setdefault(agent, set()).add(arm)
+    done = set(settled) | {a for a, arms in against.items() if len(remaining) - len(arms) <= 1}
+    free = max(0, n_agents - len(done))
+    return {
+        arm: free + sum(1 for agent in done if arm in against.get(agent, ())) for arm in remaining
+    }
+
+
+def is_tied(
+    remaining: Collection[int],
+    voters: Mapping[int, Collection[str]],
+    settled: Collection[str],
+    n_agents: int,
+    threshold: int,
+) -> bool:
+    """Several arms remain and none can reach the threshold any more: the experiment is tied.
+    What that certifies is `tie_certificate`'s sentence, no more."""
+    if len(remaining) < 2:
+        return False
+    reachable = reachable_votes(remaining, voters, settled, n_agents)
+    return all(count < threshold for count in reachable.values())
+
+
+def tie_certificate(delta: float, tolerance: int = 0) -> str:
+    """What a tie certifies, exactly. Theorem 1's argument: an arm leaves only with M distinct
+    votes (with tolerance f: M honest ones), and each vote against the best arm is a local error
+    of probability at most eta, so all of them are errors with probability at most
+    eta^M <= delta. That premise fails when another arm is within epsilon of the best: SE's
+    epsilon-stop then votes against the best arm without any error (measured: of two equal arms,
+    arm 0 left in 79 of 200 runs at N = 64). So the best arm is certified to remain only when no
+    other arm is within epsilon of it; nothing is certified about how the candidates compare."""
+    sentence = (
+        f"with probability at least 1 - delta = {1 - delta:g}, the best arm is among the "
+        "candidates unless another arm is within epsilon of it (then either may have been voted "
+        "out without error); nothing is certified about the differences between the candidates"
+    )
+    return f"while at most f = {tolerance} agents lie, {sentence}" if tolerance else sentence
+
+
 @dataclass(frozen=True)
 class Elimination:
     arm: int
@@ -57,8 +124,9 @@ class GlobalState:
     eliminations: list[Elimination] = field(default_factory=list)
     version: int = 0
     epoch: int = 0
-    messages: int = 0
+    messages: int = 0  # votes and settled messages received, counted or not
     ignored: int = 0
+    settled: set[str] = field(default_factory=set)  # agents that said they settled (CE)
 
     def __post_init__(self) -> None:
         if not self.remaining:
@@ -77,6 +145,8 @@ class GlobalState:
         self.voters[arm].add(agent)
         if outcome is VoteOutcome.ELIMINATED:
             self.remaining.discard(arm)
+            # A settled agent that did not vote against the arm may have held it: it restarts.
+            self.settled &= self.voters[arm]
             self.version += 1
             order = sum(e.epoch == self.epoch for e in self.eliminations) + 1
             self.eliminations.append(
@@ -87,10 +157,20 @@ class GlobalState:
     def vote_many(self, agent: str, arms: Iterable[int], time: int = 0) -> list[VoteOutcome]:
         return [self.vote(agent, arm, time) for arm in arms]
 
+    def settle(self, agent: str) -> None:
+        """An agent's "settled" message (CE): its local set holds one arm, it votes no more."""
+        self.messages += 1
+        self.settled.add(agent)
+
+    def tied(self, n_agents: int) -> bool:
+        """No remaining arm can reach the threshold any more (see `is_tied`)."""
+        return is_tied(self.remaining, self.voters, self.settled, n_agents, self.threshold)
+
     def reset(self) -> None:
         """DSER4's global reset: every arm back, votes cleared, a new epoch."""
         self.remaining = set(range(self.n_arms))
         self.voters = {arm: set() for arm in range(self.n_arms)}
+        self.settled = set()
         self.epoch += 1
         self.version += 1
 

@@ -14,16 +14,17 @@ import hmac
 import json
 import secrets
 import time
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from redis.asyncio import Redis
 
 from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
-from common.votes import VoteOutcome
+from common.votes import VoteOutcome, is_tied
 from coordinator.errors import (
     Conflict,
     CoordinatorError,
@@ -36,6 +37,8 @@ from coordinator.errors import (
 
 _LUA = Path(__file__).with_name("lua")
 SERVICE_ALGORITHMS = ("de", "ce", "dp-mase")
+Status = Literal["exploring", "identified", "tied"]
+TIE_CACHE_SIZE = 4096  # experiments whose last tie verdict a coordinator process remembers
 
 
 def _now_ms() -> int:
@@ -96,6 +99,15 @@ class VoteResult:
 
 
 @dataclass(frozen=True)
+class SettleResult:
+    outcome: str  # settled | stale_epoch
+    added: bool  # the agent was not settled yet in this epoch
+    version: int
+    epoch: int
+    remaining: list[int]  # the global set when the message was applied
+
+
+@dataclass(frozen=True)
 class Enrollment:
     agent_id: str
     token: str
@@ -132,9 +144,12 @@ class ExperimentStore:
         self.redis = redis
         self.limits = limits or Limits()
         self._vote = redis.register_script(_script("vote.lua", rate_limited=True))
+        self._settle = redis.register_script(_script("settled.lua", rate_limited=True))
         self._reset = redis.register_script(_script("reset.lua", rate_limited=True))
         self._create = redis.register_script(_script("create.lua"))
         self._enroll = redis.register_script(_script("enroll.lua", rate_limited=True))
+        # exp -> (what the verdict depends on, tied): see get_with_status
+        self._ties: OrderedDict[str, tuple[tuple[int, ...], bool]] = OrderedDict()
 
     @property
     def limits(self) -> Limits:
@@ -168,7 +183,7 @@ class ExperimentStore:
         if not created:
             raise Conflict(f"experiment {exp!r} already exists")
         await self.redis.zadd(keys.EXPERIMENT_INDEX, {exp: 0})
-        return await self.get(exp)
+        return await self.get_with_status(exp)
 
     async def exists(self, exp: str) -> bool:
         return bool(await self.redis.exists(keys.meta(exp)))
@@ -182,30 +197,56 @@ class ExperimentStore:
 
     async def summaries(self, ids: list[str]) -> list[dict[str, Any]]:
         """A few aggregates of each experiment, in one pipeline (ids deleted meanwhile are left
-        out): what a listing shows, never voters or agent ids."""
+        out): what a listing shows, never voters or agent ids. The status of an experiment whose
+        tie verdict is not known for its counters costs one more read (see get_with_status)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for exp in ids:
-                pipe.hmget(keys.meta(exp), "n_arms", "threshold", "version", "epoch", "created_at")
+                pipe.hmget(
+                    keys.meta(exp),
+                    "n_arms",
+                    "threshold",
+                    "version",
+                    "epoch",
+                    "created_at",
+                    "messages",
+                    "ignored",
+                )
                 pipe.smembers(keys.remaining(exp))
                 pipe.zcard(keys.agents(exp))
             replies = await pipe.execute()
         result = []
         for i, exp in enumerate(ids):
-            (n_arms, threshold, version, epoch, created), remaining, agents = replies[
-                3 * i : 3 * i + 3
-            ]
-            if n_arms is None:
+            meta, remaining, agents = replies[3 * i : 3 * i + 3]
+            if meta[0] is None:
                 continue
+            n_arms, threshold, version, epoch, created, messages, ignored = (int(v) for v in meta)
+            counters = {
+                "remaining_arms": [int(_s(a)) for a in remaining],
+                "threshold": threshold,
+                "agents": int(agents),
+                "version": version,
+                "epoch": epoch,
+                "created_at": created,
+                "messages": messages,
+                "ignored_messages": ignored,
+            }
+            status = self._known_status(exp, counters)
+            if status is None:
+                try:
+                    status = (await self.get_with_status(exp))["status"]
+                except NotFound:  # deleted meanwhile
+                    continue
             result.append(
                 {
                     "id": exp,
-                    "n_arms": int(n_arms),
+                    "status": status,
+                    "n_arms": n_arms,
                     "remaining": len(remaining),
-                    "threshold": int(threshold),
+                    "threshold": threshold,
                     "agents": int(agents),
-                    "version": int(version),
-                    "epoch": int(epoch),
-                    "created_at": int(created),
+                    "version": version,
+                    "epoch": epoch,
+                    "created_at": created,
                 }
             )
         return result
@@ -227,6 +268,7 @@ class ExperimentStore:
             keys.tickets(exp),
             keys.reset_rate(exp),
             keys.resets(exp),
+            keys.settled(exp),
             *[keys.voters(exp, arm) for arm in range(n_arms)],
             *streams,
         )
@@ -258,12 +300,17 @@ class ExperimentStore:
             pipe.lrange(keys.eliminations(exp), 0, -1)
             pipe.zcard(keys.agents(exp))
             pipe.hgetall(keys.meta(exp))
+            if voters:
+                pipe.smembers(keys.settled(exp))
+            else:
+                pipe.scard(keys.settled(exp))
             replies = await pipe.execute()
         remaining = sorted(int(_s(a)) for a in replies[0])
         per_arm = replies[1 : 1 + len(arms)]
         eliminations = [json.loads(_s(e)) for e in replies[1 + len(arms)]]
         n_agents = int(replies[2 + len(arms)])
         meta = {_s(k): _s(v) for k, v in replies[3 + len(arms)].items()} or meta
+        settled = replies[4 + len(arms)]
         for e in eliminations:
             e["name"] = arms[e["arm"]]
         state: dict[str, Any] = {
@@ -280,11 +327,64 @@ class ExperimentStore:
             "version": int(meta["version"]),
             "epoch": int(meta["epoch"]),
             "agents": n_agents,
+            "settled_agents": len(settled) if voters else int(settled),
             "created_at": int(meta["created_at"]),
         }
         if voters:
             state["voters"] = [sorted(_s(v) for v in ids) for ids in per_arm]
+            state["settled"] = sorted(_s(a) for a in settled)
         return state
+
+    # -- status: exploring, identified or tied ------------------------------------------------
+    async def get_with_status(self, exp: str, voters: bool = False) -> dict[str, Any]:
+        """`get(exp, voters)` and its "status": identified (one arm left), tied (several left and
+        none can reach the threshold any more: common.votes.is_tied over the voter sets, the
+        settled agents and the enrolled agents) or exploring.
+
+        Deciding a tie needs every voter set, and the load generator asks every 0.2 s. So a cheap
+        bound rules most states out (`_surely_not_tied`), and the verdict is kept per process,
+        keyed by every counter that a vote, a settled message, an enrollment or a reset moves
+        (`_tie_key`): the voter sets are read only when one of them moved. An enrollment can end
+        a tie (one more agent that can still vote): the key has the number of agents. With fewer
+        agents than the threshold the status is exploring: no arm can leave before more enroll."""
+        state = await self.get(exp, voters=voters)
+        status = self._known_status(exp, state)
+        if status is None:
+            full = state if voters else await self.get(exp, voters=True)
+            status = "tied" if self._decide_tie(exp, full) else "exploring"
+            if not voters:  # answer from the read the verdict came from
+                state = {k: v for k, v in full.items() if k not in ("voters", "settled")}
+        state["status"] = status
+        return state
+
+    def _known_status(self, exp: str, state: dict[str, Any]) -> Status | None:
+        """The status if it shows without the voter sets (None: they must be read)."""
+        if len(state["remaining_arms"]) < 2:
+            return "identified"
+        if state["agents"] < state["threshold"] or _surely_not_tied(state):
+            # Fewer agents than the threshold: no arm can leave yet, and the experiment waits for
+            # agents (its warnings say so); a tie is a verdict on the agents that are there.
+            return "exploring"
+        known = self._ties.get(exp)
+        if known is not None and known[0] == _tie_key(state):
+            self._ties.move_to_end(exp)
+            return "tied" if known[1] else "exploring"
+        return None
+
+    def _decide_tie(self, exp: str, full: dict[str, Any]) -> bool:
+        """is_tied over a state read with its voters; remembered under the state's counters."""
+        tied = is_tied(
+            full["remaining_arms"],
+            dict(enumerate(full["voters"])),
+            full["settled"],
+            full["agents"],
+            full["threshold"],
+        )
+        self._ties[exp] = (_tie_key(full), tied)
+        self._ties.move_to_end(exp)
+        while len(self._ties) > TIE_CACHE_SIZE:
+            self._ties.popitem(last=False)
+        return tied
 
     # -- agents ---------------------------------------------------------------------------
     async def issue_tickets(self, exp: str, count: int, ttl_seconds: int) -> tuple[list[str], int]:
@@ -468,6 +568,7 @@ class ExperimentStore:
                 keys.eliminations(exp),
                 keys.credentials(exp),
                 keys.vote_rate(exp),
+                keys.settled(exp),
             ],
             args=[agent, arm, epoch, _now_ms(), _digest(token), rate, burst],
         )
@@ -495,6 +596,46 @@ class ExperimentStore:
             await self.redis.publish(keys.events(exp), result.version)
         return result
 
+    async def settle(self, exp: str, token: str, epoch: int) -> SettleResult:
+        """Apply the "settled" message of the agent whose bearer token is `token` (CE): one round
+        trip to Redis (lua/settled.lua). A message of another epoch is counted and ignored."""
+        agent = agent_of(token)
+        rate, burst = self._vote_limit
+        reply = await self._settle(
+            keys=[
+                keys.meta(exp),
+                keys.settled(exp),
+                keys.remaining(exp),
+                keys.credentials(exp),
+                keys.vote_rate(exp),
+            ],
+            args=[agent, epoch, _digest(token), rate, burst],
+        )
+        outcome = _s(reply[0])
+        if outcome == "no_experiment":
+            raise NotFound(f"experiment {exp!r} does not exist")
+        if outcome == "unauthorized":
+            raise await self._refusal(token, exp)
+        if outcome == "not_ce":
+            raise Forbidden(
+                f"experiment {exp!r} is not CE: settled messages are for CE, which drops votes; "
+                "under the other algorithms every vote is sent and an agent's settling shows in them"
+            )
+        if outcome == "rate_limited":
+            wait = int(reply[1]) / 1000
+            raise RateLimited(
+                f"agent {agent} sends too fast: at most {self.limits.vote_rate:g} votes and settled "
+                f"messages per second (burst {self.limits.vote_burst}); retry in {wait:.2f} s",
+                wait,
+            )
+        return SettleResult(
+            outcome,
+            bool(int(reply[3])),
+            int(reply[1]),
+            int(reply[2]),
+            sorted(int(_s(a)) for a in reply[4]),
+        )
+
     async def reset(self, exp: str, epoch: int | None, agent: str = "") -> tuple[bool, int, int]:
         """A new epoch. By an agent (DSER4): only if still in `epoch`, and rate-limited per agent
         and per experiment (RateLimited); by the admin (`agent` ''): unconditional, unlimited."""
@@ -508,6 +649,7 @@ class ExperimentStore:
                 keys.eliminations(exp),
                 keys.reset_rate(exp),
                 keys.resets(exp),
+                keys.settled(exp),
                 *[keys.voters(exp, arm) for arm in range(n_arms)],
             ],
             args=[
@@ -533,6 +675,34 @@ class ExperimentStore:
         if code == 1:
             await self.redis.publish(keys.events(exp), int(reply[1]))
         return bool(code), int(reply[1]), int(reply[2])
+
+
+def _tie_key(state: dict[str, Any]) -> tuple[int, ...]:
+    """Every counter that moves when the inputs of is_tied can change: a vote or a settled message
+    (messages, ignored), an elimination (version), a reset (epoch, version), an enrollment
+    (agents), the experiment deleted and created again (created_at)."""
+    return (
+        state["created_at"],
+        state["epoch"],
+        state["version"],
+        state["messages"],
+        state["ignored_messages"],
+        state["agents"],
+    )
+
+
+def _surely_not_tied(state: dict[str, Any]) -> bool:
+    """True when a state cannot be tied, from its counts alone (False: maybe tied). An agent that
+    cannot vote any more ("done", see common.votes.reachable_votes) said it settled or voted
+    against all the remaining arms but one, so at most settled + (votes on remaining arms) //
+    (remaining - 1) agents are done; the others can still vote against every arm. When they are
+    at least the threshold, every remaining arm can still reach it."""
+    if "votes" not in state or "settled_agents" not in state:
+        return False
+    remaining = state["remaining_arms"]
+    votes = sum(state["votes"][arm] for arm in remaining)
+    done_at_most = state["settled_agents"] + votes // (len(remaining) - 1)
+    return bool(state["agents"] - done_at_most >= state["threshold"])
 
 
 def _s(value: bytes | str) -> str:

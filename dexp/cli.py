@@ -33,9 +33,10 @@ from common.environments import PROBLEMS, build_problem
 from common.errors import ParameterError
 from common.simulation import ENGINES, SimulationConfig, TrialResult, run_trials, summarize
 from common.simulation.config import DEFAULT_BUDGET, STOP_RULES
+from common.simulation.runner import simulation_warnings
 from dexp.admin import AdminError, tickets_app
 from dexp.engines import EngineUnavailable, check_engine, trial_function
-from dexp.stats import describe
+from dexp.stats import describe, proportion_interval
 
 PULLS = ("one", "every-arm")
 STOP_HELP = {
@@ -164,38 +165,64 @@ def _json_number(x: float) -> float | None:
 
 
 def summary_json(results: list[TrialResult]) -> dict[str, Any]:
-    """common.simulation.summarize, with sorted stop counts and a 95% CI on each mean."""
+    """common.simulation.summarize, with sorted stop counts, a 95% CI on each mean and a 95%
+    Wilson interval on the failure and tie rates."""
     summary = summarize(results)
     summary["stopped_by"] = dict(sorted(summary["stopped_by"].items()))
     for metric in ("sample_complexity", "messages"):
         d = describe([getattr(r, metric) for r in results])
         summary[metric]["ci95"] = [d.ci95_low, d.ci95_high] if math.isfinite(d.ci95_low) else None
+    for count in ("failures", "ties"):
+        rate = "failure_rate" if count == "failures" else "tie_rate"
+        summary[f"{rate}_ci95"] = list(proportion_interval(summary[count], len(results)))
     return summary
+
+
+TIE_MEANING = (
+    "tie: the votes can remove none of the remaining arms (the candidates). With probability "
+    ">= 1 - delta the best arm is among them, unless another arm is within eps of it (then "
+    "either may have been voted out without error); nothing is said about how they compare. "
+    "best arm = the candidate with the fewest votes; correct = every candidate is eps-optimal."
+)
+
+
+def _warn(message: str) -> None:
+    """One line on stderr; the exit status does not change."""
+    sys.stderr.write(f"warning: {' '.join(message.split())}\n")
+    sys.stderr.flush()
+
+
+# The problem options that `simulate` and `demo` share.
+ProblemOption = Annotated[
+    str | None,
+    typer.Option(help=f"A named problem ({', '.join(PROBLEMS)}); default {DEFAULT_PROBLEM}."),
+]
+MeansOption = Annotated[
+    str | None,
+    typer.Option(help="Arm means (alone, or replacing the problem's), e.g. 0.8,0.8,0.2."),
+]
+RewardsOption = Annotated[
+    str | None, typer.Option(help="bernoulli (default with --means) or gaussian:SIGMA.")
+]
+DriftOption = Annotated[
+    str | None, typer.Option(help="Per-arm drift of the means per activation, e.g. 0,-1e-5.")
+]
+ActivationOption = Annotated[
+    str | None,
+    typer.Option(
+        help="uniform | groups:P:Q | power:ALPHA:GAMMA | zipf:S (default: the problem's)."
+    ),
+]
 
 
 @app.command()
 def simulate(
-    problem: Annotated[
-        str | None,
-        typer.Option(help=f"A named problem ({', '.join(PROBLEMS)}); default {DEFAULT_PROBLEM}."),
-    ] = None,
-    means: Annotated[
-        str | None,
-        typer.Option(help="Arm means (alone, or replacing the problem's), e.g. 0.7,0.5."),
-    ] = None,
-    rewards: Annotated[
-        str | None, typer.Option(help="bernoulli (default with --means) or gaussian:SIGMA.")
-    ] = None,
-    drift: Annotated[
-        str | None, typer.Option(help="Per-arm drift of the means per activation, e.g. 0,-1e-5.")
-    ] = None,
+    problem: ProblemOption = None,
+    means: MeansOption = None,
+    rewards: RewardsOption = None,
+    drift: DriftOption = None,
     agents: Annotated[int, typer.Option(help="Number of agents N.")] = 32,
-    activation: Annotated[
-        str | None,
-        typer.Option(
-            help="uniform | groups:P:Q | power:ALPHA:GAMMA | zipf:S (default: the problem's)."
-        ),
-    ] = None,
+    activation: ActivationOption = None,
     algorithm: Annotated[str, typer.Option(help=" | ".join(ALGORITHMS))] = "de",
     subroutine: Annotated[str, typer.Option(help=" | ".join(USER_SUBROUTINES))] = "ser3",
     epsilon: Annotated[float, typer.Option(help="Target accuracy eps.")] = 0.25,
@@ -235,7 +262,9 @@ def simulate(
         ),
     ] = None,
 ) -> None:
-    """Run seeded trials of one configuration and report sample complexity, messages, failures."""
+    """Run seeded trials of one configuration and report sample complexity, messages, failures
+    and ties. Warnings (ties possible with N < 2M - 1; DSER4 resets faster than a run) go to
+    stderr and leave the exit status alone."""
     # The parser the load generator uses too: a named problem, possibly with its means, rewards
     # or drift replaced, or a problem made of --means alone.
     name = problem if problem is not None or means is not None else DEFAULT_PROBLEM
@@ -270,6 +299,8 @@ def simulate(
         attackers=attackers,
     )
     trial_function(engine)
+    for warning in simulation_warnings(config, seed):
+        _warn(warning)
 
     with _progress() as progress:
         task = progress.add_task(f"{algorithm}-{subroutine} N={agents}", total=trials)
@@ -393,9 +424,12 @@ def print_simulation(
 
     # Suspects (agents that voted against the returned arm) are shown in a Byzantine setting.
     byzantine_run = config.attackers > 0 or algo.tolerance > 0
+    any_tie = summary["ties"] > 0
     if per_trial:
         trials = Table(title="trials", title_justify="left")
         columns = ["trial", "sample complexity", "messages", "best arm", "correct", "stopped by"]
+        if any_tie:
+            columns.append("candidates")
         if byzantine_run:
             columns.append("suspects")
         for column in columns:
@@ -409,6 +443,8 @@ def print_simulation(
                 "yes" if r.correct else "[red]no[/red]",
                 r.stopped_by,
             ]
+            if any_tie:
+                row.append(",".join(str(a) for a in r.candidates))
             if byzantine_run:
                 row.append(str(len(r.suspects)))
             trials.add_row(*row)
@@ -426,10 +462,26 @@ def print_simulation(
             _fmt(s["std"]),
             f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "-",
         )
-    failures = sum(not r.correct for r in results)
-    table.add_row(
-        "failure rate", f"{summary['failure_rate']:.3f}", "", f"{failures}/{len(results)}"
-    )
+    if algo.vote_drop > 0:
+        table.add_row("  of which settled", _fmt(summary["settled_messages"]), "", "")
+    n = len(results)
+    for label, rate, count in (
+        ("failure rate", "failure_rate", "failures"),
+        ("tie rate", "tie_rate", "ties"),
+    ):
+        low, high = summary[f"{rate}_ci95"]
+        table.add_row(
+            label, f"{summary[rate]:.3f}", "", f"[{low:.3f}, {high:.3f}] ({summary[count]}/{n})"
+        )
+    if any_tie:
+        kept: dict[str, int] = {}
+        for r in results:
+            if r.stopped_by == "tie":
+                key = "{" + ",".join(str(a) for a in r.candidates) + "}"
+                kept[key] = kept.get(key, 0) + 1
+        table.add_row(
+            "tie candidates", ", ".join(f"{k} {v}" for k, v in sorted(kept.items())), "", ""
+        )
     table.add_row(
         "stopped by", ", ".join(f"{k} {v}" for k, v in summary["stopped_by"].items()), "", ""
     )
@@ -443,6 +495,8 @@ def print_simulation(
             f"every attacker a suspect in {caught}/{len(results)}",
         )
     out.print(table)
+    if any_tie:
+        out.print(TIE_MEANING)
 
 
 # ----------------------------------------------------------------------------- reproduce
@@ -582,9 +636,11 @@ def reproduce(
 
 @app.command()
 def demo(
-    problem: Annotated[str, typer.Option(help="A named problem (its arms and activations).")] = (
-        DEFAULT_PROBLEM
-    ),
+    problem: ProblemOption = None,
+    means: MeansOption = None,
+    rewards: RewardsOption = None,
+    drift: DriftOption = None,
+    activation: ActivationOption = None,
     agents: Annotated[int, typer.Option(help="Agents in all (must reach the threshold M).")] = 32,
     processes: Annotated[int, typer.Option(help="Agent processes hosting them.")] = 2,
     algorithm: Annotated[str, typer.Option(help="de | ce | dp-mase")] = "de",
@@ -601,12 +657,15 @@ def demo(
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run the whole system as local processes (redis-server, coordinator, agents, load generator)
-    until the best arm is identified; exit 0 when it is eps-optimal."""
+    until the experiment ends: identified, or tied (several arms left that no agent can separate
+    any more). Exit status as the load generator's: 0 when the arm, or every tied candidate, is
+    eps-optimal; 1 budget or deadline; 4 not eps-optimal; 5 stalled."""
     from dexp.demo import run_demo
-    from load_generator.generator import format_summary
+    from load_generator.generator import exit_code, format_summary
 
     check_at_least("agents", agents, 1)
     check_at_least("processes", processes, 1)
+    name = problem if problem is not None or means is not None else DEFAULT_PROBLEM
     try:
         config = AlgorithmConfig(
             algorithm=algorithm, subroutine=subroutine, epsilon=epsilon, delta=delta, eta=eta, xi=xi
@@ -614,12 +673,22 @@ def demo(
         if algorithm not in ("de", "ce", "dp-mase"):
             raise ParameterError("algorithm", algorithm, "the services run de, ce or dp-mase")
         summary = run_demo(
-            problem, config, agents, processes, seed=seed, rate=rate, max_seconds=max_seconds
+            name,
+            config,
+            agents,
+            processes,
+            seed=seed,
+            rate=rate,
+            max_seconds=max_seconds,
+            means=means,
+            rewards=rewards,
+            drift=drift,
+            activation=activation,
         )
     except ParameterError as exc:
         _fail(str(exc))
     print(format_summary(summary, json_output))
-    raise typer.Exit(0 if summary.status == "identified" and summary.correct else 1)
+    raise typer.Exit(exit_code(summary))
 
 
 app.add_typer(tickets_app, name="tickets")

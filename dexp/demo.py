@@ -26,6 +26,7 @@ import redis
 
 from common.algorithms import AlgorithmConfig
 from common.environments import build_problem
+from common.params import check_epsilon_for_rewards
 from load_generator.generator import LoadGenerator, Summary
 from load_generator.settings import LoadSettings
 
@@ -266,7 +267,7 @@ def local_stack(
 
 
 def run_demo(
-    problem_name: str = "feraud-1",
+    problem_name: str | None = "feraud-1",
     config: AlgorithmConfig | None = None,
     agents: int = 32,
     processes: int = 2,
@@ -274,25 +275,40 @@ def run_demo(
     rate: float = 0.0,
     budget: int = 20_000_000,
     max_seconds: float = 600.0,
+    means: str | None = None,
+    rewards: str | None = None,
+    drift: str | None = None,
+    activation: str | None = None,
+    stall_seconds: float = 30.0,
 ) -> Summary:
-    problem = build_problem(problem_name)
+    """One run of the whole system on a problem: a named one, possibly with its means, rewards,
+    drift or activation replaced, or one made of `means` alone (problem_name None). Everything is
+    checked before any process starts (ParameterError)."""
+    problem = build_problem(problem_name, means, rewards, drift, activation)
     env = problem.environment
     config = config or AlgorithmConfig()
     sigma = None if env.bounded else env.sigma
+    check_epsilon_for_rewards(config.epsilon, sigma)
     config.validate_for(env.n_arms, agents)
+    config.local_params(env.n_arms, agents, sigma)  # e.g. DP-MASE refuses Gaussian rewards
     arms = [f"arm-{k}" for k in range(env.n_arms)]
     with local_stack(config, arms, agents, processes, sigma, seed) as stack:
         settings = LoadSettings(
             coordinator_url=stack.coordinator_url,
             redis_url=stack.redis_url,
             experiment="demo",
-            problem=problem_name,
+            problem=problem_name or "",
+            means=means or "",
+            rewards=rewards or "",
+            drift=drift or "",
+            activation=activation or "",
             seed=seed,
             rate=rate,
             budget=budget,
             max_seconds=max_seconds,
             agent_wait_seconds=60,
             settle_seconds=1.0,
+            stall_seconds=stall_seconds,
         )
         stack.check_alive()
         with LoadGenerator(settings) as generator:

@@ -1,12 +1,20 @@
-"""`python -m load_generator [--json]`: play the environment until the best arm is identified."""
+"""`python -m load_generator [--json]`: play the environment until the experiment ends.
+
+Exit status: 0 identified or tied, and correct (the arm, or every candidate, eps-optimal); 1 the
+budget or the deadline ran out; 2 bad settings; 3 too few agents (N < M, or CE's N (1 - xi) < M);
+4 identified or tied but not correct; 5 stalled (no activation consumed for DEXP_STALL_SECONDS, or
+the coordinator or Redis unreachable for DEXP_UNREACHABLE_SECONDS): the summary says what it saw.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
 
+import redis
+
 from common.errors import ParameterError
-from load_generator.generator import LoadGenerator, NotEnoughAgents, format_summary
+from load_generator.generator import LoadGenerator, NotEnoughAgents, exit_code, format_summary
 from load_generator.settings import LoadSettings
 
 
@@ -32,10 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     except NotEnoughAgents as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except (ConnectionError, redis.ConnectionError, redis.TimeoutError) as exc:
+        # Before the run started (waiting for agents): the coordinator or Redis never answered
+        # within DEXP_UNREACHABLE_SECONDS. A stall, as during the run.
+        print(f"error: stalled before the run: {exc}", file=sys.stderr)
+        return 5
     print(format_summary(summary, settings.json_output), flush=True)
-    if summary.status != "identified":
-        return 1
-    return 0 if summary.correct else 4
+    return exit_code(summary)
 
 
 if __name__ == "__main__":

@@ -32,4 +32,10 @@ class LoadSettings(BaseSettings):
         gt=0,
         description="how long the coordinator or Redis may be unreachable before it gives up",
     )
+    stall_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="no activation consumed for this long while some are pending: the run has "
+        "stalled; it stops, says what it sees, and exits with status 5",
+    )
     json_output: bool = Field(False, description="print the summary as one JSON object")

@@ -22,6 +22,7 @@ table of measured failure rates.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -49,13 +50,15 @@ def _case(
     CASES[name] = (SimulationConfig(env, algo, **kw), description)  # type: ignore[arg-type]
 
 
+# N - A honest agents must reach the threshold M + f, or no other arm can ever leave and every
+# trial ends tied (tests/test_ties.py): N = 96 = 29 attackers + 67 honest >= 58.
 for _tol in (0, 29):
     _case(
         f"de-m-attackers-f{_tol}",
-        "DE feraud-1 eps=0.1 N=64",
+        "DE feraud-1 eps=0.1 N=96",
         FERAUD_1,
         AlgorithmConfig(epsilon=0.1, tolerance=_tol),
-        n_agents=64,
+        n_agents=96,
         attackers=29,
     )
 _case(
@@ -69,20 +72,20 @@ _case(
 for _tol in (0, 29):
     _case(
         f"de-skewed-f{_tol}",
-        "DE feraud-2 (groups 0.5:0.8) eps=0.1 N=64",
+        "DE feraud-2 (groups 0.5:0.8) eps=0.1 N=96",
         FERAUD_1,
         AlgorithmConfig(epsilon=0.1, tolerance=_tol),
-        n_agents=64,
+        n_agents=96,
         attackers=29,
         activation=problem("feraud-2").activation,
     )
 for _tol in (0, 11):
     _case(
         f"ce-f{_tol}",
-        "CE xi=0.1 feraud-1 eps=0.1 N=32",
+        "CE xi=0.1 feraud-1 eps=0.1 N=48",
         FERAUD_1,
         AlgorithmConfig(algorithm="ce", xi=0.1, epsilon=0.1, tolerance=_tol),
-        n_agents=32,
+        n_agents=48,
         attackers=11,
     )
 for _tol in (0, 5):
@@ -175,7 +178,12 @@ def test_threshold_is_m_plus_f(algo: AlgorithmConfig, m: int, f: int) -> None:
     tolerant = AlgorithmConfig(**{**algo.__dict__, "tolerance": f})
     assert tolerant.base_threshold(10) == m
     assert tolerant.threshold(10) == m + f
-    assert tolerant.validate_for(10, m + f) == m + f
+    # CE also needs N (1 - xi) >= M + f: its dropped votes must leave M + f of them on average
+    enough = math.ceil((m + f) / (1 - tolerant.vote_drop) - 1e-9)
+    assert tolerant.validate_for(10, enough) == m + f
+    if enough > m + f:
+        with pytest.raises(ParameterError, match="CE needs agents x"):
+            tolerant.validate_for(10, enough - 1)
     with pytest.raises(ParameterError) as info:
         tolerant.validate_for(10, m + f - 1)
     assert info.value.name == "agents"

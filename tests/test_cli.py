@@ -376,7 +376,11 @@ def test_attackers_without_tolerance_remove_the_best_arm() -> None:
 
 
 def test_tolerance_f_withstands_f_attackers() -> None:
-    doc = invoke_json(*SMALL_M, "--attackers", "5", "--tolerance", "5", "--trials", "3")
+    # 15 agents: the 10 honest ones reach the threshold 10 (with 12, no arm could ever leave and
+    # every trial would end tied)
+    doc = invoke_json(
+        *SMALL_M, "--agents", "15", "--attackers", "5", "--tolerance", "5", "--trials", "3"
+    )
     assert doc["config"]["tolerance"] == 5
     assert doc["threshold"] == 10  # M + f
     for trial in doc["trials"]:

@@ -7,7 +7,8 @@ reject at p = 0.001. Seeds are fixed, so the outcome is deterministic. Exact inv
 message bound, central's (N - 1) messages per activation, ...) are checked on every trial of both.
 
 Cases are small (K = 4 arms with clear gaps, eps = 0.5, eta = 0.5, delta = 0.05, so M = 5, and
-N = 4..12 agents) because the reference runs about 40k activations per second.
+N = 4..12 agents) because the reference runs about 40k activations per second. The tie cases have
+two equal best arms and N < 2M - 1, so that some trials end tied (`common.votes.is_tied`).
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from common.algorithms import AlgorithmConfig
 from common.environments import Environment
 from common.simulation import SimulationConfig, fast, reference, run_trials
 from common.simulation.config import TrialResult
+from common.votes import is_tied
 
 MEANS = (0.95, 0.3, 0.2, 0.1)
+TIE_ENV = Environment((0.8, 0.8, 0.2, 0.1))
 BASE = {"epsilon": 0.5, "delta": 0.05, "eta": 0.5}
 P_MIN = 0.001
 
@@ -53,7 +56,7 @@ CASES: dict[str, Case] = {
     "de-ser3-global": _case(AlgorithmConfig("de", "ser3", **BASE), stop="global"),
     "de-lucb": _case(AlgorithmConfig("de", "lucb", **BASE)),
     "de-me-every-arm": _case(
-        AlgorithmConfig("de", "me", every_arm=True, **{**BASE, "epsilon": 1.5})
+        AlgorithmConfig("de", "me", every_arm=True, **{**BASE, "epsilon": 1.0})
     ),
     "ce-ser3": _case(AlgorithmConfig("ce", "ser3", xi=0.1, every_arm=True, **BASE), n_agents=12),
     "dp-mase": _case(
@@ -100,7 +103,34 @@ CASES: dict[str, Case] = {
         stop="global",
         n_ref=40,
     ),
+    # Ties: two equal best arms and N < 2M - 1 (M = 5, N = 8): the agents can split so that
+    # neither arm gets M votes. Under both stop rules, with CE's settled messages (M = 3, N = 4),
+    # with a Byzantine agent tolerated (threshold 6, N = 10) and per DSER4 epoch.
+    "tie-global": _case(
+        AlgorithmConfig("de", "ser3", **BASE), env=TIE_ENV, stop="global", n_ref=40
+    ),
+    "tie-all-agents": _case(AlgorithmConfig("de", "ser3", **BASE), env=TIE_ENV, n_ref=40),
+    "tie-ce": _case(
+        AlgorithmConfig("ce", "ser3", xi=0.1, every_arm=True, **BASE), n_agents=4, env=TIE_ENV
+    ),
+    "tie-ce-global": _case(
+        AlgorithmConfig("ce", "ser3", xi=0.1, every_arm=True, **BASE),
+        n_agents=4,
+        env=TIE_ENV,
+        stop="global",
+    ),
+    "tie-attackers": _case(
+        AlgorithmConfig("de", "ser3", tolerance=1, **BASE),
+        n_agents=10,
+        attackers=1,
+        env=TIE_ENV,
+        n_ref=40,
+    ),
+    "tie-dser4": _case(
+        AlgorithmConfig("de", "ser4", phi=0.001, every_arm=True, **BASE), env=TIE_ENV, n_ref=40
+    ),
 }
+TIE_CASES = [name for name in CASES if name.startswith("tie-")]
 
 
 @functools.cache
@@ -127,6 +157,11 @@ def _check_invariants(config: SimulationConfig, result: TrialResult) -> None:
     assert result.agent_arms is not None and result.agent_arms.shape == (n_agents,)
     if not algo.votes:
         assert result.messages == 0 and not result.eliminations and not result.agent_votes.any()
+    else:
+        assert result.stopped_by != "exhausted"  # a voting run that exhausts is a tie
+    if algo.vote_drop == 0.0:
+        assert result.settled_messages == 0
+    _check_tie(config, result)
     attackers = config.attackers
     assert (result.agent_arms[:attackers] == -1).all()  # the Byzantine agents hold nothing
     if result.stopped_by == "all-agents":
@@ -134,10 +169,14 @@ def _check_invariants(config: SimulationConfig, result: TrialResult) -> None:
     if algo.votes and result.resets == 0:
         threshold = config.threshold
         assert threshold is not None
-        # Theorem 1, agents acting one at a time: at most M K - 1 messages, one per (agent, arm).
+        # Theorem 1, agents acting one at a time: at most M K - 1 votes, one per (agent, arm).
         # (A Byzantine vote against the attacked arm once it is the last one can add one more.)
-        assert result.messages <= threshold * n_arms - 1 + (attackers > 0)
-        assert int(result.agent_votes.sum()) == result.messages
+        # CE adds its settled messages: one when an agent's local set reaches one arm, and one
+        # more after each elimination of an arm it did not visibly vote against.
+        votes = result.messages - result.settled_messages
+        assert votes <= threshold * n_arms - 1 + (attackers > 0)
+        assert int(result.agent_votes.sum()) == votes
+        assert result.settled_messages <= n_agents * (1 + len(result.eliminations))
         assert len(result.eliminations) <= n_arms - 1
         assert [e.order for e in result.eliminations] == list(
             range(1, len(result.eliminations) + 1)
@@ -157,6 +196,32 @@ def _check_invariants(config: SimulationConfig, result: TrialResult) -> None:
         orders = [e.order for e in result.eliminations if e.epoch == epoch]
         assert orders == list(range(1, len(orders) + 1))
         assert len(orders) <= n_arms - 1
+
+
+def _check_tie(config: SimulationConfig, result: TrialResult) -> None:
+    """A tie leaves its remaining arms as candidates, none with M votes, and none could get them:
+    `is_tied` holds on the trial's votes, counting as settled what the simulator knows (agents
+    holding an arm: CE's flags are a subset of them; retired agents under the global rule)."""
+    n_arms = config.environment.n_arms
+    if result.stopped_by != "tie":
+        assert result.candidates == [result.best_arm]
+        return
+    assert config.algorithm.votes and config.threshold is not None
+    out = {e.arm for e in result.eliminations if e.epoch == result.resets}
+    assert result.candidates == sorted(set(range(n_arms)) - out)
+    assert len(result.candidates) >= 2
+    assert result.agent_votes is not None and result.agent_arms is not None
+    votes = result.agent_votes.sum(axis=0)  # sent in this epoch == counted for remaining arms
+    assert all(votes[a] < config.threshold for a in result.candidates)
+    assert result.best_arm == min(result.candidates, key=lambda a: (votes[a], a))
+    env, eps = config.environment, config.algorithm.epsilon
+    optimal = [env.eps_optimal(a, eps, result.sample_complexity) for a in result.candidates]
+    assert result.correct == all(optimal)
+    voters = {a: {str(n) for n in np.flatnonzero(result.agent_votes[:, a])} for a in range(n_arms)}
+    holding = {str(n) for n in np.flatnonzero(result.agent_arms >= 0)}
+    settled = holding if config.algorithm.vote_drop or config.stop == "global" else set()
+    settled |= {str(n) for n in range(config.attackers)}  # a superset of those that acted
+    assert is_tied(result.candidates, voters, settled, config.n_agents, config.threshold)
 
 
 def _two_sample(ref: list[float], fst: list[float]) -> float:
@@ -262,3 +327,27 @@ def test_attackers_vote_against_the_best_arm_only(engine: str) -> None:
             assert r.correct is not fails
             if not fails:
                 assert set(range(a)) <= set(r.suspects)
+
+
+# ----------------------------------------------------------------------------- ties
+
+
+@pytest.mark.parametrize("name", TIE_CASES)
+def test_engines_agree_on_ties(name: str) -> None:
+    """Both engines tie in some trials and not in others, in the same proportion; a tie's
+    candidates (how many arms it keeps) and its correctness agree too."""
+    ref = _results(name, "reference")
+    fst = _results(name, "fast")
+    for results in (ref, fst):
+        ties = [r.stopped_by == "tie" for r in results]
+        assert 0 < sum(ties) < len(ties), f"{name}: {sum(ties)}/{len(ties)} ties"
+    p = _proportions([r.stopped_by == "tie" for r in ref], [r.stopped_by == "tie" for r in fst])
+    assert p > P_MIN, f"{name}: tie rates differ (p={p:.2g})"
+    tied_ref = [r for r in ref if r.stopped_by == "tie"]
+    tied_fst = [r for r in fst if r.stopped_by == "tie"]
+    p = _two_sample([len(r.candidates) for r in tied_ref], [len(r.candidates) for r in tied_fst])
+    assert p > P_MIN, f"{name}: tied candidate counts differ (p={p:.2g})"
+    p = _proportions([r.correct for r in tied_ref], [r.correct for r in tied_fst])
+    assert p > P_MIN, f"{name}: correctness of ties differs (p={p:.2g})"
+    p = _two_sample([r.settled_messages for r in ref], [r.settled_messages for r in fst])
+    assert p > P_MIN, f"{name}: settled messages differ (p={p:.2g})"

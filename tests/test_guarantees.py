@@ -29,13 +29,14 @@ def check_vote_bookkeeping(config: SimulationConfig, result: TrialResult) -> Non
     """What every voting trial with one agent active at a time must satisfy."""
     m = config.threshold
     assert m is not None
-    assert result.messages <= m * K - 1  # Theorem 1
+    votes = result.messages - result.settled_messages  # CE also sends settled messages
+    assert votes <= m * K - 1  # Theorem 1
     assert result.agent_votes is not None
     assert result.agent_votes.shape == (config.n_agents, K)
     if result.resets == 0:
-        # no late or duplicate votes when agents act one at a time: every message is a distinct
-        # (agent, arm) vote
-        assert int(result.agent_votes.sum()) == result.messages
+        # no late or duplicate votes when agents act one at a time: every vote message is a
+        # distinct (agent, arm) vote
+        assert int(result.agent_votes.sum()) == votes
         out = [e.arm for e in result.eliminations]
         assert len(out) == len(set(out)) <= K - 1
         for e in result.eliminations:

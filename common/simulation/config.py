@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +30,19 @@ class SimulationConfig:
     nothing else; they run no subroutine (no rewards, no SER4 coin) but still consume their
     activations. Under the all-agents rule only the honest agents must be settled, and `correct`
     and `best_arm` are computed on the honest agents; under the global rule an attacker retires
-    after its first activation. Voting algorithms only (de, ce, dp-mase); 0 by default."""
+    after its first activation. Voting algorithms only (de, ce, dp-mase); 0 by default.
+
+    Ties (voting algorithms, both stop rules). A trial ends with stopped_by "tie" as soon as no
+    remaining arm can reach the threshold in the current epoch (`common.votes.is_tied`) while
+    several remain. The rule sees what the coordinator sees (counted votes; CE's settled
+    messages) plus two facts only the simulator knows, which the services cannot: a Byzantine
+    agent that had its activation of the epoch never votes again in it, and under the global rule
+    a retired agent never acts again. Both count as settled. At a tie `candidates` is the set of
+    remaining arms, `correct` says whether every candidate is eps-optimal at the stop, and
+    `best_arm` is the candidate with the fewest votes (lowest index on equal votes).
+    CE agents send one settled message when their local set reaches one arm (while it is still in
+    the global set), and again once the coordinator forgot it (an arm left that they did not
+    visibly vote against) if they are still settled; each counts in `messages`."""
 
     environment: Environment
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
@@ -76,10 +89,16 @@ class SimulationConfig:
 @dataclass
 class TrialResult:
     sample_complexity: int  # activations until the stop
-    messages: int  # votes sent (CE: those not dropped); central: N - 1 broadcasts per activation
-    best_arm: int  # 0-based
-    correct: bool  # eps-optimal at the stop (all-agents rule: every agent's arm is)
-    stopped_by: str  # "all-agents" | "global" | "exhausted" (no agent left to act) | "budget"
+    # votes sent (CE: those not dropped) plus CE's settled messages; central: N - 1 broadcasts per
+    # activation
+    messages: int
+    best_arm: int  # 0-based; at a tie the candidate with the fewest votes (then lowest index)
+    # eps-optimal at the stop (all-agents rule: every agent's arm is; tie: every candidate is)
+    correct: bool
+    # "all-agents" | "global" | "tie" (votes can remove no arm any more, several remain: see
+    # `common.votes.is_tied`) | "exhausted" (no agent left to act; non-voting baselines only:
+    # a voting run that exhausts with several arms left is a tie) | "budget"
+    stopped_by: str
     eliminations: list[Elimination] = field(default_factory=list)
     resets: int = 0  # DSER4 global resets
     agent_votes: np.ndarray | None = None  # (N, K) bool: votes each agent sent, current epoch
@@ -88,6 +107,13 @@ class TrialResult:
     # Every Byzantine agent that voted is one; an honest agent is one only when its local
     # subroutine eliminated the arm the experiment returned.
     suspects: list[int] = field(default_factory=list)
+    # The arms the outcome leaves: the remaining arms at a tie (sorted), [best_arm] otherwise.
+    candidates: list[int] = field(default_factory=list)
+    settled_messages: int = 0  # CE's "settled" messages, included in `messages`
+
+    def __post_init__(self) -> None:
+        if not self.candidates:
+            self.candidates = [self.best_arm]
 
     def to_json(self) -> dict[str, object]:
         """The trial as JSON; `suspects` is their COUNT (the list can hold up to N agents)."""
@@ -97,6 +123,8 @@ class TrialResult:
             "best_arm": self.best_arm,
             "correct": self.correct,
             "stopped_by": self.stopped_by,
+            "candidates": list(self.candidates),
+            "settled_messages": self.settled_messages,
             "resets": self.resets,
             "suspects": len(self.suspects),
             "eliminations": [
@@ -104,6 +132,17 @@ class TrialResult:
                 for e in self.eliminations
             ],
         }
+
+
+def tie_outcome(
+    remaining: Iterable[int], votes: Sequence[int] | np.ndarray, optimal: np.ndarray
+) -> tuple[int, bool, list[int]]:
+    """(best_arm, correct, candidates) of a tie: `remaining` arms with `votes[arm]` counted votes
+    against each; best is the fewest-votes candidate (lowest index on equal votes), correct only
+    if every candidate is eps-optimal (`optimal`: (K,) bool at the stop)."""
+    candidates = sorted(int(a) for a in remaining)
+    best = min(candidates, key=lambda a: (int(votes[a]), a))
+    return best, bool(all(optimal[a] for a in candidates)), candidates
 
 
 def majority_arm(agent_arms: np.ndarray, n_arms: int) -> int:

@@ -9,7 +9,10 @@ state drawn from the trial's SeedSequence); the distribution of every output is 
 
 Cost per activation is O(K) for one agent; work over all agents happens only when the global set
 changes (an elimination or a DSER4 reset) or, under the "global" stop rule, when retirements have
-removed half the activation mass (the agent table is then rebuilt).
+removed half the activation mass (the agent table is then rebuilt). The tie rule
+(`common.votes.is_tied`) is kept incrementally: O(K) after a counted vote, a CE settled message,
+a retirement or a Byzantine agent's activation, O(N K) after an elimination or a reset, nothing
+on the other activations.
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from common.simulation.config import SimulationConfig, TrialResult, find_suspects, honest_outcome
+from common.simulation.config import (
+    SimulationConfig,
+    TrialResult,
+    find_suspects,
+    honest_outcome,
+    tie_outcome,
+)
 from common.votes import Elimination
 
 # Subroutine codes.
@@ -34,7 +43,7 @@ _SUB_CODES = {
     "dp-se": SUB_DP,
 }
 
-STOP_NAMES = ("budget", "all-agents", "global", "exhausted")
+STOP_NAMES = ("budget", "all-agents", "global", "exhausted", "tie")
 
 # Integer parameters (ip).
 P_N = 0  # agents with state (1 for central)
@@ -495,6 +504,74 @@ def _collect_votes(n, k, ist, out, drop, vbuf, nv, rs):
     return nv
 
 
+# -- the tie rule (common.votes.is_tied), kept incrementally -------------------------------------
+# An agent is "done" when it can vote no more in this epoch: the coordinator holds its settled flag
+# (CE), it voted against every remaining arm but one, it retired (global rule), or it is a
+# Byzantine agent that had its activation of the epoch. dv[a]: done agents that voted against a.
+# Arm a can reach (agents not done) + dv[a] votes; a tie is when no remaining arm reaches the
+# threshold. A counted vote or a new done agent costs O(K); an elimination or a reset recounts
+# everything (O(N K), as the global set's change already costs O(N)).
+@njit(cache=True)
+def _tie_mark(n, k, stamp, remaining, voter_stamp, tdone, dv):
+    """Agent n is done from now on: returns 1 if it was not before."""
+    if tdone[n]:
+        return 0
+    tdone[n] = True
+    for a in range(k):
+        if remaining[a] and voter_stamp[a, n] == stamp:
+            dv[a] += 1
+    return 1
+
+
+@njit(cache=True)
+def _tie_recount(
+    ip, epoch, n_remaining, remaining, voter_stamp, flag, present, attacked_epoch, nvr, tdone, dv
+):
+    """The whole bookkeeping from scratch; returns the number of done agents."""
+    n_agents = ip[P_N]
+    k = ip[P_K]
+    attackers = ip[P_ATTACKERS]
+    stamp = epoch + 1
+    for m in range(n_agents):
+        nvr[m] = 0
+    for a in range(k):
+        dv[a] = 0
+        if remaining[a]:
+            for m in range(n_agents):
+                if voter_stamp[a, m] == stamp:
+                    nvr[m] += 1
+    count = 0
+    for m in range(n_agents):
+        done = (
+            flag[m]
+            or not present[m]
+            or (m < attackers and attacked_epoch[m] == epoch)
+            or n_remaining - nvr[m] <= 1
+        )
+        tdone[m] = done
+        if done:
+            count += 1
+            for a in range(k):
+                if remaining[a] and voter_stamp[a, m] == stamp:
+                    dv[a] += 1
+    return count
+
+
+@njit(cache=True)
+def _tied(n_agents, k, threshold, n_remaining, remaining, n_done, dv):
+    """Several arms remain and none can reach the threshold any more."""
+    if n_remaining < 2:
+        return False
+    free = n_agents - n_done
+    if free >= threshold:
+        return False
+    top = 0
+    for a in range(k):
+        if remaining[a] and dv[a] > top:
+            top = dv[a]
+    return free + top < threshold
+
+
 @njit(cache=True)
 def _simulate(ip, fp, rs, mu0, drift, base):
     n_agents = ip[P_N]
@@ -517,6 +594,7 @@ def _simulate(ip, fp, rs, mu0, drift, base):
     o_cnt = C_ARMS
     o_ord = C_ARMS + k
     o_act = C_ARMS + 2 * k
+    says_settled = voting and drop > 0.0  # CE: settled messages
 
     ist = np.zeros((n_agents, C_ARMS + 4 * k), np.int64)
     fst = np.zeros((n_agents, G_ARMS + k))
@@ -548,6 +626,14 @@ def _simulate(ip, fp, rs, mu0, drift, base):
 
     present = np.ones(n_agents, np.bool_)
     n_present = n_agents
+    # The tie rule's state (see _tie_recount): the coordinator's settled flags (CE), per agent its
+    # counted votes against remaining arms and whether it is done, per arm dv.
+    flag = np.zeros(n_agents, np.bool_)
+    nvr = np.zeros(n_agents, np.int64)
+    tdone = np.zeros(n_agents, np.bool_)
+    n_done = 0
+    dv = np.zeros(k, np.int64)
+    settled_msgs = 0
     tab_idx = np.empty(n_agents, np.int64)
     tab_prob = np.empty(n_agents)
     tab_alias = np.empty(n_agents, np.int64)
@@ -560,7 +646,9 @@ def _simulate(ip, fp, rs, mu0, drift, base):
     stop = 0
     while t < budget:
         if retire and n_present == 0:
-            stop = 3
+            # a voting run: every agent retired with several arms left, none can leave: a tie
+            tied = voting and _tied(n_agents, k, threshold, n_remaining, remaining, n_done, dv)
+            stop = 4 if tied else 3
             break
         while True:
             u = _uniform(rs) * tab_n
@@ -573,10 +661,13 @@ def _simulate(ip, fp, rs, mu0, drift, base):
         nv = 0
         h = -1
         byz = n < attackers
+        tie_event = False  # something that can make the votes tie: checked only then
         if byz:
             # A Byzantine agent: no subroutine, one vote against the attacked arm per epoch.
             if attacked_epoch[n] != epoch:
                 attacked_epoch[n] = epoch
+                n_done += _tie_mark(n, k, epoch + 1, remaining, voter_stamp, tdone, dv)
+                tie_event = True
                 if remaining[attacked]:
                     vbuf[0] = attacked
                     nv = 1
@@ -600,6 +691,21 @@ def _simulate(ip, fp, rs, mu0, drift, base):
                     n_settled = attackers  # every agent restarts in the new epoch
                     for m in range(n_agents):
                         settled[m] = m < attackers
+                        flag[m] = False
+                    n_done = _tie_recount(
+                        ip,
+                        epoch,
+                        n_remaining,
+                        remaining,
+                        voter_stamp,
+                        flag,
+                        present,
+                        attacked_epoch,
+                        nvr,
+                        tdone,
+                        dv,
+                    )
+                    tie_event = True
                     _sync(n, remaining, epoch, version, ip, fp, ist, fst, out, rs)
                 else:
                     _restart(n, remaining, ip, fp, ist, fst, rs)
@@ -723,12 +829,25 @@ def _simulate(ip, fp, rs, mu0, drift, base):
                     continue  # a late vote, or a duplicate: a message that changes nothing
                 voter_stamp[a, n] = stamp
                 n_voters[a] += 1
+                tie_event = True
                 if n_voters[a] >= threshold and n_remaining > 1:
                     remaining[a] = False
                     n_remaining -= 1
                     changed = True
                     epoch_elims += 1
                     elims.append((a, n_voters[a], t, epoch_elims, epoch))
+                    # The coordinator forgets the settled flag of agents that did not vote
+                    # against the arm (it may have been theirs).
+                    if says_settled:
+                        for m in range(n_agents):
+                            if flag[m] and voter_stamp[a, m] != stamp:
+                                flag[m] = False
+                elif not changed:  # else the recount below does it
+                    nvr[n] += 1
+                    if tdone[n]:
+                        dv[a] += 1
+                    elif n_remaining - nvr[n] <= 1:
+                        n_done += _tie_mark(n, k, stamp, remaining, voter_stamp, tdone, dv)
             if changed:
                 version += 1
                 n_settled = 0
@@ -739,10 +858,31 @@ def _simulate(ip, fp, rs, mu0, drift, base):
                     )
                     if settled[m]:
                         n_settled += 1
+                n_done = _tie_recount(
+                    ip,
+                    epoch,
+                    n_remaining,
+                    remaining,
+                    voter_stamp,
+                    flag,
+                    present,
+                    attacked_epoch,
+                    nvr,
+                    tdone,
+                    dv,
+                )
         now = byz or (h >= 0 and remaining[h] and ist[n, C_EPOCH] == epoch)
         if now != settled[n]:
             n_settled += 1 if now else -1
             settled[n] = now
+        if says_settled and now and not byz and not flag[n]:
+            # CE: "my local set holds one arm" (again, if an arm left that it did not visibly
+            # vote against: the coordinator then forgot it)
+            flag[n] = True
+            messages += 1
+            settled_msgs += 1
+            n_done += _tie_mark(n, k, epoch + 1, remaining, voter_stamp, tdone, dv)
+            tie_event = True
         if retire:
             if voting and n_remaining == 1:
                 stop = 2
@@ -754,8 +894,21 @@ def _simulate(ip, fp, rs, mu0, drift, base):
                 if n_present > 0 and present_mass < 0.5 * tab_mass:
                     tab_n, tab_mass = _build_alias(base, present, tab_idx, tab_prob, tab_alias)
                     present_mass = tab_mass
-        elif n_settled == n_agents:
+                if voting:
+                    n_done += _tie_mark(n, k, epoch + 1, remaining, voter_stamp, tdone, dv)
+                    tie_event = True
+        if tie_event and _tied(n_agents, k, threshold, n_remaining, remaining, n_done, dv):
+            stop = 4
+            break
+        if not retire and n_settled == n_agents:
             stop = 1
+            if voting and n_remaining > 1:
+                # Every honest agent holds an arm still in the set: a tie if none can leave
+                # even counting each of them as done (only unactivated attackers can vote).
+                for m in range(attackers, n_agents):
+                    n_done += _tie_mark(m, k, epoch + 1, remaining, voter_stamp, tdone, dv)
+                if _tied(n_agents, k, threshold, n_remaining, remaining, n_done, dv):
+                    stop = 4
             break
 
     held = ist[:, C_HELD].copy()
@@ -772,6 +925,7 @@ def _simulate(ip, fp, rs, mu0, drift, base):
         remaining,
         n_voters,
         active0,
+        settled_msgs,
     )
 
 
@@ -820,9 +974,19 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
     drift = env.drift_array.astype(np.float64)
     base = np.ones(1) if central else np.asarray(config.probabilities(), dtype=np.float64)
 
-    t, stop, messages, resets, elims, agent_votes, held, remaining, n_voters, active0 = _simulate(
-        ip, fp, _rng_state(seed), mu0, drift, base
-    )
+    (
+        t,
+        stop,
+        messages,
+        resets,
+        elims,
+        agent_votes,
+        held,
+        remaining,
+        n_voters,
+        active0,
+        settled_messages,
+    ) = _simulate(ip, fp, _rng_state(seed), mu0, drift, base)
     t = int(t)
     stopped_by = STOP_NAMES[int(stop)]
     mu = env.means_at(t)
@@ -841,7 +1005,10 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
         )
 
     agent_arms = held.astype(np.int64)  # -1 for the Byzantine agents: they hold nothing
-    if stopped_by == "all-agents" or not voting:
+    candidates: list[int] = []
+    if stopped_by == "tie":
+        best, correct, candidates = tie_outcome(np.flatnonzero(remaining), n_voters, optimal)
+    elif stopped_by == "all-agents" or not voting:
         best, correct = honest_outcome(config, agent_arms, optimal)
     else:
         left = np.flatnonzero(remaining)
@@ -860,4 +1027,6 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
         agent_votes=agent_votes,
         agent_arms=agent_arms,
         suspects=find_suspects(agent_votes, best),
+        candidates=candidates,
+        settled_messages=int(settled_messages),
     )

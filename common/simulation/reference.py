@@ -14,8 +14,9 @@ from common.simulation.config import (
     find_suspects,
     honest_outcome,
     majority_arm,
+    tie_outcome,
 )
-from common.votes import GlobalState
+from common.votes import GlobalState, VoteOutcome, is_tied
 
 _BLOCK = 4096
 
@@ -83,6 +84,7 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
     votes_sent = np.zeros((n_agents, n_arms), dtype=bool)
     voting = algo.votes
     retire = config.stop == "global"
+    says_settled = voting and algo.vote_drop > 0.0  # CE: settled messages (see common.votes)
     settled = np.zeros(n_agents, dtype=bool)  # holds one arm that is still in the global set
     # Byzantine agents 0 .. A-1: no subroutine; one vote against `attacked` per epoch. They never
     # hold the all-agents stop back (always "settled").
@@ -90,6 +92,17 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
     attacked = config.attacked_arm
     attacked_epoch = np.full(n_agents, -1, dtype=np.int64)  # epoch of the last attack, per agent
     settled[:attackers] = True
+    # The tie rule (common.votes.is_tied) sees the coordinator's view (counted votes, CE's settled
+    # messages: state.settled) plus what only the simulator knows: agents that can never vote again
+    # in this epoch. Retired agents (global rule) and Byzantine agents that had their activation.
+    retired: set[str] = set()
+    acted: set[str] = set()
+    honest = {str(m) for m in range(attackers, n_agents)}
+    settled_messages = 0
+
+    def tied(extra: set[str] | frozenset[str] = frozenset()) -> bool:
+        known = state.settled | retired | acted | extra
+        return is_tied(state.remaining, state.voters, known, n_agents, threshold)
 
     def is_settled(agent: LocalAgent) -> bool:
         """Holds one arm still in the global set, and has seen the current epoch."""
@@ -99,18 +112,27 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
         for m, other in enumerate(agents):
             settled[m] = m < attackers or is_settled(other)
 
+    def all_agents_stop() -> str:
+        """Every honest agent holds an arm still in the set: a tie if several remain and none
+        can leave even counting every honest agent as settled, else the all-agents stop."""
+        return "tie" if voting and len(state.remaining) > 1 and tied(honest) else "all-agents"
+
     t = 0
     stopped_by = "budget"
     while t < config.budget:
         if retire and not draws.any_present():
-            stopped_by = "exhausted"
+            # a voting run: every agent retired with several arms left, none can leave: a tie
+            stopped_by = "tie" if voting and tied() else "exhausted"
             break
         n = draws.next()
         agent = agents[n]
         t += 1
+        event = False  # something that can make the votes tie: checked only then
         if n < attackers:
             if attacked_epoch[n] != state.epoch:
                 attacked_epoch[n] = state.epoch
+                acted.add(str(n))
+                event = True
                 if attacked in state.remaining:
                     version = state.version
                     votes_sent[n, attacked] = True
@@ -122,8 +144,12 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
                     stopped_by = "global"
                     break
                 draws.retire(n)
-            elif settled.all():
-                stopped_by = "all-agents"
+                retired.add(str(n))
+            if event and tied():
+                stopped_by = "tie"
+                break
+            if not retire and settled.all():
+                stopped_by = all_agents_stop()
                 break
             continue
         votes: list[int] = []
@@ -136,6 +162,8 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
                 votes = []  # decided on the old epoch's statistics: never sent
                 settled[:] = False  # every agent restarts in the new epoch
                 settled[:attackers] = True
+                acted.clear()
+                event = True
                 agent.sync(state.remaining, state.epoch)
             else:
                 agent.reset(state.remaining)
@@ -146,25 +174,42 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
             version = state.version
             for arm in votes:
                 votes_sent[n, arm] = True
-                state.vote(str(n), arm, time=t)
+                outcome = state.vote(str(n), arm, time=t)
+                event |= outcome not in (VoteOutcome.ARM_OUT, VoteOutcome.DUPLICATE)
             if state.version != version:
                 refresh_settled()
         settled[n] = is_settled(agent)
+        if says_settled and settled[n] and str(n) not in state.settled:
+            # CE: "my local set holds one arm" (again, if an arm left that it did not visibly
+            # vote against: the coordinator then forgot it)
+            state.settle(str(n))
+            settled_messages += 1
+            event = True
         if retire:
             if voting and len(state.remaining) == 1:
                 stopped_by = "global"
                 break
             if agent.done:
                 draws.retire(n)
-        elif settled.all():
-            stopped_by = "all-agents"
+                retired.add(str(n))
+                event = True
+        if voting and event and tied():
+            stopped_by = "tie"
+            break
+        if not retire and settled.all():
+            stopped_by = all_agents_stop()
             break
 
     agent_arms = np.array([a.local_arms[0] if a.done else -1 for a in agents], dtype=np.int64)
     agent_arms[:attackers] = -1
-    if stopped_by == "all-agents" or not voting:
-        mu = env.means_at(t)
-        best, correct = honest_outcome(config, agent_arms, mu >= mu.max() - algo.epsilon)
+    mu = env.means_at(t)
+    optimal = mu >= mu.max() - algo.epsilon
+    candidates: list[int] = []
+    if stopped_by == "tie":
+        votes_against = [state.votes_against(a) for a in range(n_arms)]
+        best, correct, candidates = tie_outcome(sorted(state.remaining), votes_against, optimal)
+    elif stopped_by == "all-agents" or not voting:
+        best, correct = honest_outcome(config, agent_arms, optimal)
     else:
         best = (
             next(iter(state.remaining)) if len(state.remaining) == 1 else state.fewest_votes_arm()
@@ -181,6 +226,8 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
         agent_votes=votes_sent,
         agent_arms=agent_arms,
         suspects=find_suspects(votes_sent, best),
+        candidates=candidates,
+        settled_messages=settled_messages,
     )
 
 

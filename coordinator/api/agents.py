@@ -25,6 +25,7 @@ from coordinator.store import ExperimentStore, ticket_experiment
 
 router = APIRouter(prefix="/v1", tags=["agents"])
 VOTES = Counter("dexp_votes_total", "Votes received, by outcome", ["outcome"])
+SETTLED = Counter("dexp_settled_total", "Settled messages received (CE), by outcome", ["outcome"])
 
 ExperimentId = Annotated[
     str,
@@ -80,6 +81,27 @@ class VotePublic(BaseModel):
     eliminated: bool = Field(description="this vote brought the arm to the threshold")
     arm_out: bool = Field(description="the arm is no longer in the global set")
     votes: int
+    version: int
+    epoch: int
+
+
+class SettledCreate(BaseModel):
+    """An agent's "settled" message (CE): its local set holds one arm, it votes no more. It names
+    no arm: only the epoch the agent is in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epoch: StrictInt = Field(ge=0, description="the reset epoch the agent is in", examples=[0])
+
+
+class SettledPublic(BaseModel):
+    settled: bool = Field(description="the agent was not settled yet in this epoch")
+    outcome: str = Field(description="settled | stale_epoch (another epoch: ignored)")
+    remaining_arms: list[int] = Field(
+        description="the global set when the message was applied: an arm that leaves later and "
+        "that this agent did not vote against clears its settled flag (send it again if still "
+        "settled)"
+    )
     version: int
     epoch: int
 
@@ -206,3 +228,40 @@ async def vote_reply(store: ExperimentStore, exp: str, token: str, arm: int, epo
 @cache
 def _vote_counter(outcome: str) -> Any:
     return VOTES.labels(outcome=outcome)
+
+
+@router.post(
+    "/experiments/{experiment}/settled",
+    response_model=SettledPublic,
+    responses=problems(
+        401,
+        403,
+        404,
+        422,
+        429,
+        s401="missing or invalid agent token",
+        s403="the agent is enrolled in another experiment, or the experiment is not CE",
+        s422="invalid body (a strict integer epoch >= 0, nothing else)",
+        s429="this agent sends too fast (DEXP_VOTE_RATE, DEXP_VOTE_BURST: votes and settled "
+        "messages together): retry after Retry-After seconds",
+    ),
+)
+async def settled(
+    experiment: ExperimentId, body: SettledCreate, store: StoreDep, credentials: Credentials
+) -> SettledPublic:
+    """CE only, with the agent's own bearer token: the agent's local set holds one arm, and it
+    votes no more. CE drops some votes, so the coordinator cannot see this from the votes as it
+    does under DE and DP-MASE (an agent that voted against every remaining arm but one); it needs
+    the message to tell a tie (GET .../best-arm). An elimination of an arm this agent did not vote
+    against clears the flag (the arm may have been its own, and it restarts), as does a reset;
+    an agent still settled then sends the message again. A message of another epoch is counted
+    and ignored; a second one in the same epoch changes nothing."""
+    result = await store.settle(experiment, bearer_token(credentials), body.epoch)
+    SETTLED.labels(outcome=result.outcome).inc()
+    return SettledPublic(
+        settled=result.added,
+        outcome=result.outcome,
+        remaining_arms=result.remaining,
+        version=result.version,
+        epoch=result.epoch,
+    )

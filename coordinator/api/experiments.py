@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from typing import Annotated, Any, Literal
 
@@ -20,6 +21,8 @@ from pydantic import (
 
 from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
+from common.params import check_epsilon_for_rewards
+from common.votes import tie_certificate
 from coordinator.api.deps import (
     AdminDep,
     Credentials,
@@ -31,6 +34,7 @@ from coordinator.api.deps import (
 )
 from coordinator.errors import Forbidden, Invalid, RateLimited
 from coordinator.settings import Settings
+from coordinator.store import Status
 
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
 # No per-agent label: which agent resets is the admin's to read (GET .../agents), not the scraper's.
@@ -147,17 +151,28 @@ class ExperimentCreate(BaseModel):
             raise Invalid(str(exc)) from None
 
     def checked_config(self, settings: Settings) -> AlgorithmConfig:
-        """The configuration, refused (422) if its threshold M + f could never be reached within
-        the agent cap (DEXP_MAX_AGENTS): such an experiment could never eliminate an arm."""
+        """The configuration, refused (422) if it cannot finish in expectation: epsilon above 1
+        for rewards in [0, 1] (every arm is then eps-optimal: nothing to find), a threshold M + f
+        that the agent cap (DEXP_MAX_AGENTS) could never reach, or, under CE, a cap whose
+        expected votes per arm, DEXP_MAX_AGENTS x (1 - xi), stay below the threshold."""
         config = self.algorithm_config()
         try:
+            check_epsilon_for_rewards(config.epsilon, self.sigma)
             threshold = config.threshold(len(self.arms))
         except ParameterError as exc:
             raise Invalid(str(exc)) from None
-        if threshold is not None and settings.max_agents and threshold > settings.max_agents:
+        cap = settings.max_agents
+        if threshold is not None and cap and threshold > cap:
             raise Invalid(
                 f"threshold M + f = {threshold} is above the agent cap DEXP_MAX_AGENTS = "
-                f"{settings.max_agents}: no arm could ever be eliminated"
+                f"{cap}: no arm could ever be eliminated"
+            )
+        if threshold is not None and cap and config.vote_drop and cap * (1 - config.xi) < threshold:
+            raise Invalid(
+                f"xi={config.xi!r} is invalid: CE drops each vote with probability xi, so at most "
+                f"DEXP_MAX_AGENTS x (1 - xi) = {cap} x {1 - config.xi:g} = "
+                f"{cap * (1 - config.xi):g} votes against an arm arrive in expectation, below the "
+                f"threshold {threshold}: no arm could leave in expectation"
             )
         return config
 
@@ -186,13 +201,20 @@ class ExperimentPublic(BaseModel):
     version: int = Field(description="changes whenever the global set changes")
     epoch: int = Field(description="DSER4 reset epoch")
     agents: int
+    settled_agents: int = Field(
+        description="agents that said they settled this epoch (CE: their local set holds one arm)"
+    )
     created_at: int
+    status: Status = Field(
+        description="exploring | identified (one arm left) | tied (several arms left and none "
+        "can reach the threshold with the agents enrolled: see GET .../best-arm)"
+    )
     warnings: list[str] = []
 
 
 class ExperimentSummary(BaseModel):
     id: str
-    status: Literal["exploring", "identified"]
+    status: Status
     n_arms: int
     remaining: int = Field(description="arms still in the global set")
     threshold: int
@@ -256,9 +278,21 @@ class ArmRef(BaseModel):
 
 class BestArm(BaseModel):
     experiment: str
-    status: Literal["exploring", "identified"]
+    status: Status = Field(
+        description="exploring; identified: one arm left (`best_arm`); tied: several arms left "
+        "and none can reach the threshold any more with the agents enrolled (each agent kept "
+        "one of them), so the experiment has ended with `candidates`"
+    )
     best_arm: ArmRef | None
     remaining_arms: list[ArmRef]
+    candidates: list[ArmRef] = Field(
+        description="tied: the remaining arms, among which the best arm is (see `certified`); "
+        "empty otherwise"
+    )
+    certified: str | None = Field(
+        description="tied: what the guarantee gives about the candidates, and nothing more; "
+        "null otherwise"
+    )
     votes: dict[str, int]
     version: int
     epoch: int
@@ -272,10 +306,10 @@ class Suspect(BaseModel):
 
 class Suspects(BaseModel):
     experiment: str
-    status: Literal["exploring", "identified"]
+    status: Status
     reference_arm: ArmRef = Field(
-        description="identified: the best arm; exploring: the leading arm, the remaining arm "
-        "with the fewest votes (the lowest index among equals)"
+        description="identified: the best arm; exploring or tied: the leading arm, the remaining "
+        "arm with the fewest votes (the lowest index among equals)"
     )
     suspects: list[Suspect] = Field(
         description="the agents that voted against the reference arm this epoch, by id"
@@ -300,14 +334,44 @@ class ResetResult(BaseModel):
     epoch: int
 
 
-def _public(state: dict) -> ExperimentPublic:
+def warnings_of(state: dict[str, Any]) -> list[str]:
+    """What the experiment risks with the agents enrolled now, without being invalid."""
+    agents, threshold = state["agents"], state["threshold"]
+    config = AlgorithmConfig(**state["params"])
     warnings = []
-    if state["agents"] < state["threshold"]:
+    if agents < threshold:
         warnings.append(
-            f"{state['agents']} agent(s) enrolled but an arm needs {state['threshold']} distinct "
+            f"{agents} agent(s) enrolled but an arm needs {threshold} distinct "
             "voters: no arm can be eliminated until enough agents enroll"
         )
-    return ExperimentPublic(**state, warnings=warnings)
+    else:
+        warnings += config.warnings(len(state["arms"]), agents)  # ties possible
+        expected = agents * (1 - config.vote_drop)
+        if config.vote_drop and expected < threshold:
+            warnings.append(
+                f"{agents} agents x (1 - xi) = {expected:g} < threshold {threshold}: CE drops each "
+                f"vote with probability xi={config.xi:g}, so fewer than {threshold} votes against "
+                "an arm arrive in expectation and the experiment cannot finish in expectation: "
+                f"enroll at least {math.ceil(threshold / (1 - config.xi) - 1e-9)} agents"
+            )
+    if config.global_reset:
+        warnings.append(
+            f"DSER4 (phi={config.phi:g}): each activation resets the whole experiment with "
+            f"probability phi, so about 1/phi = {1 / config.phi:,.0f} activations pass between "
+            "resets on average, and each reset clears every vote: a run that needs more "
+            "activations than that rarely finishes"
+        )
+    return warnings
+
+
+def _public(state: dict[str, Any]) -> ExperimentPublic:
+    return ExperimentPublic(**state, warnings=warnings_of(state))
+
+
+def certified(state: dict[str, Any]) -> str:
+    """What a tie certifies (common.votes.tie_certificate), with this experiment's delta and f."""
+    params = state["params"]
+    return tie_certificate(float(params["delta"]), int(params.get("tolerance", 0)))
 
 
 @router.post(
@@ -339,10 +403,7 @@ async def list_experiments(
 ) -> ExperimentPage:
     """Experiments in id order, one page at a time, as summaries (aggregates only)."""
     ids = await store.ids(after, limit + 1)
-    page = [
-        ExperimentSummary(**s, status="identified" if s["remaining"] == 1 else "exploring")
-        for s in await store.summaries(ids[:limit])
-    ]
+    page = [ExperimentSummary(**s) for s in await store.summaries(ids[:limit])]
     return ExperimentPage(experiments=page, next=ids[limit - 1] if len(ids) > limit else None)
 
 
@@ -350,7 +411,7 @@ async def list_experiments(
 async def get_experiment(experiment: ExperimentId, store: StoreDep) -> ExperimentPublic:
     """Aggregates only, for anyone: votes per arm, remaining arms, eliminations, counters. Who
     voted is the admin's (GET .../voters)."""
-    return _public(await store.get(experiment))
+    return _public(await store.get_with_status(experiment))
 
 
 @router.get(
@@ -419,21 +480,24 @@ async def issue_tickets(
     return Tickets(experiment=experiment, tickets=tickets, expires_at=expires_at)
 
 
-def _status(remaining: list[int]) -> Literal["exploring", "identified"]:
-    return "identified" if len(remaining) == 1 else "exploring"
-
-
 @router.get("/{experiment}/best-arm", response_model=BestArm, responses=problems(404, 422))
 async def best_arm(experiment: ExperimentId, store: StoreDep) -> BestArm:
-    state = await store.get(experiment)
+    """The outcome so far. identified: one arm left, the best arm. tied: several arms left and
+    none can reach the threshold any more with the agents enrolled (with two arms within epsilon
+    and fewer than 2 x threshold - 1 agents, each agent keeps one and votes against the other):
+    the experiment has ended, with the remaining arms as `candidates` and what is `certified`
+    about them. A tie is a verdict on the agents enrolled: more agents can end it."""
+    state = await store.get_with_status(experiment)
     arms = state["arms"]
     remaining = [ArmRef(index=a, name=arms[a]) for a in state["remaining_arms"]]
-    identified = len(remaining) == 1
+    status: Status = state["status"]
     return BestArm(
         experiment=experiment,
-        status=_status(state["remaining_arms"]),
-        best_arm=remaining[0] if identified else None,
+        status=status,
+        best_arm=remaining[0] if status == "identified" else None,
         remaining_arms=remaining,
+        candidates=remaining if status == "tied" else [],
+        certified=certified(state) if status == "tied" else None,
         votes={arms[a]: v for a, v in enumerate(state["votes"])},
         version=state["version"],
         epoch=state["epoch"],
@@ -451,7 +515,7 @@ async def suspects(experiment: ExperimentId, store: StoreDep) -> Suspects:
     voted against it; while exploring, those that voted against the leading arm (the remaining arm
     with the fewest votes). Votes of the current epoch only. A suspect is not proven to lie: an
     honest agent errs with probability up to eta, and a lying agent may vote like an honest one."""
-    state = await store.get(experiment, voters=True)
+    state = await store.get_with_status(experiment, voters=True)
     remaining, votes = state["remaining_arms"], state["votes"]
     reference = min(remaining, key=lambda arm: (votes[arm], arm))
     voted: dict[str, list[int]] = {}
@@ -460,7 +524,7 @@ async def suspects(experiment: ExperimentId, store: StoreDep) -> Suspects:
             voted.setdefault(agent, []).append(arm)
     return Suspects(
         experiment=experiment,
-        status=_status(remaining),
+        status=state["status"],
         reference_arm=ArmRef(index=reference, name=state["arms"][reference]),
         suspects=[
             Suspect(agent_id=agent, votes=len(voted[agent]), voted_against=voted[agent])

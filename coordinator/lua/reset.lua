@@ -4,7 +4,7 @@
 -- and recorded per agent for the admin; an admin's reset is neither.
 -- KEYS[1] meta hash, KEYS[2] remaining set, KEYS[3] eliminations list, KEYS[4] reset rate hash
 -- (agent id or '*' -> GCRA state), KEYS[5] resets hash (agent id -> count, '<id>:last' -> ms),
--- KEYS[6..] voters set of each arm.
+-- KEYS[6] settled set (agents that said they settled, CE), KEYS[7..] voters set of each arm.
 -- ARGV[1] the epoch the caller is in ('' for an unconditional, administrative reset), ARGV[2] the
 -- agent id ('' for the admin), ARGV[3] resets per second per agent, ARGV[4] its burst, ARGV[5]
 -- resets per second per experiment, ARGV[6] its burst (rate 0: no limit).
@@ -27,7 +27,7 @@ if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= epoch then
   return {0, tonumber(redis.call('HGET', KEYS[1], 'version')), epoch}
 end
 local n_arms = tonumber(redis.call('HGET', KEYS[1], 'n_arms'))
-for i = 6, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 6, #KEYS do redis.call('DEL', KEYS[i]) end  -- settled agents and every voter set
 redis.call('DEL', KEYS[2], KEYS[3])
 for arm = 0, n_arms - 1 do redis.call('SADD', KEYS[2], arm) end
 epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)

@@ -1,7 +1,8 @@
 -- One vote, authenticated and applied atomically: the rule of common/votes.py (decide_vote) in Lua.
 -- KEYS[1] meta hash, KEYS[2] remaining set, KEYS[3] voters set of the arm, KEYS[4] eliminations
 -- list, KEYS[5] credentials hash (agent id -> SHA-256 digest of its token), KEYS[6] vote rate hash
--- (agent id -> GCRA state, see gcra.lua, which store.py prepends to this script).
+-- (agent id -> GCRA state, see gcra.lua, which store.py prepends to this script), KEYS[7] settled
+-- set (agents that said they settled, CE).
 -- ARGV[1] agent id, ARGV[2] arm index, ARGV[3] the epoch the agent is in, ARGV[4] now (ms),
 -- ARGV[5] the SHA-256 hex digest of the bearer token the vote came with, ARGV[6] votes per second
 -- per agent (0: no limit), ARGV[7] the burst of votes an agent may send at once.
@@ -10,7 +11,9 @@
 -- no message: no_experiment, unauthorized (no such agent in this experiment, or a wrong token),
 -- bad_arm (then the second element is the number of arms), rate_limited (then the second element
 -- is the ms the agent must wait). A replayed vote (same agent, arm and epoch) is a duplicate: it
--- counts as a message and an ignored one, and changes no vote count, arm or version.
+-- counts as a message and an ignored one, and changes no vote count, arm or version. An elimination
+-- keeps only the settled agents that voted against the arm that left (GlobalState.vote): a settled
+-- agent that did not may have held that arm, and restarts.
 local meta = redis.call('HMGET', KEYS[1], 'threshold', 'n_arms', 'version', 'epoch')
 local threshold = tonumber(meta[1])
 if not threshold then return {'no_experiment', 0, 0, 0} end
@@ -43,6 +46,7 @@ local votes = redis.call('SCARD', KEYS[3])
 if votes < threshold then return {'counted', version, epoch, votes} end
 if redis.call('SCARD', KEYS[2]) <= 1 then return {'last_arm', version, epoch, votes} end
 redis.call('SREM', KEYS[2], ARGV[2])
+redis.call('SINTERSTORE', KEYS[7], KEYS[7], KEYS[3])
 version = redis.call('HINCRBY', KEYS[1], 'version', 1)
 local order = redis.call('LLEN', KEYS[4]) + 1
 redis.call('RPUSH', KEYS[4], cjson.encode({arm = arm, votes = votes, time = tonumber(ARGV[4]), order = order}))

@@ -3,14 +3,19 @@ and the load generator, through `dexp demo`'s stack."""
 
 from __future__ import annotations
 
+import io
 import json
+import time
 
+import httpx
 import pytest
 
 from common.algorithms import AlgorithmConfig
 from common.environments import problem
+from common.params import corrupted_local_confidence
+from common.votes import tie_certificate
 from dexp.demo import local_stack, run_demo
-from load_generator.generator import LoadGenerator
+from load_generator.generator import LoadGenerator, exit_code, format_summary
 from load_generator.settings import LoadSettings
 from tests.e2e.proxy import RecordingProxy
 
@@ -69,3 +74,95 @@ def test_agents_send_only_arm_indices() -> None:
 def test_too_few_agents_is_rejected_plainly(agents: int) -> None:
     with pytest.raises(Exception, match="M=29"):
         run_demo("feraud-1", agents=agents, processes=1)
+
+
+# -- runs that end without one arm: ties, and stalls -------------------------------------------
+def test_two_equal_arms_and_too_few_agents_end_tied() -> None:
+    """0.8, 0.8, 0.2 with M = 10 and 10 agents (< 2M - 1 = 19): arm 2 leaves, then each agent
+    keeps arm 0 or arm 1 and votes against the other, and neither can reach 10 votes (unless all
+    ten keep the same one: probability 2^-9). The run stops tied, both candidates eps-optimal."""
+    config = AlgorithmConfig(delta=0.001, eta=0.5)
+    assert config.threshold(3) == 10
+    summary = run_demo(
+        None, config, agents=10, processes=1, seed=3, means="0.8,0.8,0.2", max_seconds=120
+    )
+    assert summary.status == "tied", summary
+    assert summary.candidates == [0, 1]
+    assert summary.candidate_names == ["arm-0", "arm-1"]
+    assert summary.correct is True and exit_code(summary) == 0
+    assert summary.identified_arm is None
+    assert summary.certified == tie_certificate(0.001)
+    assert [e["arm"] for e in summary.eliminations] == [2]
+    assert "tied" in format_summary(summary, as_json=False)
+
+
+def test_ce_agents_say_they_settled_so_a_ce_run_ends() -> None:
+    """CE drops votes, so the coordinator cannot see from the votes that an agent settled: the
+    agents send a settled message, and the run ends (tied or identified) instead of exploring
+    until its deadline."""
+    xi = 0.05
+    eta_xi = corrupted_local_confidence(0.5, xi, 3)
+    config = AlgorithmConfig(algorithm="ce", xi=xi, eta=0.5, delta=eta_xi**4.5)
+    assert config.threshold(3) == 5
+    arms = ["arm-0", "arm-1", "arm-2"]
+    with local_stack(config, arms, 8, 1, seed=5) as stack:  # 8 < 2M - 1 = 9
+        settings = LoadSettings(
+            coordinator_url=stack.coordinator_url,
+            redis_url=stack.redis_url,
+            problem="",
+            means="0.8,0.8,0.2",
+            seed=5,
+            max_seconds=90,
+            settle_seconds=0.5,
+        )
+        with LoadGenerator(settings) as generator:
+            summary = generator.run()
+        final = httpx.get(f"{stack.coordinator_url}/v1/experiments/demo", timeout=10).json()
+        logs = stack.log_path("agent-0").read_text()
+    assert summary.status in ("tied", "identified"), summary
+    assert summary.correct is True and exit_code(summary) == 0
+    assert "settled agent=" in logs
+    if summary.status == "tied":
+        assert final["settled_agents"] > 0 and summary.candidates == [0, 1]
+
+
+def test_a_killed_agent_process_stalls_the_run_and_the_load_generator_says_so() -> None:
+    """Two agent processes of two agents each, M = 3: one process is killed once its agents
+    enrolled. The other two agents cannot remove an arm alone, their streams drain, and the
+    killed ones' streams fill up. The load generator stops after DEXP_STALL_SECONDS and names the
+    two agents whose streams are no longer read, instead of running to its deadline."""
+    config = AlgorithmConfig(delta=0.2, eta=0.5)  # M = 3
+    arms = ["arm-0", "arm-1", "arm-2"]
+    with local_stack(config, arms, 4, 2, seed=2) as stack:
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{stack.coordinator_url}/v1/experiments/demo").json()["agents"] < 4:
+            assert time.monotonic() < deadline, "the agents did not enroll"
+            time.sleep(0.1)
+        time.sleep(0.5)  # the consumer groups exist and are being read
+        stack.kill("agent-1")
+        settings = LoadSettings(
+            coordinator_url=stack.coordinator_url,
+            redis_url=stack.redis_url,
+            problem="",
+            means="0.8,0.5,0.2",
+            seed=2,
+            max_seconds=60,
+            settle_seconds=0,
+            max_backlog=2000,
+            stall_seconds=2,
+        )
+        out = io.StringIO()
+        started = time.monotonic()
+        with LoadGenerator(settings, out=out) as generator:
+            summary = generator.run()
+    assert time.monotonic() - started < 30
+    assert summary.status == "stalled" and exit_code(summary) == 5
+    assert "s (DEXP_STALL_SECONDS=2) while " in summary.stall[0]
+    assert summary.stall[0].endswith("are pending")
+    assert summary.stall[1].startswith(
+        "agents: 4 enrolled; of the 4 this run feeds, 2 read their stream (or have nothing to "
+        "read), 2 have entries they have not read for "
+    )
+    assert summary.stall[-1] == f"coordinator: {settings.coordinator_url} answers (ready)"
+    assert out.getvalue().count("activations") <= 3  # no progress line repeated unchanged
+    assert summary.stall[1] in format_summary(summary, as_json=False)

@@ -25,6 +25,7 @@ from redis.asyncio import BlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
 
 from common.algorithms import AlgorithmConfig
+from common.params import corrupted_local_confidence
 from coordinator.app import create_app
 from coordinator.server import uvicorn_config
 from coordinator.settings import Settings
@@ -243,6 +244,14 @@ def config_for_threshold(threshold: int, **overrides: Any) -> AlgorithmConfig:
     """A DE configuration whose vote threshold M is `threshold` (eta=1/2, delta=2^-(M-1/2))."""
     config = AlgorithmConfig(delta=0.5 ** (threshold - 0.5), eta=0.5, **overrides)
     assert config.threshold(2) == threshold
+    return config
+
+
+def ce_config_for_threshold(threshold: int, n_arms: int, xi: float = 0.05) -> AlgorithmConfig:
+    """A CE configuration (eta=1/2) whose vote threshold for `n_arms` arms is `threshold`."""
+    eta_xi = corrupted_local_confidence(0.5, xi, n_arms)
+    config = AlgorithmConfig(algorithm="ce", xi=xi, eta=0.5, delta=eta_xi ** (threshold - 0.5))
+    assert config.threshold(n_arms) == threshold
     return config
 
 

@@ -540,6 +540,7 @@ def test_openapi_documents_the_routes(client: httpx.Client) -> None:
         "/v1/experiments/{experiment}/suspects": {"get"},
         "/v1/experiments/{experiment}/reset": {"post"},
         "/v1/experiments/{experiment}/votes": {"post"},
+        "/v1/experiments/{experiment}/settled": {"post"},
         "/v1/agents": {"post"},
         "/healthz": {"get"},
         "/readyz": {"get"},
@@ -556,6 +557,11 @@ def test_openapi_documents_the_routes(client: httpx.Client) -> None:
     assert reply == {"$ref": "#/components/schemas/VotePublic"}
     assert {"401", "403", "404", "422", "429"} <= responses.keys()
     assert "Retry-After" in responses["429"]["headers"]
+    settled = paths["/v1/experiments/{experiment}/settled"]["post"]["responses"]
+    assert {"401", "403", "404", "422", "429"} <= settled.keys()
+    best = schemas["BestArm"]["properties"]
+    assert best["status"]["enum"] == ["exploring", "identified", "tied"]
+    assert {"candidates", "certified"} <= best.keys()
     assert set(schemas["VotePublic"]["required"]) == {
         "counted", "outcome", "eliminated", "arm_out", "votes", "version", "epoch"
     }  # fmt: skip
