@@ -46,7 +46,7 @@ from .helpers import (
 
 pytestmark = pytest.mark.fuzz
 
-MAX_EXAMPLES = 100  # per operation and generation phase
+MAX_EXAMPLES = 60  # per operation and generation phase
 MAX_BODY_BYTES = 65_536  # the coordinator's DEXP_MAX_BODY_BYTES (its default)
 EXPERIMENT = "demo"  # the path parameter's documented example: fuzzing reaches a live experiment
 CREDENTIALS = ["none", "generated", "admin", "enrollment", "ticket", "agent", "outsider", "wrong"]
