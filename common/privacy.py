@@ -1,29 +1,41 @@
-"""Privacy audit: the bound each method certifies beside the hit rate of a concrete adversary.
+"""Privacy audit of the votes: what adversaries learn from what the coordinator sees of one agent,
+beside what the method certifies.
 
-(eps, eta)-privacy bounds what an adversary holding every vote of ONE agent can certify about that
-agent's eps-optimal arm: at most 1 - eta. It does not bound how often a guessing adversary is right
-(ALGORITHMS.md, "What (eps, eta)-privacy does and does not promise"). This module reports both.
+The secret is the paper's: an eps-optimal arm of the agent. The adversary sees one agent's record
+as the coordinator holds it (which arms it voted against, when, hence in which order) and, for
+some adversaries, the public outcome of the experiment. It knows the algorithm and the problem up
+to the labels of the arms: its prior over which label is the best arm is uniform, so everything it
+guesses comes from the record. Every adversary guesses one arm per agent; its hit probability for
+that agent is computed exactly (a uniform draw among equally good guesses), then averaged over the
+honest agents of each trial, and over trials. The agents of one trial share its run, so the 95%
+interval treats trials as clusters (`common.stats.clustered_rate_interval`).
 
-The adversary: it sees the votes one agent SENT (TrialResult.agent_votes) and guesses uniformly
-among the arms that agent never voted against (all arms if it voted against every arm). Its hit
-probability for that agent is exactly
+Adversaries (ADVERSARIES):
+- never-voted-against: uniform among the arms the agent never voted against. An agent that voted
+  against K - 1 arms names its arm exactly.
+- bayes-posterior: the arm with the highest posterior probability of being eps-optimal given
+  where it stands in the record: how many votes the agent sent, how many of its vote times came
+  after the vote against that arm (0: in the last batch; never voted against is its own class),
+  and the vote's time as a tenth of the run. The posterior is learned on TRAINING trials of the
+  same configuration with other seeds (the adversary may simulate the algorithm), evaluated on
+  the audited trials.
+- outcome+bayes-posterior: the public outcome first (the identified arm, or the candidates of
+  a tie), the posterior to choose among the candidates of a tie. Equal to the identified-arm
+  baseline but at ties: what the votes add once the answer is published.
+Baselines (public information alone): "identified-arm", the published answer (a uniform draw
+among the candidates at a tie); "uniform", |eps-optimal arms| / K.
 
-    |eps-optimal arms not voted against| / |arms not voted against|,
-
-averaged here over every honest agent of every trial: an exact expectation, no extra randomness.
-(The Byzantine agents of a simulation with `attackers`, agents 0 .. A-1, are left out: their
-votes are lies, not a private arm to protect.)
-
-Certified bounds: DE 1 - eta; CE (1 - eta_xi) (1 - xi)^(K-1), which is 1 - eta by the choice of
-eta_xi; DP-MASE 1 - beta, with its eps_dp-differential privacy of the rewards stated beside it;
-the independent baseline (1-privacy, no message) 0. Baseline for the measured rate: a uniform guess
-over all K arms hits with probability |eps-optimal arms| / K. Pure: no I/O.
+Certified bounds (what the definition promises: no adversary can be more than that sure of one
+agent's eps-optimal arm from its votes): DE 1 - eta; CE (1 - eta_xi)(1 - xi)^(K-1) = 1 - eta by
+the choice of eta_xi; DP-MASE 1 - beta, beside the eps_dp-differential privacy of the rewards;
+independent agents 0 (no message). Neither is a bound on how often a guess hits. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -31,19 +43,25 @@ from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
 from common.params import corrupted_local_confidence
 from common.simulation.config import SimulationConfig, TrialResult
+from common.stats import clustered_rate_interval, describe
 
-
-@dataclass(frozen=True)
-class AuditRow:
-    method: str  # e.g. "DE (ser3)", "CE xi=0.1 (ser3)", "DP-MASE eps_dp=0.25"
-    certified_bound: float  # the most an adversary can be sure of one agent's eps-optimal arm
-    measured_hit_rate: float  # the concrete adversary's hit probability, over agents and trials
-    n_agents_observed: int  # (agent, trial) pairs averaged over
-    uniform_guess: float  # |eps-optimal arms| / K, averaged over trials
-    dp_epsilon: float | None = None  # DP-MASE: the rewards are eps_dp-differentially private
-    hit_rate_voters: float | None = None  # the same rate over agents that sent >= 1 vote
-    voters: int = 0  # how many of the observed agents sent at least one vote
-    trials: int = 0
+ADVERSARIES: dict[str, str] = {
+    "never-voted-against": "a uniform guess among the arms the agent never voted against",
+    "bayes-posterior": (
+        "the arm most likely eps-optimal given its place in the agent's record (votes sent, "
+        "vote times after it, the vote's time in the run), posterior learned on training trials"
+    ),
+    "outcome+bayes-posterior": (
+        "the arm the public outcome names; at a tie, the candidate the posterior ranks first"
+    ),
+}
+READS_OUTCOME = frozenset({"outcome+bayes-posterior"})
+BASELINES: dict[str, str] = {
+    "identified-arm": "the published answer (a uniform draw among the candidates of a tie)",
+    "uniform": "a uniform guess over the K arms",
+}
+MIN_CELL = 20  # training (agent, arm) pairs a posterior cell needs before it is trusted
+TIME_BINS = 10
 
 
 def method_label(algo: AlgorithmConfig) -> str:
@@ -57,8 +75,8 @@ def method_label(algo: AlgorithmConfig) -> str:
 
 
 def certified_bound(algo: AlgorithmConfig, n_arms: int) -> float:
-    """The probability above which no adversary can name one agent's eps-optimal arm from its
-    votes, as each method certifies it."""
+    """The probability above which no adversary can be sure of one agent's eps-optimal arm from
+    its votes, as each method certifies it."""
     if algo.algorithm == "de":
         return 1.0 - algo.eta
     if algo.algorithm == "ce":
@@ -76,6 +94,22 @@ def certified_bound(algo: AlgorithmConfig, n_arms: int) -> float:
     )
 
 
+def certifies(algo: AlgorithmConfig) -> str:
+    """What the certified figure means, in words."""
+    if algo.algorithm == "dp-mase":
+        return (
+            f"no adversary holding one agent's votes can be more than 1 - beta sure of its "
+            f"eps-optimal arm; its rewards are eps_dp = {algo.dp_epsilon:g} differentially private"
+        )
+    if algo.algorithm == "independent":
+        return "no message is sent"
+    return (
+        "no adversary holding one agent's votes can be more than 1 - eta sure of its eps-optimal "
+        "arm; it does not bound how often a guess hits"
+    )
+
+
+# -- the adversaries ---------------------------------------------------------------------------
 def hit_probabilities(votes: np.ndarray, optimal: np.ndarray) -> np.ndarray:
     """Per agent (row of `votes`, (N, K) bool): the probability that a uniform guess among the
     arms it never voted against is eps-optimal (`optimal`, (K,) bool)."""
@@ -90,80 +124,237 @@ def hit_probabilities(votes: np.ndarray, optimal: np.ndarray) -> np.ndarray:
     return (candidates & optimal).sum(axis=1) / candidates.sum(axis=1)
 
 
-def audit(config: SimulationConfig, results: Sequence[TrialResult]) -> AuditRow:
-    """The audit row of one configuration's trials."""
-    if not results:
-        raise ParameterError("results", len(results), "need at least one trial")
-    algo = config.algorithm
+def best_guess_hits(scores: np.ndarray, optimal: np.ndarray) -> np.ndarray:
+    """Per agent: the probability that a uniform draw among its highest-scored arms is
+    eps-optimal."""
+    top = scores >= scores.max(axis=1, keepdims=True) - 1e-12
+    return (top & optimal).sum(axis=1) / top.sum(axis=1)
+
+
+@dataclass(frozen=True)
+class Records:
+    """What the coordinator sees of the honest agents of one trial, as the adversaries read it.
+
+    Per (agent, arm): `sent` votes counted per agent, `after` the number of the agent's distinct
+    vote times later than the vote against the arm (-1: never voted against it), `when` the
+    vote's time in tenths of the run (-1: never), `named` whether the public outcome names it."""
+
+    sent: np.ndarray  # (N, K) int
+    after: np.ndarray  # (N, K) int
+    when: np.ndarray  # (N, K) int
+    named: np.ndarray  # (N, K) bool
+    optimal: np.ndarray  # (K,) bool: eps-optimal at the stop (the secret)
+    votes: np.ndarray  # (N, K) bool
+
+    def keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Cell keys from finest to coarsest: (sent, after, when), (sent, after), (sent, voted)."""
+        k = self.votes.shape[1]
+        base = self.sent
+        coarse = base * (k + 1) + (self.after + 1)
+        fine = coarse * (TIME_BINS + 1) + (self.when + 1)
+        coarsest = base * 2 + self.votes
+        return fine, coarse, coarsest
+
+
+def records(config: SimulationConfig, result: TrialResult) -> Records:
+    """The honest agents' records of one trial (agents 0 .. attackers-1 lie: left out)."""
     env = config.environment
-    bound = certified_bound(algo, env.n_arms)
-    hits: list[np.ndarray] = []
-    voted: list[np.ndarray] = []
-    uniform: list[float] = []
-    for result in results:
-        if result.agent_votes is None:
-            raise ParameterError("agent_votes", None, "each trial must report the votes it sent")
-        if result.agent_votes.shape != (config.n_agents, env.n_arms):
-            raise ParameterError(
-                "agent_votes",
-                result.agent_votes.shape,
-                f"must be (agents, K) = ({config.n_agents}, {env.n_arms})",
-            )
-        mu = env.means_at(result.sample_complexity)
-        optimal = mu >= mu.max() - algo.epsilon
-        honest = result.agent_votes[config.attackers :]
-        hits.append(hit_probabilities(honest, optimal))
-        voted.append(np.asarray(honest, dtype=bool).sum(axis=1) > 0)
-        uniform.append(float(optimal.mean()))
-    all_hits = np.concatenate(hits)
-    any_vote = np.concatenate(voted)
-    return AuditRow(
-        method=method_label(algo),
-        certified_bound=bound,
-        measured_hit_rate=float(all_hits.mean()),
-        n_agents_observed=int(all_hits.size),
-        uniform_guess=float(np.mean(uniform)),
-        dp_epsilon=algo.dp_epsilon if algo.algorithm == "dp-mase" else None,
-        hit_rate_voters=float(all_hits[any_vote].mean()) if any_vote.any() else None,
-        voters=int(any_vote.sum()),
-        trials=len(results),
-    )
-
-
-def format_audit(rows: Sequence[AuditRow]) -> str:
-    """A plain-text table, one row per method."""
-    header = (
-        "method",
-        "certified",
-        "measured hit",
-        "hit (voters)",
-        "uniform guess",
-        "agents",
-        "voters",
-        "trials",
-        "eps_dp",
-    )
-    body = [
-        (
-            row.method,
-            f"{row.certified_bound:.3f}",
-            f"{row.measured_hit_rate:.3f}",
-            "-" if row.hit_rate_voters is None else f"{row.hit_rate_voters:.3f}",
-            f"{row.uniform_guess:.3f}",
-            str(row.n_agents_observed),
-            str(row.voters),
-            str(row.trials),
-            "-" if row.dp_epsilon is None else f"{row.dp_epsilon:g}",
+    shape = (config.n_agents, env.n_arms)
+    if result.agent_votes is None or result.agent_vote_times is None:
+        raise ParameterError("agent_votes", None, "each trial must report its votes and times")
+    if result.agent_votes.shape != shape or result.agent_vote_times.shape != shape:
+        raise ParameterError(
+            "agent_votes", result.agent_votes.shape, f"must be (agents, K) = {shape}"
         )
-        for row in rows
-    ]
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+    votes = np.asarray(result.agent_votes, dtype=bool)[config.attackers :]
+    times = np.asarray(result.agent_vote_times, dtype=np.int64)[config.attackers :]
+    times = np.where(votes, times, 0)
+    after = np.full(votes.shape, -1, dtype=np.int64)
+    for n in np.flatnonzero(votes.any(axis=1)):
+        distinct = np.unique(times[n][votes[n]])  # ascending
+        later = distinct.size - 1 - np.searchsorted(distinct, times[n][votes[n]])
+        after[n, votes[n]] = later
+    run = max(result.sample_complexity, 1)
+    when = np.where(votes, np.minimum(TIME_BINS - 1, (TIME_BINS * (times - 1)) // run), -1).astype(
+        np.int64
+    )
+    named_arms = np.zeros(env.n_arms, dtype=bool)
+    named_arms[list(result.candidates)] = True
+    mu = env.means_at(result.sample_complexity)
+    return Records(
+        sent=np.repeat(votes.sum(axis=1, keepdims=True), env.n_arms, axis=1).astype(np.int64),
+        after=after,
+        when=when,
+        named=np.broadcast_to(named_arms, votes.shape).copy(),
+        optimal=mu >= mu.max() - config.algorithm.epsilon,
+        votes=votes,
+    )
 
-    def fmt(line: Sequence[str]) -> str:
-        cells = [line[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True)
-        ]
-        return "  ".join(cells).rstrip()
 
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([fmt(header), rule, *(fmt(line) for line in body)])
+@dataclass
+class Posterior:
+    """P(arm eps-optimal | its cell), counted on training records, at three granularities."""
+
+    cells: list[dict[int, tuple[int, int]]] = field(default_factory=list)  # key -> (hits, total)
+    prior: float = 0.5
+
+    @classmethod
+    def fit(cls, training: Sequence[Records]) -> Posterior:
+        if not training:
+            raise ParameterError("training_trials", 0, "the posterior needs training trials")
+        levels: list[list[np.ndarray]] = [[], [], []]
+        labels: list[np.ndarray] = []
+        for rec in training:
+            for level, keys in zip(levels, rec.keys(), strict=True):
+                level.append(keys.ravel())
+            labels.append(np.broadcast_to(rec.optimal, rec.votes.shape).ravel())
+        y = np.concatenate(labels).astype(np.int64)
+        cells = []
+        for level in levels:
+            keys = np.concatenate(level)
+            unique, inverse = np.unique(keys, return_inverse=True)
+            hits = np.bincount(inverse, weights=y, minlength=unique.size)
+            total = np.bincount(inverse, minlength=unique.size)
+            cells.append(
+                {
+                    int(k): (int(h), int(t))
+                    for k, h, t in zip(unique, hits.astype(np.int64), total, strict=True)
+                }
+            )
+        return cls(cells, float(y.mean()) if y.size else 0.5)
+
+    def scores(self, rec: Records) -> np.ndarray:
+        """The posterior of each (agent, arm): the finest cell with MIN_CELL training pairs."""
+        out = np.full(rec.votes.shape, np.nan)
+        for level, keys in zip(self.cells, rec.keys(), strict=True):
+            todo = np.isnan(out)
+            if not todo.any():
+                break
+            for idx in zip(*np.nonzero(todo), strict=True):
+                hits, total = level.get(int(keys[idx]), (0, 0))
+                if total >= MIN_CELL:
+                    out[idx] = (hits + 0.5) / (total + 1.0)
+        return np.where(np.isnan(out), self.prior, out)
+
+
+# -- the audit ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rate:
+    mean: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, per_trial: Sequence[np.ndarray]) -> Rate:
+        """Mean over every value, 95% interval with the trials as clusters."""
+        sizes = [len(x) for x in per_trial if len(x)]
+        means = [float(np.mean(x)) for x in per_trial if len(x)]
+        if not sizes:
+            return cls(float("nan"), float("nan"), float("nan"))
+        mean, low, high = clustered_rate_interval(means, sizes)
+        return cls(mean, low, high)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mean": self.mean, "ci95": [self.low, self.high]}
+
+
+@dataclass(frozen=True)
+class VoteAudit:
+    method: str
+    certified: float
+    certifies: str
+    adversaries: dict[str, Rate]
+    baseline: dict[str, Rate]
+    named_exactly: Rate  # agents that voted against K - 1 arms: their arm is named exactly
+    voters: Rate  # agents that sent at least one vote
+    agents: int  # (agent, trial) pairs audited
+    trials: int
+    training_trials: int
+    sample_complexity: tuple[float, float, float]  # mean, 95% CI
+    messages: float
+    threshold: int | None
+
+    def strongest(self, with_outcome: bool = True) -> tuple[str, Rate]:
+        names = [a for a in self.adversaries if with_outcome or a not in READS_OUTCOME]
+        name = max(names, key=lambda a: self.adversaries[a].mean)
+        return name, self.adversaries[name]
+
+    def to_json(self) -> dict[str, Any]:
+        name, rate = self.strongest()
+        votes_name, votes_rate = self.strongest(with_outcome=False)
+        best_public = max(self.baseline, key=lambda b: self.baseline[b].mean)
+        sc_mean, sc_low, sc_high = self.sample_complexity
+        return {
+            "method": self.method,
+            "certified": round(self.certified, 12),
+            "certifies": self.certifies,
+            "hit_rate": {**rate.to_json(), "adversary": name},
+            "votes_only": {**votes_rate.to_json(), "adversary": votes_name},
+            "baseline": {**self.baseline[best_public].to_json(), "guess": best_public},
+            "adversaries": {
+                a: {**r.to_json(), "guess": ADVERSARIES[a]} for a, r in self.adversaries.items()
+            },
+            "baselines": {
+                b: {**r.to_json(), "guess": BASELINES[b]} for b, r in self.baseline.items()
+            },
+            "named_exactly": self.named_exactly.to_json(),
+            "voters": self.voters.to_json(),
+            "agent_trials": self.agents,
+            "trials": self.trials,
+            "training_trials": self.training_trials,
+            "threshold": self.threshold,
+            "sample_complexity": {"mean": sc_mean, "ci95": [sc_low, sc_high]},
+            "messages": self.messages,
+        }
+
+
+def audit_votes(
+    config: SimulationConfig,
+    results: Sequence[TrialResult],
+    training: Sequence[TrialResult],
+) -> VoteAudit:
+    """Every adversary and baseline on the audited `results`; the Bayes posteriors are learned on
+    `training` (trials of the same configuration with other seeds)."""
+    if not results:
+        raise ParameterError("trials", 0, "need at least one trial")
+    algo = config.algorithm
+    k = config.environment.n_arms
+    train = [records(config, r) for r in training]
+    posterior = Posterior.fit(train)
+    hits: dict[str, list[np.ndarray]] = {a: [] for a in ADVERSARIES}
+    public: dict[str, list[np.ndarray]] = {b: [] for b in BASELINES}
+    exact: list[np.ndarray] = []
+    voted: list[np.ndarray] = []
+    for result in results:
+        rec = records(config, result)
+        n = rec.votes.shape[0]
+        hits["never-voted-against"].append(hit_probabilities(rec.votes, rec.optimal))
+        scores = posterior.scores(rec)
+        hits["bayes-posterior"].append(best_guess_hits(scores, rec.optimal))
+        # scores are probabilities: + 2 puts every named arm above every other arm
+        hits["outcome+bayes-posterior"].append(
+            best_guess_hits(np.where(rec.named, scores + 2.0, scores), rec.optimal)
+        )
+        named = rec.named[0]
+        public["identified-arm"].append(
+            np.full(n, (named & rec.optimal).sum() / max(named.sum(), 1))
+        )
+        public["uniform"].append(np.full(n, rec.optimal.mean()))
+        exact.append((rec.votes.sum(axis=1) == k - 1).astype(float))
+        voted.append(rec.votes.any(axis=1).astype(float))
+    sc = describe([r.sample_complexity for r in results])
+    return VoteAudit(
+        method=method_label(algo),
+        certified=certified_bound(algo, k),
+        certifies=certifies(algo),
+        adversaries={a: Rate.of(h) for a, h in hits.items()},
+        baseline={b: Rate.of(h) for b, h in public.items()},
+        named_exactly=Rate.of(exact),
+        voters=Rate.of(voted),
+        agents=sum(len(x) for x in exact),
+        trials=len(results),
+        training_trials=len(training),
+        sample_complexity=(sc.mean, sc.ci95_low, sc.ci95_high),
+        messages=float(np.mean([r.messages for r in results])),
+        threshold=config.threshold,
+    )

@@ -29,21 +29,34 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from common.algorithms import ALGORITHMS, USER_SUBROUTINES, AlgorithmConfig
-from common.environments import PROBLEMS, build_problem
+from common.environments import build_problem
 from common.errors import ParameterError
 from common.simulation import ENGINES, SimulationConfig, TrialResult, run_trials, summarize
-from common.simulation.config import DEFAULT_BUDGET, STOP_RULES
+from common.simulation.config import DEFAULT_BUDGET
 from common.simulation.runner import simulation_warnings
+from common.stats import describe, proportion_interval
 from dexp.admin import AdminError, tickets_app
+from dexp.audit import audit_app
 from dexp.engines import EngineUnavailable, check_engine, trial_function
-from dexp.stats import describe, proportion_interval
+from dexp.options import (
+    DEFAULT_PROBLEM,
+    ActivationOption,
+    BudgetOption,
+    DriftOption,
+    EngineOption,
+    MeansOption,
+    ProblemOption,
+    PullsOption,
+    RewardsOption,
+    StopOption,
+    WorkersOption,
+)
 
 PULLS = ("one", "every-arm")
 STOP_HELP = {
     "all-agents": "every agent holds one arm that is still in the global set (Feraud et al.)",
     "global": "the global set has one arm; agents with one local arm retire (Rio et al.)",
 }
-DEFAULT_PROBLEM = "feraud-1"
 
 
 def _fail(message: str, code: int = 2, prefix: str = "error") -> NoReturn:
@@ -192,29 +205,6 @@ def _warn(message: str) -> None:
     sys.stderr.flush()
 
 
-# The problem options that `simulate` and `demo` share.
-ProblemOption = Annotated[
-    str | None,
-    typer.Option(help=f"A named problem ({', '.join(PROBLEMS)}); default {DEFAULT_PROBLEM}."),
-]
-MeansOption = Annotated[
-    str | None,
-    typer.Option(help="Arm means (alone, or replacing the problem's), e.g. 0.8,0.8,0.2."),
-]
-RewardsOption = Annotated[
-    str | None, typer.Option(help="bernoulli (default with --means) or gaussian:SIGMA.")
-]
-DriftOption = Annotated[
-    str | None, typer.Option(help="Per-arm drift of the means per activation, e.g. 0,-1e-5.")
-]
-ActivationOption = Annotated[
-    str | None,
-    typer.Option(
-        help="uniform | groups:P:Q | power:ALPHA:GAMMA | zipf:S (default: the problem's)."
-    ),
-]
-
-
 @app.command()
 def simulate(
     problem: ProblemOption = None,
@@ -227,9 +217,17 @@ def simulate(
     subroutine: Annotated[str, typer.Option(help=" | ".join(USER_SUBROUTINES))] = "ser3",
     epsilon: Annotated[float, typer.Option(help="Target accuracy eps.")] = 0.25,
     delta: Annotated[float, typer.Option(help="Global failure probability.")] = 0.05,
-    eta: Annotated[float, typer.Option(help="Privacy level (local failure probability).")] = 0.9,
+    eta: Annotated[
+        float,
+        typer.Option(
+            help="Local failure probability (DE, CE). Certifies 1 - eta; a higher eta does not make votes reveal less (dexp audit votes)."
+        ),
+    ] = 0.9,
     xi: Annotated[float, typer.Option(help="CE: probability of dropping a vote.")] = 0.0,
-    dp_epsilon: Annotated[float, typer.Option(help="DP-MASE: differential privacy level.")] = 0.1,
+    dp_epsilon: Annotated[
+        float,
+        typer.Option(help="DP-MASE: eps_dp, the differential privacy of each agent's rewards."),
+    ] = 0.1,
     beta: Annotated[float, typer.Option(help="DP-MASE: local failure probability.")] = 0.5,
     phi: Annotated[float, typer.Option(help="SER4: reset probability per step.")] = 0.0,
     tolerance: Annotated[
@@ -241,17 +239,15 @@ def simulate(
             help="Byzantine agents: agents 0..A-1 vote against the best arm and nothing else."
         ),
     ] = 0,
-    pulls: Annotated[
-        str, typer.Option(help="Per activation: one arm, or every arm of the local set (Rio).")
-    ] = "one",
-    stop: Annotated[str, typer.Option(help=" | ".join(STOP_RULES))] = "all-agents",
-    budget: Annotated[int, typer.Option(help="Most activations per trial.")] = DEFAULT_BUDGET,
+    pulls: PullsOption = "one",
+    stop: StopOption = "all-agents",
+    budget: BudgetOption = DEFAULT_BUDGET,
     trials: Annotated[int, typer.Option(help="Number of trials.")] = 20,
     seed: Annotated[
         int, typer.Option(help="Seed; trial i uses SeedSequence(seed).spawn(T)[i].")
     ] = 0,
-    workers: Annotated[int, typer.Option(help="Processes running trials.")] = 1,
-    engine: Annotated[str, typer.Option(help=" | ".join(ENGINES))] = "fast",
+    workers: WorkersOption = 1,
+    engine: EngineOption = "fast",
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object on stdout.")
     ] = False,
@@ -519,6 +515,15 @@ def print_experiments() -> None:
             e.stop,
             ", ".join(e.labels),
         )
+    table.add_row(
+        "privacy-frontier",
+        "dexp audit votes (issue-driven)",
+        "feraud-1",
+        "64",
+        "20 (+20 training)",
+        "all-agents",
+        "DE, CE xi=0.1, DE at CE's M, DP-MASE eps_dp=0.1",
+    )
     out.print(table)
 
 
@@ -547,6 +552,46 @@ def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
             r["stopped_by"],
         )
     out.print(table)
+
+
+def reproduce_privacy_frontier(
+    out_dir: Path | None,
+    trials: int | None,
+    seed: int,
+    workers: int,
+    agents: str | None,
+    engine: str,
+    plots: bool,
+) -> None:
+    """The privacy frontier (dexp/privacy_frontier.py): a vote audit per (series, level)."""
+    from dexp.privacy_frontier import DESCRIPTION, NAME, run_frontier
+
+    if out_dir is None:
+        raise UsageProblem("missing option --out DIR (the directory for the output files)")
+    counts = parse_ints("agents", agents) if agents is not None else (64,)
+    if len(counts) != 1:
+        raise ParameterError("agents", agents, "the privacy frontier takes one agent count")
+    check_engine(engine)
+    n_trials = 20 if trials is None else check_at_least("trials", trials, 1)
+    err = _console(stderr=True)
+    outcome = run_frontier(
+        out_dir,
+        trials=n_trials,
+        training_trials=n_trials,
+        seed=seed,
+        n_agents=counts[0],
+        engine=engine,
+        workers=workers,
+        plots=plots,
+        on_point=lambda label: err.print(f"auditing {label}"),
+    )
+    from dexp.audit_votes import print_points
+
+    print_points(
+        [{**p, "label": f"{p['series']} level={p['level']:g}"} for p in outcome.points],
+        f"{NAME}: {DESCRIPTION}; N={counts[0]}, {n_trials} trials per point, seed {seed}",
+    )
+    _console().print(f"wrote {', '.join(str(f) for f in outcome.files)} in {outcome.elapsed:.1f} s")
 
 
 @app.command()
@@ -585,6 +630,9 @@ def reproduce(
         return
     if name is None:
         raise UsageProblem("missing experiment NAME (dexp reproduce --list shows them)")
+    if name == "privacy-frontier":
+        reproduce_privacy_frontier(out_dir, trials, seed, workers, agents, engine, plots)
+        return
     exp = experiment(name)
     if out_dir is None:
         raise UsageProblem("missing option --out DIR (the directory for the output files)")
@@ -647,7 +695,12 @@ def demo(
     subroutine: Annotated[str, typer.Option(help=" | ".join(USER_SUBROUTINES))] = "ser3",
     epsilon: Annotated[float, typer.Option(help="Target accuracy.")] = 0.25,
     delta: Annotated[float, typer.Option(help="Global failure probability.")] = 0.05,
-    eta: Annotated[float, typer.Option(help="Privacy level (local confidence 1 - eta).")] = 0.9,
+    eta: Annotated[
+        float,
+        typer.Option(
+            help="Local failure probability (DE, CE); certifies 1 - eta, see dexp audit votes."
+        ),
+    ] = 0.9,
     xi: Annotated[float, typer.Option(help="CE: probability of dropping a vote.")] = 0.0,
     seed: Annotated[int | None, typer.Option(help="Seed of agents and environment.")] = None,
     rate: Annotated[
@@ -692,6 +745,7 @@ def demo(
 
 
 app.add_typer(tickets_app, name="tickets")
+app.add_typer(audit_app, name="audit")
 
 
 def main() -> None:

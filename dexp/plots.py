@@ -100,3 +100,56 @@ def plot_figure(figure: Figure, summary: list[dict[str, Any]], path: Path, trial
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+def plot_privacy_frontier(
+    points: list[dict[str, Any]], path: Path, trials: int, n_agents: int
+) -> None:
+    """Two panels: the votes-only hit rate against the local failure probability (eta; beta for DP-MASE)
+    and against the sample complexity; each series with its certified bound dashed; the public
+    baselines (the published answer, a uniform guess) grey."""
+    fig, axes = plt.subplots(1, 2, figsize=(12.8, 4.8), sharey=True)
+    series = list(dict.fromkeys(p["series"] for p in points))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, label in enumerate(series):
+        rows = sorted((p for p in points if p["series"] == label), key=lambda p: p["level"])
+        color = palette[i % len(palette)]
+        ys = [p["votes_only"]["mean"] for p in rows]
+        yerr = [
+            [y - p["votes_only"]["ci95"][0] for p, y in zip(rows, ys, strict=True)],
+            [p["votes_only"]["ci95"][1] - y for p, y in zip(rows, ys, strict=True)],
+        ]
+        for ax, xs in (
+            (axes[0], [p["level"] for p in rows]),
+            (axes[1], [p["sample_complexity"]["mean"] for p in rows]),
+        ):
+            ax.errorbar(
+                xs, ys, yerr=yerr, marker="o", markersize=4, capsize=3, color=color, label=label
+            )
+            ax.plot(
+                xs,
+                [p["certified"] for p in rows],
+                linestyle="--",
+                color=color,
+                alpha=0.7,
+                label=f"{label}: certified",
+            )
+    baseline = sum(p["baseline"]["mean"] for p in points) / len(points)
+    uniform = sum(p["baselines"]["uniform"]["mean"] for p in points) / len(points)
+    for ax in axes:
+        ax.axhline(baseline, color="grey", linewidth=1, label="published answer (baseline)")
+        ax.axhline(uniform, color="grey", linestyle=":", linewidth=1, label="uniform guess")
+        ax.set_ylim(0, 1.05)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_xlabel("local failure probability: eta (DE, CE), beta (DP-MASE)")
+    axes[1].set_xlabel("sample complexity (activations)")
+    axes[1].set_xscale("log")
+    axes[0].set_ylabel("hit rate: eps-optimal arm named from one agent's votes")
+    axes[1].legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle(
+        f"Privacy frontier, Problem 1, N = {n_agents}: strongest votes-only adversary, "
+        f"{trials} trials per point, 95% CI"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -21,9 +21,9 @@ import numpy as np
 from common.errors import ParameterError
 from common.simulation import SimulationConfig, TrialResult, trial_seeds
 from common.simulation.config import DEFAULT_BUDGET
+from common.stats import describe
 from dexp.engines import check_engine, trial_function
 from dexp.experiments import Experiment, Series
-from dexp.stats import describe
 
 TRIAL_COLUMNS = (
     "experiment",

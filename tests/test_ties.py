@@ -24,9 +24,9 @@ from common.algorithms import AlgorithmConfig
 from common.environments import Environment
 from common.simulation import SimulationConfig, TrialResult, reference, run_trials
 from common.simulation.config import tie_outcome
+from common.stats import proportion_interval
 from common.votes import is_tied
 from dexp.cli import app
-from dexp.stats import proportion_interval
 
 EQUAL = Environment((0.8, 0.8, 0.3, 0.2, 0.1))  # the exact tie
 NEAR = Environment((0.8, 0.78, 0.3, 0.3, 0.2, 0.2, 0.1))  # the near-tie

@@ -102,6 +102,9 @@ class TrialResult:
     eliminations: list[Elimination] = field(default_factory=list)
     resets: int = 0  # DSER4 global resets
     agent_votes: np.ndarray | None = None  # (N, K) bool: votes each agent sent, current epoch
+    # (N, K) int: the activation t at which each of those votes was sent, 0 where none (what the
+    # coordinator sees of an agent: its votes, their order and times; common/privacy.py)
+    agent_vote_times: np.ndarray | None = None
     agent_arms: np.ndarray | None = None  # (N,) the arm each agent holds at the stop, -1 if several
     # Agents whose sent votes contradict the outcome: they voted against best_arm (current epoch).
     # Every Byzantine agent that voted is one; an honest agent is one only when its local

@@ -605,6 +605,7 @@ def _simulate(ip, fp, rs, mu0, drift, base):
     # Epoch stamps (epoch + 1 means "in this epoch"): a DSER4 reset clears them for free.
     voter_stamp = np.zeros((k, n_agents), np.int64)
     sent_stamp = np.zeros((n_agents, k), np.int64)
+    sent_time = np.zeros((n_agents, k), np.int64)  # activation t of each sent vote
     n_voters = np.zeros(k, np.int64)
     elims = [(k, k, k, k, k)]  # (arm, votes, time, order in its epoch, epoch): a typed list
     elims.pop()
@@ -823,6 +824,8 @@ def _simulate(ip, fp, rs, mu0, drift, base):
             stamp = epoch + 1
             for v in range(nv):
                 a = vbuf[v]
+                if sent_stamp[n, a] != stamp:
+                    sent_time[n, a] = t
                 sent_stamp[n, a] = stamp
                 messages += 1
                 if not remaining[a] or voter_stamp[a, n] == stamp:
@@ -913,6 +916,7 @@ def _simulate(ip, fp, rs, mu0, drift, base):
 
     held = ist[:, C_HELD].copy()
     agent_votes = sent_stamp == epoch + 1
+    vote_times = np.where(agent_votes, sent_time, 0)
     active0 = ist[0, o_act : o_act + k] != 0
     return (
         t,
@@ -921,6 +925,7 @@ def _simulate(ip, fp, rs, mu0, drift, base):
         epoch,
         elims,
         agent_votes,
+        vote_times,
         held,
         remaining,
         n_voters,
@@ -981,6 +986,7 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
         resets,
         elims,
         agent_votes,
+        vote_times,
         held,
         remaining,
         n_voters,
@@ -1025,6 +1031,7 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
         ],
         resets=int(resets),
         agent_votes=agent_votes,
+        agent_vote_times=vote_times,
         agent_arms=agent_arms,
         suspects=find_suspects(agent_votes, best),
         candidates=candidates,

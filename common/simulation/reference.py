@@ -82,6 +82,7 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
     threshold = config.threshold or n_agents + 1  # baselines: no arm ever leaves
     state = GlobalState(n_arms, threshold)
     votes_sent = np.zeros((n_agents, n_arms), dtype=bool)
+    vote_times = np.zeros((n_agents, n_arms), dtype=np.int64)  # activation t of each sent vote
     voting = algo.votes
     retire = config.stop == "global"
     says_settled = voting and algo.vote_drop > 0.0  # CE: settled messages (see common.votes)
@@ -136,6 +137,7 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
                 if attacked in state.remaining:
                     version = state.version
                     votes_sent[n, attacked] = True
+                    vote_times[n, attacked] = t
                     state.vote(str(n), attacked, time=t)
                     if state.version != version:
                         refresh_settled()
@@ -159,6 +161,7 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
             if algo.global_reset:
                 state.reset()
                 votes_sent[:] = False
+                vote_times[:] = 0
                 votes = []  # decided on the old epoch's statistics: never sent
                 settled[:] = False  # every agent restarts in the new epoch
                 settled[:attackers] = True
@@ -173,6 +176,8 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
         if voting:
             version = state.version
             for arm in votes:
+                if not votes_sent[n, arm]:
+                    vote_times[n, arm] = t
                 votes_sent[n, arm] = True
                 outcome = state.vote(str(n), arm, time=t)
                 event |= outcome not in (VoteOutcome.ARM_OUT, VoteOutcome.DUPLICATE)
@@ -224,6 +229,7 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
         eliminations=list(state.eliminations),
         resets=state.epoch,
         agent_votes=votes_sent,
+        agent_vote_times=vote_times,
         agent_arms=agent_arms,
         suspects=find_suspects(votes_sent, best),
         candidates=candidates,

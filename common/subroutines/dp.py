@@ -66,9 +66,8 @@ class DPSuccessiveElimination(ArmSelection):
             self.params.confidence,
             self.params.dp_epsilon,
         )
-        out = self._eliminate(
-            int(a) for a, mu in zip(arms, noisy, strict=True) if noisy.max() - mu > gap
-        )
+        top = noisy.max()
+        out = self._eliminate(int(a) for a, mu in zip(arms, noisy, strict=True) if top - mu > gap)
         self.epoch += 1
         self._start_epoch()
         return out

@@ -113,7 +113,12 @@ class ExperimentCreate(BaseModel):
     subroutine: Literal["se", "ser3", "ser4", "me", "lucb"] = "ser3"
     epsilon: StrictFloat = positive(0.25, "accuracy: an arm within epsilon of the best is good")
     delta: StrictFloat = unit(0.05, "global failure probability")
-    eta: StrictFloat = unit(0.9, "privacy level: each agent's local failure probability (DE, CE)")
+    eta: StrictFloat = unit(
+        0.9,
+        "each agent's local failure probability (DE, CE); M = ceil(log delta / log eta). "
+        "Certifies 1 - eta; a higher eta does not lower what one agent's votes reveal "
+        "(docs/PRIVACY.md)",
+    )
     xi: StrictFloat = unit(0.0, "CE: probability that a vote is dropped")
     dp_epsilon: StrictFloat = Field(
         0.1, ge=0, le=MAX_NUMBER, allow_inf_nan=False, description="DP-MASE: privacy budget"

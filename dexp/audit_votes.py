@@ -1,0 +1,276 @@
+"""`dexp audit votes`: the adversaries of common/privacy.py on simulated trials, with sweeps.
+
+Each point runs T audited trials and T' training trials of one configuration in one seeded
+batch: audited trial i is trial i of `dexp simulate` with the same options and seed, the
+training trials are the batch's next T' seeds. --eta, --xi, --beta, --agents, --algorithm and
+--subroutine take comma-separated lists; the points are their product. One point prints one JSON
+object; a sweep prints {"points": [...]}.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from common.activation import Activation
+from common.algorithms import AlgorithmConfig
+from common.environments import Environment, build_problem
+from common.errors import ParameterError
+from common.privacy import audit_votes
+from common.simulation import SimulationConfig, TrialResult, run_trials
+from common.simulation.config import DEFAULT_BUDGET
+from dexp.engines import check_engine
+from dexp.options import (
+    DEFAULT_PROBLEM,
+    ActivationOption,
+    BudgetOption,
+    DriftOption,
+    EngineOption,
+    MeansOption,
+    ProblemOption,
+    PullsOption,
+    RewardsOption,
+    StopOption,
+    WorkersOption,
+)
+
+VOTING = ("de", "ce", "dp-mase")
+
+
+@dataclass(frozen=True)
+class AuditPoint:
+    """One configuration of a sweep, with what it measured."""
+
+    label: str
+    config: SimulationConfig
+    result: dict[str, Any]  # VoteAudit.to_json() plus the point's parameters
+
+
+def parse_list(name: str, text: str, kind: Callable[[str], Any]) -> list[Any]:
+    """A comma-separated list of values, each checked by `kind` (float, int or str)."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ParameterError(name, text, "must be one value or a comma-separated list")
+    try:
+        return [kind(x) for x in items]
+    except ValueError:
+        raise ParameterError(
+            name, text, f"must be comma-separated {kind.__name__} values"
+        ) from None
+
+
+def point_label(algo: AlgorithmConfig, n_agents: int) -> str:
+    if algo.algorithm == "dp-mase":
+        return f"dp-mase beta={algo.beta:g} eps_dp={algo.dp_epsilon:g} N={n_agents}"
+    xi = f" xi={algo.xi:g}" if algo.algorithm == "ce" else ""
+    return f"{algo.algorithm}-{algo.subroutine} eta={algo.eta:g}{xi} N={n_agents}"
+
+
+def run_point(
+    config: SimulationConfig,
+    trials: int,
+    training_trials: int,
+    seed: int,
+    engine: str = "fast",
+    workers: int = 1,
+    on_trial: Callable[[TrialResult], None] | None = None,
+) -> dict[str, Any]:
+    """The audit of one configuration as JSON: `trials` audited, `training_trials` to learn the
+    posterior from, all from one seeded batch."""
+    if config.algorithm.algorithm not in VOTING:
+        raise ParameterError(
+            "algorithm", config.algorithm.algorithm, f"the vote audit covers {', '.join(VOTING)}"
+        )
+    results = run_trials(
+        config,
+        trials + training_trials,
+        seed=seed,
+        engine=engine,
+        workers=workers,
+        on_trial=on_trial,
+    )
+    audit = audit_votes(config, results[:trials], results[trials:])
+    algo = config.algorithm
+    return {
+        "label": point_label(algo, config.n_agents),
+        "algorithm": algo.algorithm,
+        "subroutine": algo.local_subroutine,
+        "agents": config.n_agents,
+        "eta": algo.eta,
+        "xi": algo.xi,
+        "beta": algo.beta,
+        "dp_epsilon": algo.dp_epsilon,
+        "seed": seed,
+        **audit.to_json(),
+    }
+
+
+def print_points(points: Sequence[dict[str, Any]], title: str) -> None:
+    out = Console(highlight=False)
+    if not out.is_terminal:
+        out = Console(highlight=False, width=180)
+    table = Table(title=title, title_justify="left")
+    columns = (
+        "point",
+        "M",
+        "certified",
+        "votes only (95% CI)",
+        "adversary",
+        "with outcome",
+        "baseline",
+        "uniform",
+        "named exactly",
+        "agents",
+    )
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("point", "adversary") else "right")
+
+    def rate(r: dict[str, Any]) -> str:
+        low, high = r["ci95"]
+        return f"{r['mean']:.3f} [{low:.3f}, {high:.3f}]"
+
+    for p in points:
+        table.add_row(
+            p["label"],
+            str(p["threshold"]),
+            f"{p['certified']:.3f}",
+            rate(p["votes_only"]),
+            p["votes_only"]["adversary"],
+            rate(p["hit_rate"]),
+            rate(p["baseline"]),
+            f"{p['baselines']['uniform']['mean']:.3f}",
+            rate(p["named_exactly"]),
+            str(p["agent_trials"]),
+        )
+    out.print(table)
+    out.print(
+        "certified: what the method promises no adversary can be surer of (not a bound on how "
+        "often a guess hits). votes only: the strongest adversary reading one agent's votes, "
+        "their order and times. with outcome: also the published answer. baseline: the "
+        "published answer alone."
+    )
+
+
+def votes(
+    problem: ProblemOption = None,
+    means: MeansOption = None,
+    rewards: RewardsOption = None,
+    drift: DriftOption = None,
+    agents: Annotated[str, typer.Option(help="Agents N, or a list: 32,64.")] = "64",
+    activation: ActivationOption = None,
+    algorithm: Annotated[str, typer.Option(help="de | ce | dp-mase, or a list.")] = "de",
+    subroutine: Annotated[str, typer.Option(help="Local subroutine, or a list.")] = "ser3",
+    epsilon: Annotated[float, typer.Option(help="Target accuracy eps.")] = 0.25,
+    delta: Annotated[float, typer.Option(help="Global failure probability.")] = 0.05,
+    eta: Annotated[
+        str,
+        typer.Option(
+            help="Local failure probability eta (DE, CE), or a list. Certified 1 - eta; the "
+            "measured hit rate can rise with eta."
+        ),
+    ] = "0.9",
+    xi: Annotated[str, typer.Option(help="CE: vote drop probability, or a list.")] = "0.1",
+    dp_epsilon: Annotated[float, typer.Option(help="DP-MASE: eps_dp of the rewards.")] = 0.1,
+    beta: Annotated[
+        str, typer.Option(help="DP-MASE: local failure probability, or a list.")
+    ] = "0.5",
+    pulls: PullsOption = "one",
+    stop: StopOption = "all-agents",
+    budget: BudgetOption = DEFAULT_BUDGET,
+    trials: Annotated[int, typer.Option(help="Audited trials per point.")] = 20,
+    training_trials: Annotated[
+        int, typer.Option(help="Trials the Bayes adversary learns from (other seeds).")
+    ] = 20,
+    seed: Annotated[int, typer.Option(help="Seed; audited trial i = dexp simulate's trial i.")] = 0,
+    workers: WorkersOption = 1,
+    engine: EngineOption = "fast",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+) -> None:
+    """What one agent's votes reveal of its eps-optimal arm: the hit rate of adversaries reading
+    what the coordinator sees of it (vote set, order and times; the public outcome), with 95%
+    intervals, beside the certified bound and the best guess from public information alone."""
+    name = problem if problem is not None or means is not None else DEFAULT_PROBLEM
+    built = build_problem(name, means, rewards, drift, activation)
+    if pulls not in ("one", "every-arm"):
+        raise ParameterError("pulls", pulls, "must be one or every-arm")
+    for option, value, low in (
+        ("trials", trials, 1),
+        ("training_trials", training_trials, 1),
+        ("workers", workers, 1),
+        ("seed", seed, 0),
+    ):
+        if value < low:
+            raise ParameterError(option, value, f"must be >= {low}")
+    check_engine(engine)
+    grid = itertools.product(
+        parse_list("algorithm", algorithm, str),
+        parse_list("subroutine", subroutine, str),
+        parse_list("eta", eta, float),
+        parse_list("xi", xi, float),
+        parse_list("beta", beta, float),
+        parse_list("agents", agents, int),
+    )
+    configs: list[SimulationConfig] = []
+    seen: set[str] = set()
+    for algo_name, sub, eta_v, xi_v, beta_v, n in grid:
+        config = build_config(
+            built.environment,
+            built.activation,
+            AlgorithmConfig(
+                algorithm=algo_name,
+                subroutine=sub,
+                epsilon=epsilon,
+                delta=delta,
+                eta=eta_v,
+                xi=xi_v if algo_name == "ce" else 0.0,
+                dp_epsilon=dp_epsilon,
+                beta=beta_v,
+                every_arm=pulls == "every-arm",
+            ),
+            n,
+            stop,
+            budget,
+        )
+        label = point_label(config.algorithm, n)
+        if label not in seen:  # e.g. a list of xi with DE: one point
+            seen.add(label)
+            configs.append(config)
+    points = []
+    for config in configs:
+        sys.stderr.write(f"auditing {point_label(config.algorithm, config.n_agents)}\n")
+        points.append(run_point(config, trials, training_trials, seed, engine, workers))
+    if as_json:
+        document = points[0] if len(points) == 1 else {"points": points}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        return
+    print_points(points, f"dexp audit votes: {name}, {trials} trials per point, seed {seed}")
+
+
+def build_config(
+    env: Environment,
+    activation: Activation,
+    algo: AlgorithmConfig,
+    n_agents: int,
+    stop: str,
+    budget: int,
+) -> SimulationConfig:
+    if algo.algorithm not in VOTING:
+        raise ParameterError("algorithm", algo.algorithm, f"must be one of {', '.join(VOTING)}")
+    if n_agents < 1:
+        raise ParameterError("agents", n_agents, "must be >= 1")
+    return SimulationConfig(
+        environment=env,
+        algorithm=algo,
+        n_agents=n_agents,
+        activation=activation,
+        stop=stop,
+        budget=budget,
+    )

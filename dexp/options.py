@@ -1,0 +1,44 @@
+"""Command-line options that several `dexp` commands share: the problem and its arms."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from common.environments import PROBLEMS
+from common.simulation import ENGINES
+from common.simulation.config import STOP_RULES
+
+DEFAULT_PROBLEM = "feraud-1"
+
+# The problem options that `simulate`, `demo` and the audits share.
+ProblemOption = Annotated[
+    str | None,
+    typer.Option(help=f"A named problem ({', '.join(PROBLEMS)}); default {DEFAULT_PROBLEM}."),
+]
+MeansOption = Annotated[
+    str | None,
+    typer.Option(help="Arm means (alone, or replacing the problem's), e.g. 0.8,0.8,0.2."),
+]
+RewardsOption = Annotated[
+    str | None, typer.Option(help="bernoulli (default with --means) or gaussian:SIGMA.")
+]
+DriftOption = Annotated[
+    str | None, typer.Option(help="Per-arm drift of the means per activation, e.g. 0,-1e-5.")
+]
+ActivationOption = Annotated[
+    str | None,
+    typer.Option(
+        help="uniform | groups:P:Q | power:ALPHA:GAMMA | zipf:S (default: the problem's)."
+    ),
+]
+
+# The run options that `simulate` and `audit votes` share.
+PullsOption = Annotated[
+    str, typer.Option(help="Per activation: one arm, or every arm of the local set (Rio).")
+]
+StopOption = Annotated[str, typer.Option(help=" | ".join(STOP_RULES))]
+BudgetOption = Annotated[int, typer.Option(help="Most activations per trial.")]
+WorkersOption = Annotated[int, typer.Option(help="Processes running trials.")]
+EngineOption = Annotated[str, typer.Option(help=" | ".join(ENGINES))]
