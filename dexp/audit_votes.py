@@ -182,6 +182,14 @@ def votes(
     beta: Annotated[
         str, typer.Option(help="DP-MASE: local failure probability, or a list.")
     ] = "0.5",
+    phi: Annotated[float, typer.Option(help="SER4: reset probability per step.")] = 0.0,
+    tolerance: Annotated[
+        int, typer.Option(help="Byzantine agents tolerated f: the vote threshold is M + f.")
+    ] = 0,
+    attackers: Annotated[
+        int,
+        typer.Option(help="Byzantine agents 0..A-1 (voting against the best arm): not audited."),
+    ] = 0,
     pulls: PullsOption = "one",
     stop: StopOption = "all-agents",
     budget: BudgetOption = DEFAULT_BUDGET,
@@ -233,11 +241,14 @@ def votes(
                 xi=xi_v if algo_name == "ce" else 0.0,
                 dp_epsilon=dp_epsilon,
                 beta=beta_v,
+                phi=phi,
                 every_arm=pulls == "every-arm",
+                tolerance=tolerance,
             ),
             n,
             stop,
             budget,
+            attackers,
         )
         label = point_label(config.algorithm, n)
         if label not in seen:  # e.g. a list of xi with DE: one point
@@ -261,6 +272,7 @@ def build_config(
     n_agents: int,
     stop: str,
     budget: int,
+    attackers: int = 0,
 ) -> SimulationConfig:
     if algo.algorithm not in VOTING:
         raise ParameterError("algorithm", algo.algorithm, f"must be one of {', '.join(VOTING)}")
@@ -273,4 +285,5 @@ def build_config(
         activation=activation,
         stop=stop,
         budget=budget,
+        attackers=attackers,
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from common.algorithms import AlgorithmConfig
 from common.environments import Environment, problem
@@ -30,6 +31,7 @@ from common.privacy import (
 from common.simulation import SimulationConfig, TrialResult
 from common.stats import clopper_pearson, clustered_rate_interval, proportion_interval
 from dexp.audit_votes import run_point
+from dexp.cli import app
 
 FERAUD_1 = problem("feraud-1").environment
 OPTIMAL = np.array([True, True] + [False] * 8)  # feraud-1, eps = 0.25: arms 0 (0.7) and 1 (0.5)
@@ -265,9 +267,20 @@ def test_ce_hides_what_de_at_the_same_threshold_hides() -> None:
 
 # -- the commands --------------------------------------------------------------------------------
 def dexp(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dexp", *args], capture_output=True, text=True, timeout=600
+    """The command in-process (as `dexp` runs it: errors are one line and an exit status)."""
+    result = CliRunner().invoke(app, list(args))
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
+def test_audit_votes_runs_as_a_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dexp", "audit", "votes", "--eta", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
+    assert done.returncode == 2
+    assert done.stderr == "error: eta=2.0 is invalid: must be in (0, 1)\n"
 
 
 def test_audit_votes_json() -> None:
@@ -331,3 +344,14 @@ def test_reproduce_privacy_frontier(tmp_path: Path) -> None:
     assert document["parameters"]["trials"] == 2
     bad = dexp("reproduce", "privacy-frontier", "--out", str(tmp_path), "--agents", "32,64")
     assert bad.returncode == 2 and "agents" in bad.stderr
+
+
+def test_audit_votes_leaves_the_attackers_out() -> None:
+    done = dexp(
+        "audit", "votes", "--attackers", "3", "--tolerance", "3", "--trials", "3",
+        "--training-trials", "3", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    point = json.loads(done.stdout)
+    assert point["threshold"] == 29 + 3
+    assert point["agent_trials"] == 3 * (64 - 3)
