@@ -35,10 +35,12 @@ from dexp.options import (
     DriftOption,
     EngineOption,
     MeansOption,
+    PhiOption,
     ProblemOption,
     PullsOption,
     RewardsOption,
     StopOption,
+    ToleranceOption,
     WorkersOption,
 )
 
@@ -182,10 +184,8 @@ def votes(
     beta: Annotated[
         str, typer.Option(help="DP-MASE: local failure probability, or a list.")
     ] = "0.5",
-    phi: Annotated[float, typer.Option(help="SER4: reset probability per step.")] = 0.0,
-    tolerance: Annotated[
-        int, typer.Option(help="Byzantine agents tolerated f: the vote threshold is M + f.")
-    ] = 0,
+    phi: PhiOption = 0.0,
+    tolerance: ToleranceOption = 0,
     attackers: Annotated[
         int,
         typer.Option(help="Byzantine agents 0..A-1 (voting against the best arm): not audited."),

@@ -45,10 +45,12 @@ from dexp.options import (
     DriftOption,
     EngineOption,
     MeansOption,
+    PhiOption,
     ProblemOption,
     PullsOption,
     RewardsOption,
     StopOption,
+    ToleranceOption,
     WorkersOption,
 )
 
@@ -229,10 +231,8 @@ def simulate(
         typer.Option(help="DP-MASE: eps_dp, the differential privacy of each agent's rewards."),
     ] = 0.1,
     beta: Annotated[float, typer.Option(help="DP-MASE: local failure probability.")] = 0.5,
-    phi: Annotated[float, typer.Option(help="SER4: reset probability per step.")] = 0.0,
-    tolerance: Annotated[
-        int, typer.Option(help="Byzantine agents tolerated f: the vote threshold is M + f.")
-    ] = 0,
+    phi: PhiOption = 0.0,
+    tolerance: ToleranceOption = 0,
     attackers: Annotated[
         int,
         typer.Option(

@@ -42,3 +42,7 @@ StopOption = Annotated[str, typer.Option(help=" | ".join(STOP_RULES))]
 BudgetOption = Annotated[int, typer.Option(help="Most activations per trial.")]
 WorkersOption = Annotated[int, typer.Option(help="Processes running trials.")]
 EngineOption = Annotated[str, typer.Option(help=" | ".join(ENGINES))]
+PhiOption = Annotated[float, typer.Option(help="SER4: reset probability per step.")]
+ToleranceOption = Annotated[
+    int, typer.Option(help="Byzantine agents tolerated f: the vote threshold is M + f.")
+]
