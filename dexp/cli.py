@@ -517,7 +517,7 @@ def print_experiments() -> None:
         )
     table.add_row(
         "privacy-frontier",
-        "dexp audit votes (issue-driven)",
+        "dexp audit votes per point",
         "feraud-1",
         "64",
         "20 (+20 training)",

@@ -25,6 +25,7 @@ from typing import Any
 from common.algorithms import AlgorithmConfig
 from common.environments import problem
 from common.params import corrupted_local_confidence
+from common.simulation.config import DEFAULT_BUDGET
 from dexp.audit_votes import build_config, run_point
 
 NAME = "privacy-frontier"
@@ -103,7 +104,7 @@ def run_frontier(
             label,
             level,
             build_config(
-                built.environment, built.activation, algo, n_agents, "all-agents", 200_000_000
+                built.environment, built.activation, algo, n_agents, "all-agents", DEFAULT_BUDGET
             ),
         )
         for label, level, algo in series_points(n_agents)

@@ -74,6 +74,7 @@ def test_bound_on_randomized_response_exceeds_the_noise_epsilon_at_most_5_percen
         k1 = int(randomized_response(np.ones(n, dtype=int), eps, rng).sum())
         k0 = int(randomized_response(np.zeros(n, dtype=int), eps, rng).sum())
         above += epsilon_lower_bound(k1, n, k0, n) > eps
+    print(f"\nrandomized response eps={eps}: bound > eps in {above} of {reps} repetitions (n={n})")
     # at most 5% in expectation; allow the binomial's 99.9% quantile
     assert above <= binom.ppf(0.999, reps, 0.05)
 
@@ -98,6 +99,7 @@ class RandomizedResponseSampler:
 
 def test_protocol_on_randomized_response_is_valid_and_tight_with_many_runs() -> None:
     result = distinguishing_attack(RandomizedResponseSampler(1.0), 1, 2_000, 20_000)
+    print(f"\nrandomized response eps=1, 20,000 runs per dataset: bound {result.bound:.3f}")
     assert result.test.statistic == 0
     assert result.n1 == result.n0 == 20_000
     assert 0.85 <= result.bound <= 1.0
