@@ -105,6 +105,20 @@ class CoordinatorClient:
         result: dict[str, Any] = self.request("GET", f"/v1/experiments/{experiment}")
         return result
 
+    def experiment_ids(self, page_size: int = 100) -> list[str]:
+        """Every experiment the coordinator lists (GET /v1/experiments, page by page)."""
+        ids: list[str] = []
+        after = ""
+        while True:
+            page = self.request(
+                "GET", "/v1/experiments", params={"limit": page_size, "after": after}
+            )
+            ids += [str(e["id"]) for e in page["experiments"]]
+            following = page.get("next")
+            if not following or following == after:
+                return ids
+            after = str(following)
+
     def me(self, token: str) -> dict[str, Any]:
         """This agent as the coordinator knows it: epoch, version and `voted_against`, the arms
         whose voter set holds it in the current epoch."""

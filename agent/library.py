@@ -89,6 +89,10 @@ class GlobalView:
     lost_at: int = -1  # sequence number of the last of them
     # Per arm, the last vote count seen in this epoch (state reads and vote replies, in order).
     counts: dict[int, int] = field(default_factory=dict)
+    # A state read showed another creation time: the experiment was deleted and created again
+    # under the same id, and this view's agents are not enrolled in the new one (agent/service.py
+    # drops them).
+    replaced: bool = False
 
     @classmethod
     def fetch(cls, client: CoordinatorClient, experiment: str) -> GlobalView:
@@ -111,7 +115,12 @@ class GlobalView:
         A state older than the one held means the coordinator lost writes (a Redis failover): it is
         taken all the same (it is what the coordinator now counts from), and noted, so that the
         agents check their acknowledged votes. The remaining arms are always taken from the state
-        read: after a loss, an equal version no longer proves an equal set."""
+        read: after a loss, an equal version no longer proves an equal set. The state of another
+        incarnation of the experiment (another `created_at`) is not taken: `replaced` says so."""
+        created_at = int(state.get("created_at", self.created_at))
+        if self.created_at and created_at != self.created_at:
+            self.replaced = True
+            return False
         epoch, version = int(state["epoch"]), int(state["version"])
         remaining = frozenset(int(a) for a in state["remaining_arms"])
         self.snapshot_seq = _next_seq() if seq is None else seq

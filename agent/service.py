@@ -1,29 +1,48 @@
-"""The agent service: hosts AGENTS_PER_REPLICA agents in one process, fed by Redis streams.
+"""The agent service: hosts agents of one or several experiments in one process, fed by Redis streams.
 
 Each agent has a stream of activations and a consumer group; an activation is acknowledged (and
 deleted, so the stream length is the backlog the load generator sees) only after the votes it caused
 were acknowledged by the coordinator. A crash therefore means redelivery, and redelivery is harmless
 because a vote is idempotent per (agent, arm).
 
-Restarts (DEXP_STATE_DIR). With a state directory, the process keeps each agent's credentials and
-vote record there (agent/state.py) and a restart re-uses them: the same agent ids, hence the same
-streams and consumer groups, whose pending entries (read by the dead process, never acknowledged)
-are read again first; the votes the dead process had decided are never decided again, and those it
-had not seen acknowledged are sent again (a copy is harmless). The local statistics are not saved:
-a restarted agent starts fresh on the global set, which is exactly DE's own restart rule (an agent
-whose local set empties restarts on the global set with fresh statistics). Each vote it sends later
-is still decided at confidence 1 - eta on samples it observed itself after the restart, and its
-voted set keeps it from voting twice on an arm, so the analysis of DE (at most one vote per agent
-and arm, each wrong with probability at most eta) holds across the restart. Restoring statistics
-instead would need rewards or means on disk, which must never leave the process.
-Without a state directory every start enrolls new agents (the old ones' streams are orphaned).
+Experiments (DEXP_EXPERIMENT). An application running several tests runs one process: it hosts
+AGENTS_PER_REPLICA agents in each experiment of a list (`demo,checkout`), or in every experiment the
+coordinator lists (`*`, looked up every DEXP_DISCOVER_SECONDS, so an experiment created later gets
+its agents). One read loop serves them all (one XREADGROUP over every agent's stream: a stream's
+name holds its experiment), with one GlobalView and one pub/sub channel per experiment, and one
+coordinator client. A problem with one experiment stops only its agents:
+- deleted (404), or deleted and created again under the same id (another creation time: its agents
+  are the old one's): dropped, its streams no longer read and its channel left; with a fixed list
+  it is looked for again every DEXP_DISCOVER_SECONDS (and gets new agents if it comes back);
+- not hostable (not created yet, out of tickets, enrollment refused): one log line (again only if
+  the reason changes), retried every DEXP_DISCOVER_SECONDS; agents already enrolled are hosted;
+- any other refusal (4xx) of one of its requests: its agents pause for DEXP_DISCOVER_SECONDS (the
+  activations that caused it are acknowledged: dropping one is harmless, feeding it twice is not).
+At start, with a fixed list, the process exits with status 3 when no experiment of it got all its
+agents: with one id, as it always did.
 
-Enrollment. Each agent that is not restored takes one ticket (DEXP_TICKETS, DEXP_TICKETS_FILE): the
-process walks the list from a random offset (replicas may share one file), skips a ticket refused
-with 401 (used by another replica, expired, or burnt by a lost reply) and tries the next. When the
-list runs out first, it exits with status 3 and one line saying how to get more tickets. Without
-tickets, agents enroll with the shared secret (open enrollment, refused by a production coordinator
-unless it allows it). Tickets and tokens are never logged.
+Restarts (DEXP_STATE_DIR). With a state directory, the process keeps each agent's credentials and
+vote record there (agent/state.py; one directory for all its experiments, each file names its own)
+and a restart re-uses them: the same agent ids, hence the same streams and consumer groups, whose
+pending entries (read by the dead process, never acknowledged) are read again first; the votes the
+dead process had decided are never decided again, and those it had not seen acknowledged are sent
+again (a copy is harmless). The local statistics are not saved: a restarted agent starts fresh on
+the global set, which is exactly DE's own restart rule (an agent whose local set empties restarts on
+the global set with fresh statistics). Each vote it sends later is still decided at confidence
+1 - eta on samples it observed itself after the restart, and its voted set keeps it from voting
+twice on an arm, so the analysis of DE (at most one vote per agent and arm, each wrong with
+probability at most eta) holds across the restart. Restoring statistics instead would need rewards
+or means on disk, which must never leave the process. Without a state directory every start enrolls
+new agents (the old ones' streams are orphaned).
+
+Enrollment. Each agent that is not restored takes one ticket of its own experiment (DEXP_TICKETS,
+DEXP_TICKETS_FILE: a ticket names its experiment, so one list serves several, and it is read again
+at each attempt, so tickets appended later are used): the process walks that experiment's tickets
+from a random offset (replicas may share one file), skips a ticket refused with 401 (used by another
+replica, expired, or burnt by a lost reply) and tries the next. When they run out first, the
+experiment gets one line saying how to get more tickets. Without tickets, agents enroll with the
+shared secret (open enrollment, refused by a production coordinator unless it allows it). Tickets
+and tokens are never logged.
 
 Faults. The coordinator unreachable: every request is retried with capped back-off until it answers.
 Redis unreachable: the loop waits with capped back-off, then reads the pending entries again (a read
@@ -34,21 +53,26 @@ it succeeds, so a batch is never fed to the local statistics twice.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import random
 import signal
 import socket
 import sys
 import time
+import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import redis
+from pydantic import ValidationError
 
 from agent.client import CoordinatorClient, CoordinatorError
 from agent.library import Agent, GlobalView
-from agent.settings import AgentSettings
+from agent.settings import AgentSettings, ticket_experiment
 from agent.state import AgentRecord, StateDir
 from common import redis_keys as keys
 from common.wire import decode_rewards
@@ -59,7 +83,8 @@ REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
 
 class EnrollmentFailed(RuntimeError):
-    """The agents to enroll cannot all be enrolled: the tickets ran out, or cannot be read."""
+    """An experiment's agents cannot all be hosted: it does not exist, the tickets ran out or
+    cannot be read, or the coordinator refused enrollment."""
 
 
 class Tickets:
@@ -100,6 +125,34 @@ def connect_redis(url: str, attempts: int = 120, delay: float = 0.5) -> redis.Re
     return client
 
 
+@dataclass
+class Hosted:
+    """One experiment's part of the process: its view of the global set, its agents (by stream),
+    their state files and seeds, and what the loop does for it."""
+
+    view: GlobalView
+    state: StateDir | None
+    seeds: list[np.random.SeedSequence]
+    restored: int  # agents restored from the state directory (the others were enrolled)
+    agents: dict[str, Agent] = field(default_factory=dict)
+    installed: bool = False  # its streams are read and its channel subscribed
+    changed: bool = False  # a broadcast announced a change of its global set
+    last_refresh: float = 0.0
+    reconciled: tuple[int, int] = (0, -1)  # the view's (snapshot_seq, lost_at) at the last pass
+    next_reconcile: float = 0.0
+    resend_due: bool = True  # its agents' pending votes are to be sent (again)
+    paused_until: float = 0.0  # a refused request: its agents wait until then (0: running)
+    failure: str = ""  # the last refusal logged
+
+    @property
+    def experiment(self) -> str:
+        return self.view.experiment
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_until > 0
+
+
 class AgentService:
     def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
@@ -110,94 +163,206 @@ class AgentService:
             should_stop=lambda: self.stopping,
         )
         self.redis = connect_redis(settings.redis_url)
-        self.view = GlobalView.fetch(self.client, settings.experiment)
+        # One directory (and lock) for every experiment: `of` gives each its own agents.
         self.state = (
-            StateDir(settings.state_dir, settings.experiment, settings.state_fsync)
-            if settings.state_dir
-            else None
+            StateDir(settings.state_dir, "", settings.state_fsync) if settings.state_dir else None
         )
         if self.state:
             self.state.lock()
-        saved = self.state.load(self.view.created_at) if self.state else []
-        if len(saved) > settings.agents_per_replica:
-            log.warning(
-                "%d agents saved in %s but AGENTS_PER_REPLICA=%d: hosting the first %d, the "
-                "others' streams are left unread",
-                len(saved),
-                settings.state_dir,
-                settings.agents_per_replica,
-                settings.agents_per_replica,
-            )
-            saved = saved[: settings.agents_per_replica]
-        # A restart draws new randomness: the same seed would replay the dead process's choices.
-        entropy: Any = settings.seed
-        if saved and settings.seed is not None:
-            entropy = [settings.seed, time.time_ns() % 2**32]
-        seeds = np.random.SeedSequence(entropy).spawn(settings.agents_per_replica)
-        self.agents: dict[str, Agent] = {}
-        self.restored = len(saved)
-        self.tickets = self._tickets() if len(saved) < len(seeds) else None
-        for slot, seed in enumerate(seeds):
-            rng = np.random.default_rng(seed)
-            if slot < len(saved):
-                record = saved[slot]
-                agent = Agent(
-                    self.client,
-                    self.view,
-                    record.agent_id,
-                    record.token,
-                    rng,
-                    record=record,
-                    reconcile_seconds=settings.reconcile_seconds,
-                )
-            else:
-                agent = self._enroll(rng, enrolled=slot - len(saved))
-                if self.state:  # before anything else: a crash now must not enroll it again
-                    self.state.save(agent.record, self.view.created_at, slot, durable=True)
-            if self.state:
-                agent.persist = self._persister(agent.record, slot)
-            self.agents[keys.activations(settings.experiment, agent.agent_id)] = agent
-        self._create_groups()
-        self.pubsub = self._subscribe()
+        self.hosted: dict[str, Hosted] = {}
+        self.streams: dict[str, tuple[Hosted, Agent]] = {}  # every read stream -> its agent
+        self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        self.problems: dict[str, str] = {}  # experiment -> why it is not (fully) hosted, logged
+        self.spent: set[str] = set()  # tickets used or refused: never tried again
+        self.refused: Counter[str] = Counter()  # per experiment, tickets refused
+        self.malformed_logged = False
         self.activations = 0
         self.redelivered = 0
-        self.last_refresh = time.monotonic()
-        self.reconciled = (0, -1)  # the view's (snapshot_seq, lost_at) at the last pass
-        self.next_reconcile = 0.0
+        self.drained = False  # the pending entries of every read stream were read again
+        self.next_discovery = 0.0
+        if settings.every_experiment:
+            log.info(
+                "following every experiment the coordinator lists (checked every %gs)",
+                settings.discover_seconds,
+            )
+        problems = self._discover(report=settings.every_experiment)
+        complete = [h for h in self.hosted.values() if self._complete(h)]
+        if not settings.every_experiment and not complete:
+            self.close()
+            raise EnrollmentFailed("; ".join(problems.values()))
+        for experiment, problem in problems.items():
+            self._problem(experiment, problem)
+
+    # -- which experiments, and their agents ----------------------------------------------------
+    def _complete(self, hosted: Hosted) -> bool:
+        return len(hosted.agents) >= self.settings.agents_per_replica
+
+    def _discover(self, report: bool = True) -> dict[str, str]:
+        """Host the experiments to follow that are not fully hosted yet (with `*`, first drop the
+        hosted ones the coordinator no longer lists and are gone); their problems, logged if
+        `report`."""
+        self.next_discovery = time.monotonic() + self.settings.discover_seconds
+        if self.settings.every_experiment:
+            wanted = self.client.experiment_ids()
+            for experiment in set(self.hosted) - set(wanted):
+                self._verify(self.hosted[experiment])
+            for experiment in set(self.problems) - set(wanted):
+                del self.problems[experiment]  # gone: nothing to retry
+        else:
+            wanted = self.settings.experiments
+        problems: dict[str, str] = {}
+        for experiment in wanted:
+            hosted = self.hosted.get(experiment)
+            if hosted is not None and self._complete(hosted):
+                continue
+            problem = self._try_host(experiment)
+            if problem is None:
+                self.problems.pop(experiment, None)
+                continue
+            problems[experiment] = problem
+            if report:
+                self._problem(experiment, problem)
+        return problems
+
+    def _problem(self, experiment: str, problem: str) -> None:
+        """Log why an experiment is not (fully) hosted: once, and again only if it changes."""
+        if self.problems.get(experiment) != problem:
+            self.problems[experiment] = problem
+            log.error(
+                "%s (retried every %gs, DEXP_DISCOVER_SECONDS; the other experiments carry on)",
+                problem,
+                self.settings.discover_seconds,
+            )
+
+    def _try_host(self, experiment: str) -> str | None:
+        """Host `experiment`'s agents; None when all are, else why not."""
+        try:
+            self._host(experiment)
+        except EnrollmentFailed as exc:
+            return str(exc)
+        except CoordinatorError as exc:
+            if exc.status == 404:
+                return f"experiment {experiment} does not exist (yet)"
+            return f"experiment {experiment}: the coordinator refused to enroll its agents ({exc})"
+        return None
+
+    def _host(self, experiment: str) -> None:
+        """Restore the experiment's saved agents (first time only) and enroll the missing ones;
+        the agents got so far are hosted even if the rest fail (EnrollmentFailed)."""
+        n = self.settings.agents_per_replica
+        hosted = self.hosted.get(experiment)
+        if hosted is None:
+            view = GlobalView.fetch(self.client, experiment)
+            state = self.state.of(experiment) if self.state else None
+            saved = state.load(view.created_at) if state else []
+            if len(saved) > n:
+                log.warning(
+                    "%d agents of %s saved in %s but AGENTS_PER_REPLICA=%d: hosting the first %d, "
+                    "the others' streams are left unread",
+                    len(saved),
+                    experiment,
+                    self.settings.state_dir,
+                    n,
+                    n,
+                )
+                saved = saved[:n]
+            hosted = Hosted(view, state, self._seeds(experiment, bool(saved)), len(saved))
+            for slot, record in enumerate(saved):
+                agent = Agent(
+                    self.client,
+                    view,
+                    record.agent_id,
+                    record.token,
+                    np.random.default_rng(hosted.seeds[slot]),
+                    record=record,
+                    reconcile_seconds=self.settings.reconcile_seconds,
+                )
+                self._attach(hosted, agent, slot)
+        before = len(hosted.agents) if hosted.installed else 0
+        try:
+            while len(hosted.agents) < n:
+                slot = len(hosted.agents)
+                agent = self._enroll(hosted, np.random.default_rng(hosted.seeds[slot]))
+                if hosted.state:  # before anything else: a crash now must not enroll it again
+                    hosted.state.save(agent.record, hosted.view.created_at, slot, durable=True)
+                self._attach(hosted, agent, slot)
+        finally:
+            if len(hosted.agents) > before:
+                self._install(hosted, added=len(hosted.agents) - before)
+
+    def _seeds(self, experiment: str, restart: bool) -> list[np.random.SeedSequence]:
+        """The agents' seeds: from DEXP_SEED and the experiment's id (a process of one experiment
+        draws exactly what it always did). A restart draws new randomness: the same seed would
+        replay the dead process's choices."""
+        entropy: Any = self.settings.seed
+        if restart and entropy is not None:
+            entropy = [entropy, time.time_ns() % 2**32]
+        n = self.settings.agents_per_replica
+        if self.settings.experiments == [experiment]:
+            return np.random.SeedSequence(entropy).spawn(n)
+        key = (zlib.crc32(experiment.encode()),)
+        return np.random.SeedSequence(entropy, spawn_key=key).spawn(n)
+
+    def _attach(self, hosted: Hosted, agent: Agent, slot: int) -> None:
+        if hosted.state:
+            agent.persist = self._persister(hosted, agent.record, slot)
+        hosted.agents[keys.activations(hosted.experiment, agent.agent_id)] = agent
+
+    def _install(self, hosted: Hosted, added: int) -> None:
+        """Read the experiment's streams (groups created), follow its channel, send its agents'
+        pending votes, and say so."""
+        experiment = hosted.experiment
+        self._create_groups(list(hosted.agents))
+        self.hosted[experiment] = hosted
+        for stream, agent in hosted.agents.items():
+            self.streams[stream] = (hosted, agent)
+        if not hosted.installed:
+            self.pubsub.subscribe(keys.events(experiment))
+            hosted.installed = True
+            hosted.last_refresh = time.monotonic()
+        hosted.resend_due = True
+        self.drained = False  # restored agents' entries read by a dead process come first
         log.info(
             "%d agent(s) in %s on %s (M=%d): %d restored from %s, %d enrolled",
-            len(self.agents),
-            settings.experiment,
+            len(hosted.agents),
+            experiment,
             socket.gethostname(),
-            self.view.threshold,
-            self.restored,
-            settings.state_dir or "-",
-            len(self.agents) - self.restored,
+            hosted.view.threshold,
+            hosted.restored,
+            self.settings.state_dir or "-",
+            len(hosted.agents) - hosted.restored,
         )
-        if self.restored:
-            log.info("restored agents: %s", ",".join(a.agent_id for a in self.agents.values()))
+        if hosted.restored and added == len(hosted.agents):
+            restored = list(hosted.agents.values())[: hosted.restored]
+            log.info("restored agents: %s", ",".join(a.agent_id for a in restored))
 
-    def _tickets(self) -> Tickets | None:
-        """The configured tickets (None: none configured, open enrollment)."""
-        if not self.settings.uses_tickets:
-            return None
+    def _tickets_of(self, experiment: str) -> list[str]:
+        """The configured tickets of `experiment`, the list read again (a file may have grown)."""
         try:
-            return Tickets(self.settings.ticket_list())
+            tickets = self.settings.ticket_list()
         except OSError as exc:
             raise EnrollmentFailed(
                 f"cannot read the tickets file DEXP_TICKETS_FILE={self.settings.tickets_file}: "
                 f"{exc.strerror or exc}"
             ) from None
+        malformed = sum(1 for t in tickets if not ticket_experiment(t))
+        if malformed and not self.malformed_logged:
+            self.malformed_logged = True
+            log.warning(
+                "%d ticket(s) ignored: not of the form ticket.<experiment>.<secret>", malformed
+            )
+        return [t for t in tickets if ticket_experiment(t) == experiment]
 
-    def _enroll(self, rng: np.random.Generator, enrolled: int) -> Agent:
-        """A new agent: with the next ticket that works, or with the shared secret if no ticket
-        is configured. `enrolled`: agents this process enrolled so far (for the message)."""
+    def _enroll(self, hosted: Hosted, rng: np.random.Generator) -> Agent:
+        """A new agent of the experiment: with the next ticket of it that works, or with the
+        shared secret if no ticket is configured at all."""
+        experiment, view = hosted.experiment, hosted.view
         period = self.settings.reconcile_seconds
-        if self.tickets is None:
+        if not self.settings.uses_tickets:
             try:
                 return Agent.enroll(
                     self.client,
-                    self.view,
+                    view,
                     self.settings.enrollment_secret,
                     rng,
                     reconcile_seconds=period,
@@ -206,33 +371,46 @@ class AgentService:
                 if exc.status != 401:
                     raise
                 raise EnrollmentFailed(
-                    f"the coordinator refused open enrollment ({exc}): give the agents tickets "
-                    f"(`dexp tickets issue {self.settings.experiment} --count N`, then "
+                    f"experiment {experiment}: the coordinator refused open enrollment ({exc}): "
+                    f"give the agents tickets (`dexp tickets issue {experiment} --count N`, then "
                     "DEXP_TICKETS_FILE or DEXP_TICKETS)"
                 ) from None
-        for position, ticket in self.tickets:
+        configured = self._tickets_of(experiment)
+        tickets = Tickets([t for t in configured if t not in self.spent])
+        for position, ticket in tickets:
             try:
-                return Agent.enroll(self.client, self.view, ticket, rng, reconcile_seconds=period)
+                agent = Agent.enroll(self.client, view, ticket, rng, reconcile_seconds=period)
             except CoordinatorError as exc:
                 if exc.status != 401:
                     raise
-                self.tickets.refused += 1
+                self.spent.add(ticket)
+                self.refused[experiment] += 1
                 log.info(
                     "ticket %d of %d (%s) refused (used, expired or unknown): trying the next",
                     position,
-                    len(self.tickets.tickets),
+                    len(tickets.tickets),
                     ticket_label(ticket),
                 )
-        needed = self.settings.agents_per_replica - self.restored
+                continue
+            self.spent.add(ticket)
+            return agent
+        needed = self.settings.agents_per_replica - hosted.restored
+        enrolled = len(hosted.agents) - hosted.restored
+        more = f"`dexp tickets issue {experiment} --count {needed - enrolled}`"
+        if not configured:
+            raise EnrollmentFailed(
+                f"experiment {experiment}: no ticket of it is configured (DEXP_TICKETS, "
+                f"DEXP_TICKETS_FILE): issue {more} and add them there"
+            )
         raise EnrollmentFailed(
-            f"out of tickets: {enrolled} of the {needed} agent(s) to enroll got one "
-            f"({len(self.tickets.tickets)} ticket(s) configured, {self.tickets.refused} refused as "
-            f"used, expired or unknown); issue more with `dexp tickets issue {self.settings.experiment} "
-            f"--count {needed - enrolled}` and add them to DEXP_TICKETS_FILE or DEXP_TICKETS"
+            f"experiment {experiment}: out of tickets: {enrolled} of the {needed} agent(s) to "
+            f"enroll got one ({len(configured)} ticket(s) of {experiment} configured, "
+            f"{self.refused[experiment]} refused as used, expired or unknown); issue more with "
+            f"{more} and add them to DEXP_TICKETS_FILE or DEXP_TICKETS"
         )
 
-    def _persister(self, record: AgentRecord, slot: int) -> Callable[[], None]:
-        state, created_at = self.state, self.view.created_at
+    def _persister(self, hosted: Hosted, record: AgentRecord, slot: int) -> Callable[[], None]:
+        state, created_at = hosted.state, hosted.view.created_at
         assert state is not None
 
         def persist() -> None:
@@ -240,8 +418,79 @@ class AgentService:
 
         return persist
 
-    def _create_groups(self) -> None:
-        for stream in self.agents:
+    # -- one experiment's failures ----------------------------------------------------------------
+    def _gone(self, hosted: Hosted) -> str | None:
+        """Why the experiment's agents are gone for good (deleted, or created again), asking the
+        coordinator; None if it is still theirs."""
+        try:
+            hosted.view.refresh(self.client)
+        except CoordinatorError as exc:
+            return "was deleted" if exc.status == 404 else None
+        if hosted.view.replaced:
+            return "was deleted and created again (these agents were the old one's)"
+        return None
+
+    def _verify(self, hosted: Hosted) -> None:
+        reason = self._gone(hosted)
+        if reason is not None:
+            self._drop(hosted, reason)
+
+    def _drop(self, hosted: Hosted, reason: str) -> None:
+        """Stop hosting the experiment: its streams are no longer read, its channel is left."""
+        experiment = hosted.experiment
+        if self.hosted.get(experiment) is not hosted:
+            return
+        del self.hosted[experiment]
+        for stream in hosted.agents:
+            self.streams.pop(stream, None)
+        with contextlib.suppress(redis.RedisError):
+            self.pubsub.unsubscribe(keys.events(experiment))
+        log.warning(
+            "experiment %s %s: its %d agent(s) here are dropped, their streams no longer read",
+            experiment,
+            reason,
+            len(hosted.agents),
+        )
+
+    def _failed(self, hosted: Hosted, exc: CoordinatorError) -> None:
+        """A request of the experiment refused: drop it if it is gone, else pause its agents."""
+        if self.hosted.get(hosted.experiment) is not hosted:
+            return
+        reason = self._gone(hosted)
+        if reason is not None:
+            self._drop(hosted, reason)
+            return
+        hosted.paused_until = time.monotonic() + self.settings.discover_seconds
+        failure = str(exc)
+        if failure != hosted.failure:
+            hosted.failure = failure
+            log.error(
+                "experiment %s: the coordinator refused a request (%s): its agents pause for %gs, "
+                "the other experiments carry on",
+                hosted.experiment,
+                failure,
+                self.settings.discover_seconds,
+            )
+
+    def _guarded(self, hosted: Hosted, action: Callable[[], object]) -> None:
+        """Run one experiment's work; a refusal stops that experiment only."""
+        if self.hosted.get(hosted.experiment) is not hosted or hosted.paused:
+            return
+        try:
+            action()
+        except CoordinatorError as exc:
+            self._failed(hosted, exc)
+
+    def _resume(self, now: float) -> None:
+        for hosted in self.hosted.values():
+            if hosted.paused and now >= hosted.paused_until:
+                hosted.paused_until = 0.0
+                hosted.resend_due = True
+                self.drained = False
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def _create_groups(self, streams: list[str]) -> None:
+        for stream in streams:
             try:
                 self.redis.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
             except redis.ResponseError as exc:
@@ -250,45 +499,86 @@ class AgentService:
 
     def _subscribe(self) -> Any:
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-        pubsub.subscribe(keys.events(self.settings.experiment))
+        channels = [keys.events(experiment) for experiment in self.hosted]
+        if channels:
+            pubsub.subscribe(*channels)
         return pubsub
 
     def stop(self, *_: Any) -> None:
         self.stopping = True
 
+    def close(self) -> None:
+        """Release what the service holds (the state directory's lock included)."""
+        self.client.close()
+        with contextlib.suppress(Exception):
+            self.pubsub.close()
+        with contextlib.suppress(Exception):
+            self.redis.close()
+        if self.state:
+            self.state.close()
+
     def _follow_global_set(self) -> None:
-        changed = False
         while (message := self.pubsub.get_message(timeout=0)) is not None:
-            changed = changed or message.get("type") == "message"
-        if changed or time.monotonic() - self.last_refresh > self.settings.poll_seconds:
-            self.view.refresh(self.client)
-            self.last_refresh = time.monotonic()
+            if message.get("type") == "message":
+                channel = message["channel"]
+                channel = channel.decode() if isinstance(channel, bytes) else str(channel)
+                for experiment, hosted in self.hosted.items():
+                    if channel == keys.events(experiment):
+                        hosted.changed = True
+        now = time.monotonic()
+        for hosted in list(self.hosted.values()):
+            if hosted.changed or now - hosted.last_refresh > self.settings.poll_seconds:
+                hosted.changed, hosted.last_refresh = False, now
+                self._guarded(hosted, functools.partial(hosted.view.refresh, self.client))
+                if hosted.view.replaced:
+                    self._drop(
+                        hosted, "was deleted and created again (these agents were the old one's)"
+                    )
 
     def _reconcile(self) -> None:
-        """After each new read of the global state or sign of lost writes, and once a second for
-        the agents' slow periodic checks: each agent checks its acknowledged votes if it has a
-        reason to (Agent.check_reason) and sends again those the coordinator lost."""
-        now, seen = time.monotonic(), (self.view.snapshot_seq, self.view.lost_at)
-        if seen == self.reconciled and now < self.next_reconcile:
-            return
-        self.reconciled, self.next_reconcile = seen, now + 1.0
-        for agent in self.agents.values():
-            agent.reconcile(now)
+        """After each new read of an experiment's global state or sign of lost writes, and once a
+        second for the agents' slow periodic checks: each agent checks its acknowledged votes if it
+        has a reason to (Agent.check_reason) and sends again those the coordinator lost."""
+        now = time.monotonic()
+        for hosted in list(self.hosted.values()):
+            seen = (hosted.view.snapshot_seq, hosted.view.lost_at)
+            if seen == hosted.reconciled and now < hosted.next_reconcile:
+                continue
+            hosted.reconciled, hosted.next_reconcile = seen, now + 1.0
+            for agent in hosted.agents.values():
+                self._guarded(hosted, functools.partial(agent.reconcile, now))
+
+    def _resend(self) -> None:
+        """Votes decided but not seen acknowledged: a dead process's, or a paused experiment's."""
+        for hosted in list(self.hosted.values()):
+            if hosted.resend_due and not hosted.paused:
+                hosted.resend_due = False
+                for agent in hosted.agents.values():
+                    self._guarded(hosted, agent.resend_pending)
 
     def _process(self, stream: str, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
-        agent = self.agents[stream]
+        hosted, agent = self.streams[stream]
+        if hosted.paused:
+            return  # read before the pause: left pending, read again when it ends
         done: list[bytes] = []
-        for entry_id, fields in entries:
-            if not fields:  # deleted while pending
+        failure: CoordinatorError | None = None
+        try:
+            for entry_id, fields in entries:
+                # Acknowledged even if its vote is refused below: an activation lost is harmless,
+                # one fed twice to the local statistics is not.
                 done.append(entry_id)
-                continue
-            rewards = decode_rewards(fields[b"r"])
-            arms = agent.choose()
-            if arms:
-                agent.observe(arms, rewards[arms])
-            done.append(entry_id)
+                if not fields:  # deleted while pending
+                    continue
+                rewards = decode_rewards(fields[b"r"])
+                arms = agent.choose()
+                if arms:
+                    agent.observe(arms, rewards[arms])
+        except CoordinatorError as exc:
+            failure = exc
         self.activations += len(done)
         self._acknowledge(stream, done)
+        if failure is not None:
+            self._failed(hosted, failure)
 
     def _acknowledge(self, stream: str, done: list[bytes]) -> None:
         """XACK and XDEL, retried until Redis answers: these activations went into the local
@@ -311,7 +601,12 @@ class AgentService:
                 delay = min(delay * 2, self.settings.redis_retry_max_seconds)
 
     def _read(self, start: str) -> list[Any]:
-        streams: dict[Any, Any] = dict.fromkeys(self.agents, start)
+        """One XREADGROUP over the streams of every running experiment."""
+        streams: dict[Any, Any] = {s: start for s, (h, _) in self.streams.items() if not h.paused}
+        if not streams:  # nothing to read (yet): wait a little, as a blocking read would
+            if start != "0":
+                time.sleep(max(0.0, min(1.0, self.next_discovery - time.monotonic())))
+            return []
         block = None if start == "0" else 1000
         reply: Any = self.redis.xreadgroup(
             keys.ACTIVATION_GROUP, CONSUMER, streams, count=self.settings.batch, block=block
@@ -322,75 +617,131 @@ class AgentService:
         """Entries read earlier but never acknowledged: a dead process's, or a read whose reply
         was lost. Each is processed once, by the agents' current statistics."""
         count = 0
-        while pending := [(s, e) for s, e in self._read("0") if e]:
+        while pending := [(s.decode(), e) for s, e in self._read("0") if e]:
             for stream, entries in pending:
-                self._process(stream.decode(), entries)
-                count += len(entries)
+                if stream in self.streams:
+                    self._process(stream, entries)
+                    count += len(entries)
         if count:
             self.redelivered += count
             log.info("processed %d redelivered activations", count)
+
+    def _groups_missing(self, exc: Exception) -> None:
+        """XREADGROUP found a stream without its group, or a stream deleted while it blocked: its
+        experiment was deleted (the coordinator deletes the streams too), or Redis lost its data.
+        Drop the experiments that are gone, recreate the others' groups."""
+        log.warning("consumer group missing (%s): an experiment deleted, or Redis lost data", exc)
+        streams = list(self.streams)
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in streams:
+            pipe.xinfo_groups(stream)
+        suspects: dict[str, Hosted] = {}
+        for stream, reply in zip(streams, pipe.execute(raise_on_error=False), strict=True):
+            groups = [] if isinstance(reply, Exception) else reply
+            if not any(_text(g.get("name")) == keys.ACTIVATION_GROUP for g in groups):
+                hosted = self.streams[stream][0]
+                suspects[hosted.experiment] = hosted
+        for hosted in suspects.values():
+            self._verify(hosted)
+            if self.hosted.get(hosted.experiment) is hosted:
+                log.warning("recreating the consumer groups of %s", hosted.experiment)
+                self._create_groups(list(hosted.agents))
 
     def _recover_redis(self, exc: Exception, delay: float) -> None:
         """Wait until Redis answers again, then make sure the groups exist and resubscribe."""
         log.warning("redis unreachable (%s); retrying in %.2fs", exc, delay)
         time.sleep(delay)
         self.redis.ping()
-        self._create_groups()  # a Redis that lost its data lost the groups too
+        self._create_groups(list(self.streams))  # a Redis that lost its data lost the groups too
         with contextlib.suppress(Exception):
             self.pubsub.close()
         self.pubsub = self._subscribe()
-        self.last_refresh = 0.0  # a change announced while we were away was missed
+        for hosted in self.hosted.values():
+            hosted.last_refresh = 0.0  # a change announced while we were away was missed
         log.info("redis reachable again")
 
     def run(self) -> None:
-        for agent in self.agents.values():  # votes a dead process sent without an answer
-            agent.resend_pending()
-        last_log, last_drain, delay, drained = time.monotonic(), time.monotonic(), 0.05, False
-        while not self.stopping:
-            try:
-                if not drained or time.monotonic() - last_drain > self.settings.poll_seconds:
-                    # Also now and then: a read whose reply was lost and that redis-py retried
-                    # by itself left entries pending that no exception told us about.
-                    self._drain_pending()
-                    drained, last_drain = True, time.monotonic()
-                self._follow_global_set()
-                self._reconcile()
-                for stream, entries in self._read(">"):
-                    self._process(stream.decode(), entries)
-                delay = 0.05
-            except REDIS_DOWN as exc:
-                drained = False
-                while not self.stopping:
-                    try:
-                        self._recover_redis(exc, delay)
-                        break
-                    except REDIS_DOWN as again:
-                        exc = again
-                        delay = min(delay * 2, self.settings.redis_retry_max_seconds)
-            except redis.ResponseError as exc:
-                if "NOGROUP" not in str(exc):
-                    raise
-                log.warning("consumer group missing (%s): Redis lost its data; recreating", exc)
-                self._create_groups()
-            if time.monotonic() - last_log > 10:
-                last_log = time.monotonic()
-                agents = self.agents.values()
-                log.info(
-                    "%d activations, %d votes (%d sent again, %d checks), %d settled messages, "
-                    "%d resets rate-limited, remaining arms %s",
-                    self.activations,
-                    sum(a.votes_sent for a in agents),
-                    sum(a.votes_resent for a in agents),
-                    sum(a.checks for a in agents),
-                    sum(a.settled_sent for a in agents),
-                    sum(a.resets_limited for a in agents),
-                    sorted(self.view.remaining),
-                )
-        self.client.close()
+        last_log, last_drain, delay = time.monotonic(), time.monotonic(), 0.05
+        try:
+            while not self.stopping:
+                try:
+                    now = time.monotonic()
+                    if now >= self.next_discovery:
+                        self._discover()
+                    self._resume(now)
+                    self._resend()
+                    if not self.drained or now - last_drain > self.settings.poll_seconds:
+                        # Also now and then: a read whose reply was lost and that redis-py retried
+                        # by itself left entries pending that no exception told us about.
+                        self._drain_pending()
+                        self.drained, last_drain = True, time.monotonic()
+                    self._follow_global_set()
+                    self._reconcile()
+                    for stream, entries in self._read(">"):
+                        if stream.decode() in self.streams:  # not dropped meanwhile
+                            self._process(stream.decode(), entries)
+                    delay = 0.05
+                except REDIS_DOWN as exc:
+                    self.drained = False
+                    while not self.stopping:
+                        try:
+                            self._recover_redis(exc, delay)
+                            break
+                        except REDIS_DOWN as again:
+                            exc = again
+                            delay = min(delay * 2, self.settings.redis_retry_max_seconds)
+                except redis.ResponseError as exc:
+                    # A stream or its group gone: NOGROUP, or UNBLOCKED when the stream is deleted
+                    # while the read blocks on it (Redis 7).
+                    if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
+                        raise
+                    self._groups_missing(exc)
+                if time.monotonic() - last_log > 10:
+                    last_log = time.monotonic()
+                    self._log_progress()
+        finally:
+            self.close()
+
+    def _log_progress(self) -> None:
+        agents = [agent for _, agent in self.streams.values()]
+        remaining = {e: sorted(h.view.remaining) for e, h in self.hosted.items()}
+        log.info(
+            "%d activations, %d votes (%d sent again, %d checks), %d settled messages, "
+            "%d resets rate-limited, remaining arms %s",
+            self.activations,
+            sum(a.votes_sent for a in agents),
+            sum(a.votes_resent for a in agents),
+            sum(a.checks for a in agents),
+            sum(a.settled_sent for a in agents),
+            sum(a.resets_limited for a in agents),
+            next(iter(remaining.values()))
+            if len(remaining) == 1
+            else " ".join(f"{e}={arms}" for e, arms in remaining.items()) or "-",
+        )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def settings_error(exc: ValidationError) -> str:
+    """One line naming each bad variable as it is set in the environment."""
+    problems = []
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error["loc"] else "settings"
+        variable = name if name.isupper() else f"DEXP_{name.upper()}"
+        if variable == "DEXP_AGENTS_PER_REPLICA":
+            variable = "AGENTS_PER_REPLICA"
+        problems.append(f"{variable}: {error['msg'].removeprefix('Value error, ')}")
+    return "dexp agent: invalid configuration, not starting: " + "; ".join(problems)
 
 
 def main() -> None:
-    settings = AgentSettings()
+    try:
+        settings = AgentSettings()
+    except ValidationError as exc:  # a bad value: one line, no traceback, status 2
+        print(settings_error(exc), file=sys.stderr)
+        sys.exit(2)
     logging.basicConfig(
         level=settings.log_level.upper(),
         format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',

@@ -5,8 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EXPERIMENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the coordinator's own rule for an id
+EVERY_EXPERIMENT = "*"
 
 
 class AgentSettings(BaseSettings):
@@ -17,17 +20,37 @@ class AgentSettings(BaseSettings):
     # Enrollment. Tickets (one per agent, issued by an admin: `dexp tickets issue`) are the
     # production way; the shared secret is open enrollment (development), used only when no ticket
     # is configured.
-    tickets: str = Field("", description="tickets separated by commas, whitespace or newlines")
+    tickets: str = Field(
+        "",
+        description="enrollment tickets separated by commas, whitespace or newlines; each names "
+        "its experiment (ticket.<experiment>.<secret>), so one list may serve several experiments: "
+        "an agent of experiment X takes a ticket of X",
+    )
     tickets_file: str | None = Field(
-        None, description="one ticket per line; blank lines and '#' comments ignored"
+        None,
+        description="one ticket per line (blank lines and '#' comments ignored), read again "
+        "whenever agents are still to enroll, so tickets appended later are used",
     )
     enrollment_secret: str = "dev-enrollment-secret"
-    experiment: str = "demo"
+    experiment: str = Field(
+        "demo",
+        description="the experiments this process hosts agents in: one id, a comma-separated list "
+        "(`demo,checkout`; duplicates ignored), or `*` for every experiment the coordinator lists "
+        "(checked every DEXP_DISCOVER_SECONDS: a new one gets its agents, a deleted one is "
+        "dropped); ids match ^[A-Za-z0-9_-]{1,64}$",
+    )
+    discover_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="how often the process looks for experiments to join (`*`: the coordinator's "
+        "list), and retries one it could not host yet (not created yet, out of tickets)",
+    )
     agents_per_replica: int = Field(
         1,
         ge=1,
         le=10_000,
         validation_alias=AliasChoices("AGENTS_PER_REPLICA", "DEXP_AGENTS_PER_REPLICA"),
+        description="agents hosted by one agent process in each of its experiments",
     )
     seed: int | None = None  # None: fresh entropy
     batch: int = Field(200, ge=1, description="activations read per stream per XREADGROUP")
@@ -36,9 +59,12 @@ class AgentSettings(BaseSettings):
     reconcile_seconds: float = Field(
         30.0, gt=0, description="period (staggered per agent) of the check of its own votes"
     )
-    # Where this process keeps its agents' credentials and vote records (agent/state.py), so that a
-    # restart re-uses the same agents; unset: every start enrolls new agents. One per process.
-    state_dir: str | None = None
+    state_dir: str | None = Field(
+        None,
+        description="where this process keeps its agents' credentials and vote records, every "
+        "experiment's in the same directory (agent/state.py), so that a restart re-uses the same "
+        "agents; unset: every start enrolls new agents. One directory per process",
+    )
     state_fsync: bool = Field(
         False, description="fsync every vote record too (credentials are always fsynced)"
     )
@@ -46,6 +72,32 @@ class AgentSettings(BaseSettings):
         2.0, gt=0, description="cap of the back-off while Redis is unreachable"
     )
     log_level: str = "info"
+
+    @field_validator("experiment")
+    @classmethod
+    def _experiment_list(cls, value: str) -> str:
+        """Normalized: the ids in order, each once, comma-separated; or `*` alone."""
+        ids = [part.strip() for part in value.split(",")]
+        if ids == [EVERY_EXPERIMENT]:
+            return EVERY_EXPERIMENT
+        if EVERY_EXPERIMENT in ids:
+            raise ValueError("'*' (every experiment) cannot be combined with experiment ids")
+        bad = next((i for i in ids if not EXPERIMENT_ID.fullmatch(i)), None)
+        if bad is not None:
+            raise ValueError(
+                f"{bad!r} is not an experiment id (1 to 64 of A-Z a-z 0-9 _ -), in {value!r}"
+            )
+        return ",".join(dict.fromkeys(ids))
+
+    @property
+    def every_experiment(self) -> bool:
+        """`*`: follow the coordinator's list of experiments instead of a fixed one."""
+        return self.experiment == EVERY_EXPERIMENT
+
+    @property
+    def experiments(self) -> list[str]:
+        """The fixed list of experiments (empty with `*`)."""
+        return [] if self.every_experiment else self.experiment.split(",")
 
     @property
     def uses_tickets(self) -> bool:
@@ -59,6 +111,14 @@ class AgentSettings(BaseSettings):
         if self.tickets_file:
             found += read_tickets_file(self.tickets_file)
         return list(dict.fromkeys(found))
+
+
+def ticket_experiment(ticket: str) -> str:
+    """The experiment a ticket is for: tickets are 'ticket.<experiment>.<secret>' ('' if not)."""
+    prefix, _, rest = ticket.partition(".")
+    experiment, dot, secret = rest.partition(".")
+    well_formed = prefix == "ticket" and dot and secret and "." not in secret
+    return experiment if well_formed and EXPERIMENT_ID.fullmatch(experiment) else ""
 
 
 def parse_tickets(text: str) -> list[str]:

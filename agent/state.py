@@ -8,7 +8,10 @@ rule; see agent/service.py).
 
 One small JSON file per agent (see StateDir). The files hold bearer tokens: they are created with
 mode 0600, and the directory should be private to the agent process (one directory per process, e.g.
-a StatefulSet volume: two live processes must never share one).
+a StatefulSet volume: two live processes must never share one). A process hosting several
+experiments keeps them all in its one directory: each file names its experiment (agent ids do too),
+so the layout is the same as a one-experiment process's and a directory written by one restarts
+as the other.
 """
 
 from __future__ import annotations
@@ -79,7 +82,10 @@ class AgentRecord:
 
 
 class StateDir:
-    """The agents of one process: one small file per agent, `<dir>/agent-<agent id>.json`.
+    """The agents of one experiment in a process's directory: one small file per agent,
+    `<dir>/agent-<agent id>.json`, holding the experiment's id and the agent's slot (its place
+    among the process's agents of that experiment). `of` gives another experiment's agents in the
+    same directory.
 
     A file is rewritten whole at each change (temp file, os.replace), so a crash at any instant
     leaves the old version or the new one. One file per agent keeps each write small whatever the
@@ -94,6 +100,16 @@ class StateDir:
         self.fsync_votes = fsync_votes
         self.writes = 0
         self._lock: Any = None
+
+    def of(self, experiment: str) -> StateDir:
+        """The same directory, for another experiment's agents (the lock stays with this one)."""
+        return StateDir(self.dir, experiment, self.fsync_votes)
+
+    def close(self) -> None:
+        """Release the lock (a process releases it by ending; a service run in a thread cannot)."""
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     def lock(self) -> None:
         """Hold the directory for this process's lifetime (an exclusive flock, released by the

@@ -12,7 +12,9 @@ EXPERIMENT_INDEX = f"{PREFIX}:experiment-index"
 
 
 def meta(exp: str) -> str:
-    """Hash: config JSON, threshold, n_arms, version, epoch, messages, ignored, created_at."""
+    """Hash: config JSON, threshold, n_arms, version, epoch, messages, ignored, created_at, and
+    the current epoch's epoch_messages (messages since the epoch began) and epoch_started_at (unix
+    ms: creation or the last reset)."""
     return f"{PREFIX}:{{{exp}}}:meta"
 
 
@@ -95,6 +97,14 @@ def resets(exp: str) -> str:
     """Hash: agent id -> resets of the experiment it made; '<agent id>:last' -> time of the last
     one (unix ms). What the admin reads to see who resets."""
     return f"{PREFIX}:{{{exp}}}:resets"
+
+
+def load_generator(exp: str) -> str:
+    """String: the lease of the load generator feeding the experiment, a JSON object (run, host,
+    pid, started_at, updated_at, epoch, activations, delivered, backlog, activations_per_second),
+    with a TTL of a few seconds that its holder renews with fresh figures (load_generator/lease.py).
+    One load generator per experiment; the coordinator shows the figures (without the pid)."""
+    return f"{PREFIX}:{{{exp}}}:load-generator"
 
 
 ACTIVATION_GROUP = "agents"

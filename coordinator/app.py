@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from common.algorithms import AlgorithmConfig
+from coordinator import dashboard
 from coordinator.api import agents, experiments
 from coordinator.api.deps import Problem, problems
 from coordinator.api.experiments import ExperimentCreate
@@ -101,6 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.include_router(experiments.router)
     app.include_router(agents.router)
+    app.include_router(dashboard.router)  # GET /dashboard: static page over the public GET routes
     # Starlette runs the last-added middleware first: the fast path, then the gate, then routing.
     app.add_middleware(CredentialGate)  # credentials checked before any body is read
     app.add_middleware(VoteFastPath)  # plain valid votes skip FastAPI's machinery (see the module)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import secrets
 import time
 from collections import OrderedDict
@@ -269,6 +270,7 @@ class ExperimentStore:
             keys.reset_rate(exp),
             keys.resets(exp),
             keys.settled(exp),
+            keys.load_generator(exp),
             *[keys.voters(exp, arm) for arm in range(n_arms)],
             *streams,
         )
@@ -285,8 +287,11 @@ class ExperimentStore:
         return document["arms"], AlgorithmConfig(**document["params"])
 
     async def get(self, exp: str, voters: bool = False) -> dict[str, Any]:
-        """The state: config, threshold, global set, votes per arm, eliminations, counters; with
-        `voters`, also the agent ids that voted against each arm (the admin's view only)."""
+        """The state: config, threshold, global set, votes per arm, eliminations, counters (of
+        every epoch, and of this one: epoch_messages, epoch_started_at), and the live figures of
+        the load generator feeding it (None if none: see load_generator_figures), in one round
+        trip; with `voters`, also the agent ids that voted against each arm (the admin's view
+        only)."""
         meta = await self._meta(exp)
         document = json.loads(meta["config"])
         arms: list[str] = document["arms"]
@@ -304,7 +309,14 @@ class ExperimentStore:
                 pipe.smembers(keys.settled(exp))
             else:
                 pipe.scard(keys.settled(exp))
-            replies = await pipe.execute()
+            pipe.get(keys.load_generator(exp))
+            # The lease is written by a process without admin rights: it may be anything, even a
+            # key of another type (WRONGTYPE), which must not fail the read of the experiment.
+            replies = await pipe.execute(raise_on_error=False)
+        lease = replies.pop()
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
         remaining = sorted(int(_s(a)) for a in replies[0])
         per_arm = replies[1 : 1 + len(arms)]
         eliminations = [json.loads(_s(e)) for e in replies[1 + len(arms)]]
@@ -324,11 +336,14 @@ class ExperimentStore:
             "eliminations": eliminations,
             "messages": int(meta["messages"]),
             "ignored_messages": int(meta["ignored"]),
+            "epoch_messages": int(meta.get("epoch_messages") or 0),  # older experiments: 0
             "version": int(meta["version"]),
             "epoch": int(meta["epoch"]),
+            "epoch_started_at": _epoch_started_at(meta),
             "agents": n_agents,
             "settled_agents": len(settled) if voters else int(settled),
             "created_at": int(meta["created_at"]),
+            "load_generator": load_generator_figures(lease),
         }
         if voters:
             state["voters"] = [sorted(_s(v) for v in ids) for ids in per_arm]
@@ -703,6 +718,58 @@ def _surely_not_tied(state: dict[str, Any]) -> bool:
     votes = sum(state["votes"][arm] for arm in remaining)
     done_at_most = state["settled_agents"] + votes // (len(remaining) - 1)
     return bool(state["agents"] - done_at_most >= state["threshold"])
+
+
+def _epoch_started_at(meta: dict[str, str]) -> int | None:
+    """When the current epoch began (unix ms): the creation or the last reset. Experiments created
+    before the field existed have it only in epoch 0 (their creation); else None."""
+    started = meta.get("epoch_started_at")
+    if started is not None:
+        return int(started)
+    return int(meta["created_at"]) if int(meta["epoch"]) == 0 else None
+
+
+LEASE_MAX_BYTES = 4096  # a load generator's lease is ~300 bytes; anything longer is not one
+LEASE_MAX_INT = 2**53  # exact in a JSON number read by any client
+LEASE_MAX_TEXT = 200
+LEASE_TEXT_FIELDS = ("run", "host")
+LEASE_INT_FIELDS = ("started_at", "updated_at", "epoch", "activations", "delivered", "backlog")
+
+
+def load_generator_figures(raw: object) -> dict[str, Any] | None:
+    """The live figures of the load generator's lease (common.redis_keys.load_generator), read
+    defensively: the lease is written by a process that holds no admin credentials, so anything
+    may be there. None when there is no lease or it is not a JSON object; otherwise every field of
+    the public view, each None when missing or malformed (text: printable, at most 200 characters;
+    counts and times: integers in [0, 2^53]; the rate: a finite number >= 0). The pid and any other
+    field are left out."""
+    if not isinstance(raw, bytes | str) or len(raw) > LEASE_MAX_BYTES:
+        return None  # no lease (None), a key of another type (an error), or too long
+    try:
+        document = json.loads(raw)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    if not isinstance(document, dict):
+        return None
+    figures: dict[str, Any] = {}
+    for name in LEASE_TEXT_FIELDS:
+        text = document.get(name)
+        ok = isinstance(text, str) and 0 < len(text) <= LEASE_MAX_TEXT and text.isprintable()
+        figures[name] = text if ok else None
+    for name in LEASE_INT_FIELDS:
+        number = document.get(name)
+        ok = type(number) is int and 0 <= number <= LEASE_MAX_INT
+        figures[name] = number if ok else None
+    rate = document.get("activations_per_second")
+    figures["activations_per_second"] = (
+        float(rate)
+        if isinstance(rate, int | float)
+        and not isinstance(rate, bool)
+        and math.isfinite(rate)
+        and 0 <= rate <= LEASE_MAX_INT
+        else None
+    )
+    return figures
 
 
 def _s(value: bytes | str) -> str:

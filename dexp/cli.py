@@ -38,6 +38,7 @@ from common.stats import describe, proportion_interval
 from dexp.admin import AdminError, tickets_app
 from dexp.audit import audit_app
 from dexp.engines import EngineUnavailable, check_engine, trial_function
+from dexp.manage import experiments_app
 from dexp.options import (
     DEFAULT_PROBLEM,
     ActivationOption,
@@ -53,6 +54,7 @@ from dexp.options import (
     ToleranceOption,
     WorkersOption,
 )
+from dexp.watch import watch
 
 PULLS = ("one", "every-arm")
 STOP_HELP = {
@@ -745,6 +747,8 @@ def demo(
 
 
 app.add_typer(tickets_app, name="tickets")
+app.add_typer(experiments_app, name="experiments")
+app.command("watch")(watch)
 app.add_typer(audit_app, name="audit")
 
 

@@ -1,21 +1,35 @@
 """`python -m load_generator [--json]`: play the environment until the experiment ends.
 
-Exit status: 0 identified or tied, and correct (the arm, or every candidate, eps-optimal); 1 the
-budget or the deadline ran out; 2 bad settings; 3 too few agents (N < M, or CE's N (1 - xi) < M);
-4 identified or tied but not correct; 5 stalled (no activation consumed for DEXP_STALL_SECONDS, or
-the coordinator or Redis unreachable for DEXP_UNREACHABLE_SECONDS): the summary says what it saw.
+Exit status: 0 identified or tied, and correct (the arm, or every candidate, eps-optimal), or
+already identified or tied when it started (nothing to play; it says so); 1 the budget or the
+deadline ran out; 2 bad settings; 3 too few agents (N < M, or CE's N (1 - xi) < M); 4 identified
+or tied but not correct; 5 stalled (no activation consumed for DEXP_STALL_SECONDS, or the
+coordinator or Redis unreachable for DEXP_UNREACHABLE_SECONDS): the summary says what it saw; 6
+another load generator is feeding the experiment (it holds the experiment's lease and kept it for
+DEXP_LEASE_SECONDS plus a second): one line says which run, on which host, since when.
+
+SIGTERM (docker stop) ends the run as Ctrl-C does: the lease is deleted, so the next run need not
+wait for it to expire.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+from types import FrameType
 
 import redis
 
 from common.errors import ParameterError
 from load_generator.generator import LoadGenerator, NotEnoughAgents, exit_code, format_summary
+from load_generator.lease import LeaseHeld
 from load_generator.settings import LoadSettings
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM: unwind (SystemExit 128 + 15), so that the run releases its lease on the way out."""
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     except NotEnoughAgents as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except LeaseHeld as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 6
     except (ConnectionError, redis.ConnectionError, redis.TimeoutError) as exc:
         # Before the run started (waiting for agents): the coordinator or Redis never answered
         # within DEXP_UNREACHABLE_SECONDS. A stall, as during the run.
@@ -50,4 +67,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminate)
     sys.exit(main())

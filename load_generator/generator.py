@@ -16,9 +16,27 @@ gone or stuck, a stream nobody reads), or the coordinator or Redis stays unreach
 with status "stalled" and says what it sees: the agents enrolled and those whose streams are being
 read (consumer groups, XINFO), the backlog per agent, and whether the coordinator answers.
 
+One load generator per experiment: a run first takes the experiment's lease in Redis
+(load_generator/lease.py), renews it with its live figures while it runs (the coordinator shows
+them as `load_generator` in GET /v1/experiments/{id}), and deletes it at the end. A second one on
+the same experiment waits up to the lease's TTL plus a second (a crashed holder's lease expires),
+then gives up: LeaseHeld, exit status 6.
+
+Figures. Every figure of the summary is this run's or is labelled otherwise. Activations processed
+by this run are what it delivered less what is still in the streams of it (per stream, at most what
+this run delivered there: entries an earlier run left are not this run's), so they are never
+negative. Messages: the final epoch's (`epoch_messages`, against the bound M*K - 1 that counted
+votes of an epoch keep when agents act one at a time) and every epoch's total (`messages`), apart.
+
+A run that starts on an experiment already identified or tied has nothing to play: it says so in
+one line and returns a summary with `ended_before_run` and every run figure 0 (exit status 0);
+`dexp experiments reset X` starts a new epoch to play.
+
 Exit status of `python -m load_generator` (`exit_code`): 0 identified or tied, and correct (the arm,
-or every candidate, eps-optimal); 1 budget or deadline reached; 2 bad settings; 3 too few agents
-(N < M, or CE's N (1 - xi) < M); 4 identified or tied but not correct; 5 stalled.
+or every candidate, eps-optimal), or already identified or tied before the run (nothing played); 1
+budget or deadline reached; 2 bad settings; 3 too few agents (N < M, or CE's N (1 - xi) < M); 4
+identified or tied but not correct; 5 stalled; 6 another load generator is feeding the experiment
+(it holds the lease, or took it over while this run could not renew it).
 """
 
 from __future__ import annotations
@@ -28,6 +46,7 @@ import logging
 import math
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -42,6 +61,7 @@ from agent.service import connect_redis
 from common import redis_keys as keys
 from common.environments import Problem, build_problem
 from common.wire import encode_rewards
+from load_generator.lease import Lease
 from load_generator.settings import LoadSettings
 
 log = logging.getLogger("dexp.load_generator")
@@ -54,33 +74,60 @@ class NotEnoughAgents(RuntimeError):
 
 @dataclass
 class Summary:
+    """A run's report. Figures of this run: activations_delivered, activations_processed,
+    wall_seconds, activations_per_second, peak_backlog, run_messages. Figures of the epoch the run
+    ended in: epoch, epoch_votes (counted: the sum of the votes per arm), epoch_messages (votes
+    received, counted or not), against message_bound = M*K - 1, which bounds the counted votes of
+    an epoch when agents act one at a time. All epochs since the experiment began: messages and
+    ignored_messages (the coordinator's totals); first_epoch..epoch are the epochs this run saw."""
+
     experiment: str
-    status: str  # identified | tied | budget | timeout | stalled
-    # Activations processed when the last elimination happened (identified), when the tie was
-    # seen (tied), or at the end.
+    # identified | tied | budget | timeout | stalled. With ended_before_run, the experiment was
+    # already identified or tied when the run started: nothing was played, every run figure is 0.
+    status: str
+    # Activations processed by this run when the last elimination of the final epoch happened
+    # (identified), when the tie was seen (tied), or at the end; never negative.
     sample_complexity: int
-    activations_delivered: int
-    messages: int
-    ignored_messages: int
+    activations_delivered: int  # by this run
+    messages: int  # every epoch's, since the experiment began (the coordinator's total)
+    ignored_messages: int  # every epoch's
     identified_arm: int | None
     identified_name: str | None
-    correct: bool | None  # identified: the arm is eps-optimal; tied: every candidate is
+    # identified: the arm is eps-optimal; tied: every candidate is; None when not judged
+    correct: bool | None
     agents: int
     threshold: int
     n_arms: int
-    wall_seconds: float
-    activations_per_second: float
-    peak_backlog: int
-    eliminations: list[dict[str, Any]] = field(default_factory=list)
+    wall_seconds: float  # this run's
+    activations_per_second: float  # processed by this run, per second of its wall time
+    peak_backlog: int  # the most activations in the agents' streams this run saw
+    eliminations: list[dict[str, Any]] = field(default_factory=list)  # of the final epoch
     candidates: list[int] = field(default_factory=list)  # tied: the arms left
     candidate_names: list[str] = field(default_factory=list)
     certified: str | None = None  # tied: what the coordinator certifies about the candidates
     stall: list[str] = field(default_factory=list)  # stalled: what the generator saw, line by line
+    run: str = ""  # this run's id (as in the lease)
+    activations_processed: int = 0  # this run's activations the agents processed
+    ended_before_run: bool = False  # identified or tied before this run: nothing played
+    epoch: int = 0  # the epoch the run ended in
+    first_epoch: int = 0  # the epoch the run started in
+    epoch_votes: int = 0  # counted votes of the final epoch (sum of the votes per arm)
+    epoch_messages: int = 0  # votes received in the final epoch, counted or not
+    message_bound: int = 0  # M*K - 1: counted votes per epoch, agents acting one at a time
+    run_messages: int = 0  # votes the coordinator received during this run, every epoch
+
+    @property
+    def epochs_seen(self) -> int:
+        """Epochs this run saw: the one it started in, and one more per reset during it."""
+        return max(1, self.epoch - self.first_epoch + 1)
 
 
 def exit_code(summary: Summary) -> int:
-    """0: identified or tied, and correct; 4: identified or tied, not correct; 5: stalled; 1: the
-    budget or the deadline ran out (2 and 3 are for bad settings and too few agents)."""
+    """0: identified or tied, and correct, or already so before the run (nothing played); 4:
+    identified or tied, not correct; 5: stalled; 1: the budget or the deadline ran out (2, 3 and 6
+    are for bad settings, too few agents, and another load generator feeding the experiment)."""
+    if summary.ended_before_run:
+        return 0
     if summary.status in ("identified", "tied"):
         return 0 if summary.correct else 4
     return 5 if summary.status == "stalled" else 1
@@ -96,9 +143,9 @@ def agents_needed(state: dict[str, Any]) -> int:
 
 
 class LoadGenerator:
-    def __init__(self, settings: LoadSettings, out: Any = sys.stderr) -> None:
+    def __init__(self, settings: LoadSettings, out: Any = None) -> None:
         self.settings = settings
-        self.out = out
+        self.out = sys.stderr if out is None else out  # the progress lines (None: stderr now)
         self.problem: Problem = build_problem(
             settings.problem or None,
             settings.means or None,
@@ -116,6 +163,7 @@ class LoadGenerator:
         self._shown: tuple[Any, ...] = ()
         self._shown_at = -math.inf
         self._quiet_noted = False
+        self.lease: Lease | None = None  # this run's lease, while run() runs
 
     def close(self) -> None:
         self.client.close()
@@ -127,21 +175,25 @@ class LoadGenerator:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def wait_for_agents(self) -> tuple[list[str], dict[str, Any]]:
+    def wait_for_agents(self, lease: Lease | None = None) -> tuple[list[str], dict[str, Any]]:
         """Enrolled agents once there are enough (see agents_needed) and enrollment has been
         quiet a moment."""
         exp = self.settings.experiment
         deadline = time.monotonic() + self.settings.agent_wait_seconds
         last_count, quiet_since, last_note = -1, time.monotonic(), 0.0
         while True:
+            if lease is not None:
+                lease.check()
             state = self.client.experiment(exp)
+            if lease is not None:
+                lease.update(epoch=int(state["epoch"]))
             count, threshold = int(state["agents"]), int(state["threshold"])
             needed = agents_needed(state)
             if count != last_count:
                 last_count, quiet_since = count, time.monotonic()
             if count >= needed and time.monotonic() - quiet_since >= self.settings.settle_seconds:
                 members = self._redis(lambda: self.redis.zrange(keys.agents(exp), 0, -1))
-                agents = [a.decode() for a in members]
+                agents = [a.decode() if isinstance(a, bytes) else str(a) for a in members]
                 for warning in state.get("warnings", []):
                     print(f"warning: {warning}", file=self.out)
                 return agents, state
@@ -168,38 +220,72 @@ class LoadGenerator:
             time.sleep(0.2)
 
     def run(self) -> Summary:
+        """Take the experiment's lease (LeaseHeld if another load generator feeds it), play until
+        the experiment ends, release the lease, and report the run."""
+        s = self.settings
+        lease = Lease(s.redis_url, s.experiment, s.lease_seconds)
+        self.lease = lease
+        try:
+            lease.acquire()
+            return self._run(lease)
+        finally:
+            lease.close()
+
+    def _run(self, lease: Lease) -> Summary:
         s = self.settings
         env = self.problem.environment
-        agents, state = self.wait_for_agents()
+        before = self.client.experiment(s.experiment)
+        lease.update(epoch=int(before["epoch"]))
+        if before["status"] in ("identified", "tied"):
+            return self._ended_before_run(before, lease)
+        agents, state = self.wait_for_agents(lease)
         if len(state["arms"]) != env.n_arms:
             raise ValueError(
                 f"experiment {s.experiment!r} has {len(state['arms'])} arms, "
                 f"the problem has {env.n_arms}"
             )
-        epsilon = float(state["params"]["epsilon"])
         streams = [keys.activations(s.experiment, a) for a in agents]
         p = self.problem.activation.probabilities(len(agents))
         mu0, drift = np.asarray(env.means, dtype=float), env.drift_array
-        delivered, peak_backlog, backlog = 0, 0, 0
+        # Per stream, what this run delivered: of a stream's entries, at most that many are this
+        # run's (the agents read in order, so entries left by an earlier run go first).
+        sent = np.zeros(len(streams), dtype=np.int64)
+        delivered, peak_backlog, backlog, own_backlog = 0, 0, 0, 0
         start = time.monotonic()
         samples: list[tuple[float, int]] = [(time.time() * 1000, 0)]
+        recent: deque[tuple[float, int]] = deque([(start, 0)])  # for the lease's recent rate
         last_poll, status = 0.0, "budget"
         best: dict[str, Any] = {}
         stall: list[str] = []
         unreachable = False  # stalled because the coordinator or Redis stopped answering
-        processed, last_processed, progress_at, stop_processed = 0, 0, start, 0
+        processed, progress_at, stop_processed = 0, start, 0
+        initial = int(self._lengths(streams).sum())  # entries already there (an earlier run's)
+        consumed = 0  # entries the agents consumed since the start, this run's or not
         try:
             while True:
                 now = time.monotonic()
                 if now - last_poll >= 0.2:
                     last_poll = now
-                    backlog = self._backlog(streams)
+                    lease.check()
+                    lengths = self._lengths(streams)
+                    backlog = int(lengths.sum())
+                    own_backlog = int(np.minimum(sent, lengths).sum())
                     peak_backlog = max(peak_backlog, backlog)
-                    processed = delivered - backlog
+                    processed = max(processed, delivered - own_backlog)
                     samples.append((time.time() * 1000, processed))
-                    if processed != last_processed:
-                        last_processed, progress_at = processed, now
+                    if initial + delivered - backlog != consumed:
+                        consumed, progress_at = initial + delivered - backlog, now
                     best = self.client.request("GET", f"/v1/experiments/{s.experiment}/best-arm")
+                    recent.append((now, processed))
+                    while len(recent) > 2 and now - recent[1][0] >= RECENT_SECONDS:
+                        recent.popleft()
+                    lease.update(
+                        epoch=int(best["epoch"]),
+                        activations=processed,
+                        delivered=delivered,
+                        backlog=own_backlog,
+                        activations_per_second=_rate(recent),
+                    )
                     self._progress(processed, best, now - start, now - progress_at, backlog)
                     if best["status"] in ("identified", "tied"):
                         status, stop_processed = best["status"], processed
@@ -211,6 +297,8 @@ class LoadGenerator:
                     if now - start > s.max_seconds:
                         status = "timeout"
                         break
+                    if delivered >= s.budget and own_backlog == 0:
+                        break  # the budget is spent and the agents processed all of it
                 if delivered >= s.budget:
                     time.sleep(0.05)
                     continue
@@ -233,13 +321,16 @@ class LoadGenerator:
                     rewards = self.rng.normal(mu, env.sigma)
                 who = self.rng.choice(len(agents), size=n, p=p)
                 rows = encode_rewards(rewards, env.bounded)
-                batch = [(streams[who[i]], {"t": int(t[i]), "r": rows[i]}) for i in range(n)]
+                batch: list[tuple[str, dict[Any, Any]]] = [
+                    (streams[who[i]], {"t": int(t[i]), "r": rows[i]}) for i in range(n)
+                ]
                 self._redis(partial(self._xadd, batch))
                 delivered += n
+                sent += np.bincount(who, minlength=len(streams))
                 backlog += n
                 peak_backlog = max(peak_backlog, backlog)
-                # At the budget, let the agents finish what is in flight, then stop.
-                if delivered >= s.budget and self._backlog(streams) == 0:
+                # At the budget, let the agents finish what this run put in flight, then stop.
+                if delivered >= s.budget and self._own_backlog(streams, sent) == 0:
                     break
         except (ConnectionError, redis.ConnectionError, redis.TimeoutError) as exc:
             # The client (coordinator) or _redis gave up after unreachable_seconds of retries.
@@ -252,28 +343,97 @@ class LoadGenerator:
             ]
         wall = time.monotonic() - start
         if unreachable:  # reading the end state would wait as long again: the last one seen
-            final, processed = state, last_processed
+            final = state
         else:
             final = self.client.experiment(s.experiment)
-            processed = delivered - self._backlog(streams)
+            processed = max(processed, delivered - self._own_backlog(streams, sent))
+        lease.update(activations=processed, delivered=delivered, epoch=int(final["epoch"]))
         sample_complexity = processed
         if status == "identified" and final["eliminations"]:
             sample_complexity = _interpolate(samples, final["eliminations"][-1]["time"], processed)
         if status == "tied":
             sample_complexity = stop_processed
+        print(file=self.out)
+        return self._summary(
+            status,
+            final,
+            before,
+            best,
+            agents=len(agents),
+            delivered=delivered,
+            processed=processed,
+            sample_complexity=sample_complexity,
+            wall=wall,
+            peak_backlog=peak_backlog,
+            stall=stall,
+            lease=lease,
+        )
+
+    def _ended_before_run(self, state: dict[str, Any], lease: Lease) -> Summary:
+        """The experiment was identified or tied before this run: nothing to play. It says so in
+        one line and reports the experiment's state, with every figure of the run at 0 and the
+        outcome not judged (this run's problem may not be the one that was played)."""
+        s = self.settings
+        status = state["status"]
+        print(
+            f"experiment {s.experiment} is already {status} (epoch {state['epoch']}) before this "
+            f"run: nothing to play; `dexp experiments reset {s.experiment}` starts a new epoch",
+            file=self.out,
+            flush=True,
+        )
+        best: dict[str, Any] = {}
+        if status == "tied":
+            best = self.client.request("GET", f"/v1/experiments/{s.experiment}/best-arm")
+        return self._summary(
+            status,
+            state,
+            state,
+            best,
+            agents=int(state["agents"]),
+            delivered=0,
+            processed=0,
+            sample_complexity=0,
+            wall=0.0,
+            peak_backlog=0,
+            stall=[],
+            lease=lease,
+            ended_before_run=True,
+        )
+
+    def _summary(
+        self,
+        status: str,
+        final: dict[str, Any],
+        before: dict[str, Any],
+        best: dict[str, Any],
+        *,
+        agents: int,
+        delivered: int,
+        processed: int,
+        sample_complexity: int,
+        wall: float,
+        peak_backlog: int,
+        stall: list[str],
+        lease: Lease,
+        ended_before_run: bool = False,
+    ) -> Summary:
+        env = self.problem.environment
+        epsilon = float(final["params"]["epsilon"])
+        processed, sample_complexity = max(0, processed), max(0, sample_complexity)
         arm = final["remaining_arms"][0] if len(final["remaining_arms"]) == 1 else None
         candidates = (
             [int(c["index"]) for c in best.get("candidates", [])] if status == "tied" else []
         )
-        if status == "identified" and arm is not None:
-            correct: bool | None = env.eps_optimal(arm, epsilon, sample_complexity)
+        correct: bool | None = None
+        if ended_before_run:
+            correct = None
+        elif status == "identified" and arm is not None:
+            correct = env.eps_optimal(arm, epsilon, sample_complexity)
         elif status == "tied":
             correct = all(env.eps_optimal(c, epsilon, sample_complexity) for c in candidates)
-        else:
-            correct = None
-        print(file=self.out)
+        threshold, n_arms = int(final["threshold"]), len(final["arms"])
         return Summary(
-            experiment=s.experiment,
+            experiment=self.settings.experiment,
             status=status,
             sample_complexity=sample_complexity,
             activations_delivered=delivered,
@@ -284,9 +444,9 @@ class LoadGenerator:
             if arm is not None and status == "identified"
             else None,
             correct=correct,
-            agents=len(agents),
-            threshold=int(final["threshold"]),
-            n_arms=len(final["arms"]),
+            agents=agents,
+            threshold=threshold,
+            n_arms=n_arms,
             wall_seconds=round(wall, 3),
             activations_per_second=round(processed / wall, 1) if wall > 0 else 0.0,
             peak_backlog=peak_backlog,
@@ -295,6 +455,15 @@ class LoadGenerator:
             candidate_names=[final["arms"][c] for c in candidates],
             certified=best.get("certified") if status == "tied" else None,
             stall=stall,
+            run=lease.run,
+            activations_processed=processed,
+            ended_before_run=ended_before_run,
+            epoch=int(final["epoch"]),
+            first_epoch=min(int(before["epoch"]), int(final["epoch"])),
+            epoch_votes=sum(int(v) for v in final["votes"]),
+            epoch_messages=_epoch_messages(final),
+            message_bound=threshold * n_arms - 1,
+            run_messages=max(0, int(final["messages"]) - int(before["messages"])),
         )
 
     # -- stalls ---------------------------------------------------------------------------
@@ -368,16 +537,27 @@ class LoadGenerator:
             f"coordinator: {url} answers {response.status_code} on /readyz (it cannot reach Redis)"
         )
 
-    def _backlog(self, streams: list[str]) -> int:
-        def measure() -> int:
+    def _lengths(self, streams: list[str]) -> np.ndarray:
+        """Each stream's length: its backlog (the agents delete what they acknowledged)."""
+
+        def measure() -> np.ndarray:
             pipe = self.redis.pipeline(transaction=False)
             for stream in streams:
                 pipe.xlen(stream)
-            return int(sum(pipe.execute()))
+            return np.asarray(pipe.execute(), dtype=np.int64)
 
         return self._redis(measure)
 
-    def _xadd(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+    def _backlog(self, streams: list[str]) -> int:
+        """Activations in the agents' streams, whoever delivered them."""
+        return int(self._lengths(streams).sum())
+
+    def _own_backlog(self, streams: list[str], sent: np.ndarray) -> int:
+        """This run's activations not processed yet: per stream, at most what the run delivered
+        to it (entries an earlier run left are read first, and are not this run's)."""
+        return int(np.minimum(sent, self._lengths(streams)).sum())
+
+    def _xadd(self, batch: list[tuple[str, dict[Any, Any]]]) -> None:
         pipe = self.redis.pipeline(transaction=False)
         for stream, fields in batch:
             pipe.xadd(stream, fields)
@@ -413,9 +593,10 @@ class LoadGenerator:
         remaining = len(best.get("remaining_arms", []))
         rate = processed / elapsed if elapsed > 0 else 0.0
         status = best.get("status", "")
+        epoch = int(best.get("epoch", 0))
         line = (
             f"activations {processed:>10,}  votes {votes:>5}  remaining arms {remaining:>3}  "
-            f"rate {rate:>9,.0f}/s  {status}"
+            f"rate {rate:>9,.0f}/s  {status}" + (f"  epoch {epoch}" if epoch else "")
         )
         if self.out.isatty():
             print("\r" + line, end="", file=self.out, flush=True)
@@ -483,6 +664,23 @@ def _describe_streams(
     return lines
 
 
+RECENT_SECONDS = 5.0  # the lease's activations_per_second: over about this long
+
+
+def _rate(recent: deque[tuple[float, int]]) -> float:
+    """Activations processed per second between the oldest and newest (time, processed)."""
+    (t0, p0), (t1, p1) = recent[0], recent[-1]
+    return round(max(0, p1 - p0) / (t1 - t0), 1) if t1 > t0 else 0.0
+
+
+def _epoch_messages(state: dict[str, Any]) -> int:
+    """Votes the coordinator received this epoch (a coordinator without the field: all of them in
+    epoch 0, else unknown: 0)."""
+    if "epoch_messages" in state:
+        return int(state["epoch_messages"])
+    return int(state["messages"]) if int(state["epoch"]) == 0 else 0
+
+
 def _interpolate(samples: list[tuple[float, int]], at_ms: float, default: int) -> int:
     """Activations processed at wall time `at_ms`, from the (time, processed) samples."""
     times = np.array([t for t, _ in samples])
@@ -493,8 +691,13 @@ def _interpolate(samples: list[tuple[float, int]], at_ms: float, default: int) -
 
 
 def format_summary(summary: Summary, as_json: bool) -> str:
+    """The summary for a person (or one JSON object): the outcome, this run's figures, the final
+    epoch's messages against the bound M*K - 1, and every epoch's total, each labelled."""
     if as_json:
-        return json.dumps(asdict(summary))
+        return json.dumps({**asdict(summary), "epochs_seen": summary.epochs_seen})
+    judged = (
+        "not judged (ended before this run)" if summary.ended_before_run else str(summary.correct)
+    )
     arm = (
         f"{summary.identified_name} (index {summary.identified_arm})"
         if summary.identified_arm is not None
@@ -507,19 +710,38 @@ def format_summary(summary: Summary, as_json: bool) -> str:
             for index, name in zip(summary.candidates, summary.candidate_names, strict=True)
         )
         lines += [
-            f"candidates        {candidates}, all eps-optimal: {summary.correct}",
+            f"candidates        {candidates}, all eps-optimal: {judged}",
             f"certified         {summary.certified}",
         ]
     else:
-        lines.append(f"identified arm    {arm}, eps-optimal: {summary.correct}")
+        lines.append(f"identified arm    {arm}, eps-optimal: {judged}")
+    if summary.ended_before_run:
+        lines.append(
+            f"this run          nothing played: the experiment was already {summary.status} "
+            f"(epoch {summary.epoch}) when run {summary.run} started"
+        )
+    else:
+        at = {"identified": "at the last elimination", "tied": "when the tie was seen"}
+        lines += [
+            f"sample complexity {summary.sample_complexity:,} activations "
+            f"({at.get(summary.status, 'at the end')}, counted from this run's start)",
+            f"this run          {summary.activations_delivered:,} activations delivered, "
+            f"{summary.activations_processed:,} processed in {summary.wall_seconds:.1f} s "
+            f"({summary.activations_per_second:,.0f}/s), peak backlog {summary.peak_backlog:,} "
+            f"(run {summary.run})",
+        ]
     lines += [
-        f"sample complexity {summary.sample_complexity:,} activations "
-        f"({summary.activations_delivered:,} delivered)",
-        f"messages          {summary.messages} ({summary.ignored_messages} ignored); "
-        f"bound M*K-1 = {summary.threshold * summary.n_arms - 1}",
+        f"epoch {summary.epoch:<11} {summary.epoch_votes} votes counted, "
+        f"{summary.epoch_messages} messages this epoch; bound M*K-1 = {summary.message_bound} "
+        "(counted votes per epoch, agents acting one at a time)",
+        f"all epochs        {summary.messages} messages ({summary.ignored_messages} ignored) "
+        f"since the experiment began, {summary.run_messages} during this run; "
+        + (
+            f"this run saw {summary.epochs_seen} epochs ({summary.first_epoch} to {summary.epoch})"
+            if summary.epochs_seen > 1
+            else f"this run saw 1 epoch ({summary.epoch})"
+        ),
         f"agents            {summary.agents} (M = {summary.threshold})",
-        f"wall time         {summary.wall_seconds:.1f} s, "
-        f"{summary.activations_per_second:,.0f} activations/s, peak backlog {summary.peak_backlog:,}",
     ]
     lines += summary.stall
     return "\n".join(lines)

@@ -38,4 +38,12 @@ class LoadSettings(BaseSettings):
         description="no activation consumed for this long while some are pending: the run has "
         "stalled; it stops, says what it sees, and exits with status 5",
     )
+    lease_seconds: float = Field(
+        5.0,
+        ge=0.2,
+        le=300,
+        description="TTL of the lease that makes this run the experiment's one load generator: "
+        "renewed while it runs; another generator waits this long (plus a second) for it to "
+        "expire before it gives up with exit status 6",
+    )
     json_output: bool = Field(False, description="print the summary as one JSON object")

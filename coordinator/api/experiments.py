@@ -190,6 +190,24 @@ class Elimination(BaseModel):
     order: int
 
 
+class LoadGeneratorLive(BaseModel):
+    """What the load generator feeding the experiment publishes in its lease, renewed about every
+    0.2 s while it runs. It comes from a process without admin rights: each field is null when
+    missing or malformed."""
+
+    run: str | None = Field(description="the run's id")
+    host: str | None = Field(description="the host it runs on")
+    started_at: int | None = Field(description="unix ms when the run started")
+    updated_at: int | None = Field(description="unix ms of these figures")
+    epoch: int | None = Field(description="the experiment's epoch the run last saw")
+    activations: int | None = Field(description="activations the agents processed, this run")
+    delivered: int | None = Field(description="activations delivered to the agents, this run")
+    backlog: int | None = Field(description="activations in the agents' streams, not yet processed")
+    activations_per_second: float | None = Field(
+        description="processed per second over the last few seconds"
+    )
+
+
 class ExperimentPublic(BaseModel):
     id: str
     arms: list[str]
@@ -201,10 +219,18 @@ class ExperimentPublic(BaseModel):
     remaining_arms: list[int]
     votes: list[int] = Field(description="distinct voters against each arm, this epoch")
     eliminations: list[Elimination]
-    messages: int = Field(description="votes received, counted or not")
-    ignored_messages: int = Field(description="late, duplicate or stale-epoch votes")
+    messages: int = Field(description="votes received, counted or not, in every epoch")
+    ignored_messages: int = Field(description="late, duplicate or stale-epoch votes, every epoch")
+    epoch_messages: int = Field(
+        0, description="votes received since this epoch began (creation or last reset)"
+    )
     version: int = Field(description="changes whenever the global set changes")
     epoch: int = Field(description="DSER4 reset epoch")
+    epoch_started_at: int | None = Field(
+        None,
+        description="unix ms when this epoch began: the creation or the last reset (null: not "
+        "known, for an experiment reset before the field existed)",
+    )
     agents: int
     settled_agents: int = Field(
         description="agents that said they settled this epoch (CE: their local set holds one arm)"
@@ -215,6 +241,9 @@ class ExperimentPublic(BaseModel):
         "can reach the threshold with the agents enrolled: see GET .../best-arm)"
     )
     warnings: list[str] = []
+    load_generator: LoadGeneratorLive | None = Field(
+        None, description="the load generator feeding the experiment now; null: none"
+    )
 
 
 class ExperimentSummary(BaseModel):

@@ -1,5 +1,7 @@
--- DSER4's global reset: every arm back, every vote cleared, a new epoch. Applied only if the caller
--- is still in the current epoch, so that concurrent resets from several agents make one new epoch.
+-- DSER4's global reset: every arm back, every vote cleared, a new epoch (epoch_messages 0,
+-- epoch_started_at now in Redis's clock; `messages` stays the total of every epoch). Applied only if
+-- the caller is still in the current epoch, so that concurrent resets from several agents make one
+-- new epoch.
 -- An agent's reset is rate-limited, per agent and per experiment (gcra.lua, prepended by store.py),
 -- and recorded per agent for the admin; an admin's reset is neither.
 -- KEYS[1] meta hash, KEYS[2] remaining set, KEYS[3] eliminations list, KEYS[4] reset rate hash
@@ -32,9 +34,11 @@ redis.call('DEL', KEYS[2], KEYS[3])
 for arm = 0, n_arms - 1 do redis.call('SADD', KEYS[2], arm) end
 epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+redis.call('HSET', KEYS[1], 'epoch_messages', 0, 'epoch_started_at', now)
 if agent ~= '' then
-  local clock = redis.call('TIME')
   redis.call('HINCRBY', KEYS[5], agent, 1)
-  redis.call('HSET', KEYS[5], agent .. ':last', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+  redis.call('HSET', KEYS[5], agent .. ':last', now)
 end
 return {1, version, epoch}

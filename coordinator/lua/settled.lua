@@ -21,7 +21,8 @@ if wait > 0 then return {'rate_limited', math.ceil(wait), 0, 0, {}} end
 
 local version = tonumber(meta[2])
 local epoch = tonumber(meta[3])
-redis.call('HINCRBY', KEYS[1], 'messages', 1)
+redis.call('HINCRBY', KEYS[1], 'messages', 1)  -- every epoch's, as a vote
+redis.call('HINCRBY', KEYS[1], 'epoch_messages', 1)  -- this epoch's (reset.lua zeroes it)
 if tonumber(ARGV[2]) ~= epoch then
   redis.call('HINCRBY', KEYS[1], 'ignored', 1)
   return {'stale_epoch', version, epoch, 0, redis.call('SMEMBERS', KEYS[3])}

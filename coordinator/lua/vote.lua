@@ -10,10 +10,12 @@
 -- duplicate, arm_out, last_arm, stale_epoch, or an error sentinel that changes nothing and counts
 -- no message: no_experiment, unauthorized (no such agent in this experiment, or a wrong token),
 -- bad_arm (then the second element is the number of arms), rate_limited (then the second element
--- is the ms the agent must wait). A replayed vote (same agent, arm and epoch) is a duplicate: it
--- counts as a message and an ignored one, and changes no vote count, arm or version. An elimination
--- keeps only the settled agents that voted against the arm that left (GlobalState.vote): a settled
--- agent that did not may have held that arm, and restarts.
+-- is the ms the agent must wait). Any other vote is a message: one more in `messages` (every
+-- epoch's) and in `epoch_messages` (this epoch's; reset.lua zeroes it). A replayed vote (same
+-- agent, arm and epoch) is a duplicate: it counts as a message and an ignored one, and changes no
+-- vote count, arm or version. An elimination keeps only the settled agents that voted against the
+-- arm that left (GlobalState.vote): a settled agent that did not may have held that arm, and
+-- restarts.
 local meta = redis.call('HMGET', KEYS[1], 'threshold', 'n_arms', 'version', 'epoch')
 local threshold = tonumber(meta[1])
 if not threshold then return {'no_experiment', 0, 0, 0} end
@@ -32,7 +34,8 @@ if wait > 0 then return {'rate_limited', math.ceil(wait), 0, 0} end
 
 local version = tonumber(meta[3])
 local epoch = tonumber(meta[4])
-redis.call('HINCRBY', KEYS[1], 'messages', 1)
+redis.call('HINCRBY', KEYS[1], 'messages', 1)  -- every epoch's
+redis.call('HINCRBY', KEYS[1], 'epoch_messages', 1)  -- this epoch's (reset.lua zeroes it)
 local function ignored(outcome)
   redis.call('HINCRBY', KEYS[1], 'ignored', 1)
   return {outcome, version, epoch, redis.call('SCARD', KEYS[3])}

@@ -118,6 +118,53 @@ def test_compose_demo_identifies_the_best_arm(stack: tuple[dict[str, str], str])
     assert len(state["eliminations"]) == 9
 
 
+def test_an_operator_runs_a_second_experiment_from_the_readme(
+    stack: tuple[dict[str, str], str],
+) -> None:
+    """The README's walk-through: the dashboard is served, an experiment created with the CLI in
+    the coordinator's container gets the running agents, its own load generator plays it, and
+    `dexp watch` follows it to the answer."""
+    env, url = stack
+    page = httpx.get(f"{url}/dashboard", timeout=10)
+    assert page.status_code == 200 and "dashboard" in page.text.lower()
+    compose = ["docker", "compose", "-p", PROJECT]
+
+    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*compose, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    created = run(
+        "exec", "-T", "coordinator", "dexp", "experiments", "create", "checkout",
+        "--arms", "red,green,blue,yellow",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    watch = subprocess.Popen(
+        [*compose, "exec", "-T", "coordinator", "dexp", "watch", "checkout", "--timeout", "240"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        played = run(
+            "run", "--rm", "-e", "DEXP_EXPERIMENT=checkout",
+            "-e", "DEXP_MEANS=0.5,0.8,0.45,0.3", "load_generator",
+        )  # fmt: skip
+        assert played.returncode == 0, played.stdout[-2000:] + played.stderr[-2000:]
+        assert "identified arm    green (index 1), eps-optimal: True" in played.stdout
+        out, err = watch.communicate(timeout=60)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, err
+    assert "checkout identified: best arm green" in out
+    state = httpx.get(f"{url}/v1/experiments/checkout", timeout=10).json()
+    assert state["agents"] == 32 and state["remaining_arms"] == [1]
+    demo = httpx.get(f"{url}/v1/experiments/demo", timeout=10).json()
+    assert demo["status"] == "identified" and demo["load_generator"] is None
+
+
 def test_scaling_adds_agents(stack: tuple[dict[str, str], str]) -> None:
     env, url = stack
     result = subprocess.run(

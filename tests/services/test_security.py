@@ -106,7 +106,11 @@ def test_a_replayed_vote_is_a_duplicate_and_changes_no_count(
     meta = keys.meta("rp")
     # only the message counters and the agent's rate-limit state: no voter, arm or version
     assert diff.keys() == {meta, keys.vote_rate("rp")}, diff
-    assert diff[meta] == {"messages": ("1", "4"), "ignored": ("0", "3")}
+    assert diff[meta] == {
+        "messages": ("1", "4"),
+        "epoch_messages": ("1", "4"),
+        "ignored": ("0", "3"),
+    }
     assert diff[keys.vote_rate("rp")].keys() == {a.agent_id}
     state = client.get("/v1/experiments/rp/voters", headers=admin_headers()).json()
     assert state["voters"] == [[], [a.agent_id], []]

@@ -1,0 +1,644 @@
+// The dexp dashboard: polls the coordinator's public GET routes and draws them.
+//
+// Every piece of data (arm names, ids, warnings) reaches the page through textContent or a
+// created element, never innerHTML: an arm may be named "<img src=x onerror=...>". The CSP
+// (coordinator/dashboard/routes.py) forbids inline script as a second line of defence.
+"use strict";
+
+const API = "/v1/experiments";
+const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
+const query = new URLSearchParams(window.location.search);
+// ?interval=ms changes the polling period (250 ms to 60 s; default 1 s).
+const INTERVAL = Math.min(60000, Math.max(250, Number(query.get("interval")) || 1000));
+const LIST_EVERY = 3; // the experiment list is refreshed every third poll
+const MAX_PAGES = 100; // 100 pages of 100 experiments
+const MAX_SAMPLES = 1200;
+const REQUEST_TIMEOUT = Math.max(3000, 3 * INTERVAL);
+const SVG = "http://www.w3.org/2000/svg";
+
+const state = {
+  experiments: null, // summaries, in id order
+  listTruncated: false,
+  listKey: "",
+  detail: null,
+  best: null,
+  missing: "", // the selected id answered 404
+  renderedKey: "",
+  statusText: "",
+  polls: 0,
+  timer: 0,
+  inflight: false,
+  again: false,
+  lastOk: 0,
+  failingSince: 0,
+  history: new Map(), // id -> {epoch, created, learnedAt, samples: [{t, votes}]}
+};
+
+const $ = (id) => document.getElementById(id);
+
+// -- small DOM helpers ----------------------------------------------------------------------------
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function svg(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function fill(parent, ...children) {
+  parent.replaceChildren(...children.filter((c) => c !== null && c !== undefined && c !== false));
+}
+
+function fact(dl, term, ...value) {
+  // a <div> per term and value: valid in a <dl>, and it lets a row wrap as one on a phone
+  dl.append(el("div", { class: "row" }, el("dt", { text: term }), el("dd", {}, ...value)));
+}
+
+// -- formatting -----------------------------------------------------------------------------------
+const integer = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
+const decimal = new Intl.NumberFormat(undefined, { maximumFractionDigits: 1 });
+const clock = new Intl.DateTimeFormat(undefined, {
+  hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false,
+});
+const dateTime = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+
+function num(value) {
+  return typeof value === "number" && Number.isFinite(value) ? integer.format(value) : "–";
+}
+
+function wallClock(ms) {
+  return typeof ms === "number" ? clock.format(new Date(ms)) : "–";
+}
+
+function duration(ms) {
+  const s = Math.max(0, ms) / 1000;
+  if (s < 10) return `${s.toFixed(2)} s`;
+  if (s < 120) return `${s.toFixed(1)} s`;
+  if (s < 7200) return `${(s / 60).toFixed(1)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
+function ago(ms) {
+  const s = (Date.now() - ms) / 1000;
+  return s < 60 ? `${Math.max(0, Math.round(s))} s ago` : `${duration(Date.now() - ms)} ago`;
+}
+
+function paramValue(value) {
+  if (typeof value === "number") return String(value);
+  if (typeof value === "boolean") return value ? "yes" : "no";
+  return value === null || value === undefined ? "–" : String(value);
+}
+
+// -- fetching -------------------------------------------------------------------------------------
+class HttpError extends Error {
+  constructor(status, path) {
+    super(`HTTP ${status} from ${path}`);
+    this.status = status;
+  }
+}
+
+async function getJSON(path) {
+  const response = await fetch(path, {
+    headers: { Accept: "application/json" },
+    cache: "no-store",
+    credentials: "omit",
+    signal: AbortSignal.timeout(REQUEST_TIMEOUT),
+  });
+  if (!response.ok) throw new HttpError(response.status, path);
+  return response.json();
+}
+
+async function listAll() {
+  const all = [];
+  let after = "";
+  for (let page = 0; page < MAX_PAGES; page++) {
+    const body = await getJSON(`${API}?limit=100&after=${encodeURIComponent(after)}`);
+    all.push(...(body.experiments || []));
+    if (!body.next || body.next === after) return { all, truncated: false };
+    after = body.next;
+  }
+  return { all, truncated: true };
+}
+
+function hashId() {
+  let raw = window.location.hash.slice(1);
+  try {
+    raw = decodeURIComponent(raw);
+  } catch {
+    return "";
+  }
+  return ID_PATTERN.test(raw) ? raw : "";
+}
+
+function selectedId() {
+  const wanted = hashId();
+  if (wanted) return wanted;
+  return state.experiments && state.experiments.length ? state.experiments[0].id : "";
+}
+
+// -- polling --------------------------------------------------------------------------------------
+async function poll() {
+  clearTimeout(state.timer);
+  state.timer = 0;
+  if (document.visibilityState === "hidden") {
+    showConnection("paused");
+    return;
+  }
+  if (state.inflight) {
+    state.again = true;
+    return;
+  }
+  state.inflight = true;
+  try {
+    if (state.experiments === null || state.polls % LIST_EVERY === 0) {
+      const { all, truncated } = await listAll();
+      state.experiments = all;
+      state.listTruncated = truncated;
+    }
+    state.polls += 1;
+    const id = selectedId();
+    let detail = null;
+    let best = null;
+    state.missing = "";
+    if (id) {
+      try {
+        detail = await getJSON(`${API}/${encodeURIComponent(id)}`);
+        if (detail.status !== "exploring") {
+          best = await getJSON(`${API}/${encodeURIComponent(id)}/best-arm`);
+        }
+      } catch (error) {
+        if (!(error instanceof HttpError && error.status === 404)) throw error;
+        state.missing = id;
+        detail = null;
+      }
+    }
+    if (id !== selectedId()) {
+      state.again = true; // the hash changed while we fetched: this answer is for another page
+      return;
+    }
+    state.detail = detail;
+    state.best = best;
+    if (detail) {
+      sample(detail);
+      freshenSummary(detail);
+    }
+    state.lastOk = Date.now();
+    state.failingSince = 0;
+    showConnection("live");
+    render();
+  } catch (error) {
+    if (!state.failingSince) state.failingSince = Date.now();
+    showConnection("lost", error);
+    renderTicking(); // keep relative times moving while we wait
+  } finally {
+    state.inflight = false;
+    if (state.again) {
+      state.again = false;
+      queueMicrotask(poll);
+    } else if (document.visibilityState !== "hidden") {
+      state.timer = setTimeout(poll, INTERVAL);
+    }
+  }
+}
+
+function sample(detail) {
+  const now = Date.now();
+  let h = state.history.get(detail.id);
+  if (!h || h.epoch !== detail.epoch || h.created !== detail.created_at) {
+    h = { epoch: detail.epoch, created: detail.created_at, learnedAt: now, samples: [] };
+    state.history.set(detail.id, h);
+  }
+  const votes = (detail.votes || []).reduce((a, b) => a + b, 0);
+  h.samples.push({ t: now, votes });
+  if (h.samples.length > MAX_SAMPLES) {
+    // thin the older half so a long-open page keeps its whole span in bounded memory
+    const half = Math.floor(h.samples.length / 2);
+    h.samples = h.samples.slice(0, half).filter((_, i) => i % 2 === 0).concat(h.samples.slice(half));
+  }
+}
+
+// The list is refreshed less often than the selected experiment: keep its entry in step.
+function freshenSummary(d) {
+  const entry = (state.experiments || []).find((e) => e.id === d.id);
+  if (!entry) return;
+  entry.status = d.status;
+  entry.remaining = (d.remaining_arms || []).length;
+  entry.agents = d.agents;
+  entry.threshold = d.threshold;
+  entry.version = d.version;
+  entry.epoch = d.epoch;
+}
+
+function showConnection(kind, error) {
+  const box = $("conn");
+  box.dataset.state = kind;
+  let text = "Live";
+  let detail = state.lastOk ? `updated ${wallClock(state.lastOk)}` : "";
+  if (kind === "lost") {
+    text = "Connection lost";
+    const why = error instanceof HttpError
+      ? `the coordinator answered ${error.status}`
+      : "the coordinator does not answer";
+    const last = state.lastOk ? `last update ${wallClock(state.lastOk)} (${ago(state.lastOk)})` : "no update yet";
+    detail = `${why}; ${last}; retrying`;
+  } else if (kind === "paused") {
+    text = "Paused";
+    detail = "tab hidden" + (state.lastOk ? `; last update ${wallClock(state.lastOk)}` : "");
+  }
+  // the status region is announced: change its text only when the state changes
+  if ($("conn-state").textContent !== text) $("conn-state").textContent = text;
+  $("conn-detail").textContent = detail;
+}
+
+// -- rendering ------------------------------------------------------------------------------------
+function render() {
+  renderList();
+  const d = state.detail;
+  const placeholder = $("placeholder");
+  if (!d) {
+    $("experiment").hidden = true;
+    placeholder.hidden = false;
+    placeholder.textContent = state.missing
+      ? `No experiment "${state.missing}" on this coordinator (it may have been deleted).`
+      : "No experiment yet. Create one with POST /v1/experiments (admin token).";
+    document.title = "dexp dashboard";
+    state.renderedKey = "";
+    return;
+  }
+  placeholder.hidden = true;
+  $("experiment").hidden = false;
+  const key = JSON.stringify([d, state.best]);
+  if (key !== state.renderedKey) {
+    state.renderedKey = key;
+    renderExperiment(d, state.best);
+  }
+  renderTicking();
+}
+
+function renderList() {
+  const list = state.experiments || [];
+  const current = selectedId();
+  const key = JSON.stringify([list, current, state.listTruncated]);
+  if (key === state.listKey) return;
+  state.listKey = key;
+  $("list-count").textContent = list.length ? `(${list.length}${state.listTruncated ? "+" : ""})` : "";
+  $("list-note").textContent = list.length
+    ? state.listTruncated ? `Showing the first ${list.length}.` : ""
+    : "None yet.";
+  fill(
+    $("experiments"),
+    ...list.map((e) => {
+      const link = el(
+        "a",
+        { href: `#${encodeURIComponent(e.id)}`, "aria-current": e.id === current ? "page" : null },
+        el("span", { class: "exp-id", text: e.id }),
+        el("span", { class: `badge small ${statusClass(e.status)}`, text: e.status }),
+        el("span", {
+          class: "exp-meta",
+          text: `${num(e.remaining)} of ${num(e.n_arms)} arms · M ${num(e.threshold)} · ${num(e.agents)} agents`,
+        }),
+      );
+      return el("li", {}, link);
+    }),
+  );
+}
+
+function statusClass(status) {
+  return ["exploring", "identified", "tied"].includes(status) ? `st-${status}` : "st-unknown";
+}
+
+function renderExperiment(d, best) {
+  const arms = d.arms || [];
+  const remaining = new Set(d.remaining_arms || []);
+  const eliminations = [...(d.eliminations || [])].sort((a, b) => a.order - b.order);
+  const outBy = new Map(eliminations.map((e) => [e.arm, e]));
+  const candidates = new Set((best && best.status === "tied" ? best.candidates : []).map((c) => c.index));
+  const bestIndex = d.status === "identified" && remaining.size === 1 ? [...remaining][0] : null;
+  const M = d.threshold;
+
+  $("exp-title").textContent = d.id;
+  const badge = $("exp-badge");
+  badge.className = `badge ${statusClass(d.status)}`;
+  badge.textContent = d.status;
+  document.title = `${d.id} · ${d.status} · dexp dashboard`;
+
+  renderStatus(d, best, arms, remaining);
+
+  // arms: a bar per arm from 0 to the threshold M, which the mark at its end shows
+  $("arms-caption").textContent =
+    `Distinct agents that voted against each arm this epoch; an arm leaves at M = ${M}` +
+    (d.params && d.params.tolerance ? ` (M + f, f = ${d.params.tolerance})` : "") +
+    ", the mark at the end of each bar.";
+  fill(
+    $("arms"),
+    ...arms.map((name, index) => {
+      const votes = (d.votes || [])[index] || 0;
+      const out = outBy.get(index);
+      let stateText = "in";
+      let rowClass = "arm-in";
+      if (!remaining.has(index)) {
+        stateText = out ? `out #${out.order}` : "out";
+        rowClass = "arm-out";
+      } else if (index === bestIndex) {
+        stateText = "best arm";
+        rowClass = "arm-best";
+      } else if (candidates.has(index)) {
+        stateText = "candidate";
+        rowClass = "arm-candidate";
+      }
+      const bar = el("div", { class: "track", "aria-hidden": "true" }, el("div", { class: "fill" }));
+      bar.firstChild.style.setProperty("--frac", String(M > 0 ? Math.min(1, votes / M) : 0));
+      return el(
+        "tr",
+        { class: rowClass, "data-arm": index },
+        el("th", { scope: "row", class: "arm-name" }, el("span", { class: "arm-index", text: `${index}` }), el("span", { class: "name", text: name })),
+        el("td", { class: "votes" }, el("div", { class: "votes-cell" }, bar, el("span", { class: "count", text: `${votes} / ${M}` }))),
+        el("td", { class: "state" }, el("span", { class: "pill", text: stateText })),
+      );
+    }),
+  );
+
+  // eliminations, in order, with the time after the first one and the wall clock
+  $("elim-empty").hidden = eliminations.length > 0;
+  const first = eliminations.length ? eliminations[0].time : 0;
+  fill(
+    $("eliminations"),
+    ...eliminations.map((e) =>
+      el(
+        "li",
+        { "data-order": e.order },
+        el("span", { class: "order", text: `#${e.order}` }),
+        el("span", { class: "name", text: arms[e.arm] !== undefined ? arms[e.arm] : e.name }),
+        el(
+          "span",
+          { class: "when" },
+          `${e.votes} votes · `,
+          e.order === 1 ? "first" : `+${duration(e.time - first)}`,
+          " · ",
+          el("time", { datetime: new Date(e.time).toISOString(), text: wallClock(e.time) }),
+        ),
+      ),
+    ),
+  );
+
+  renderFacts(d, M, arms.length);
+  renderParams(d);
+
+  const warnings = d.warnings || [];
+  $("warnings-card").hidden = warnings.length === 0;
+  fill($("warnings"), ...warnings.map((w) => el("li", { text: w })));
+}
+
+function renderStatus(d, best, arms, remaining) {
+  const box = $("status");
+  let headline;
+  const parts = [];
+  if (d.status === "identified") {
+    const arm = best && best.best_arm ? best.best_arm.name : arms[[...remaining][0]];
+    headline = ["Identified: the best arm is ", el("strong", { class: "arm-ref", text: arm })];
+  } else if (d.status === "tied") {
+    const names = (best && best.candidates && best.candidates.length
+      ? best.candidates.map((c) => c.name)
+      : [...remaining].map((i) => arms[i]));
+    headline = ["Tied between ", ...joinNames(names)];
+    parts.push(el("p", { class: "explain", text: "No remaining arm can reach the threshold with the agents enrolled; more agents can reopen it." }));
+    if (best && best.certified) parts.push(el("p", { class: "certified" }, el("span", { class: "label", text: "Certified: " }), best.certified));
+  } else {
+    headline = [`Exploring: ${remaining.size} of ${arms.length} arms remain`];
+  }
+  const text = [d.status, ...headline.map((h) => (h instanceof Node ? h.textContent : h)), ...parts.map((p) => p.textContent)].join("|");
+  if (text === state.statusText) return; // announce changes only
+  state.statusText = text;
+  box.className = `status ${statusClass(d.status)}`;
+  fill(box, el("p", { class: "headline" }, ...headline), ...parts);
+}
+
+function joinNames(names) {
+  const out = [];
+  names.forEach((name, i) => {
+    if (i > 0) out.push(i === names.length - 1 ? " and " : ", ");
+    out.push(el("strong", { class: "arm-ref", text: name }));
+  });
+  return out;
+}
+
+function renderFacts(d, M, K) {
+  const dl = $("facts");
+  dl.replaceChildren();
+  fact(dl, "Agents enrolled", num(d.agents));
+  if ((d.params && d.params.algorithm === "ce") || d.settled_agents) {
+    fact(dl, "Settled agents (CE)", num(d.settled_agents));
+  }
+  fact(dl, "Messages (all epochs)", `${num(d.messages)}`, el("span", { class: "muted", text: ` · ${num(d.ignored_messages)} ignored` }));
+  if (typeof d.epoch_messages === "number") {
+    const bound = M * K - 1;
+    fact(
+      dl,
+      "Messages this epoch",
+      `${num(d.epoch_messages)} `,
+      el("span", { class: "muted", text: `of the bound M·K − 1 = ${num(bound)}` }),
+    );
+  }
+  fact(dl, "Epoch", num(d.epoch));
+  fact(dl, "Version", num(d.version));
+  fact(dl, "Threshold M", num(M));
+  fact(dl, "Created", typeof d.created_at === "number" ? dateTime.format(new Date(d.created_at)) : "–");
+}
+
+const PARAM_LABELS = {
+  algorithm: "Algorithm",
+  subroutine: "Subroutine",
+  epsilon: "ε (epsilon)",
+  delta: "δ (delta)",
+  eta: "η (eta)",
+  xi: "ξ (xi, CE vote drop)",
+  dp_epsilon: "DP ε",
+  beta: "β (beta, DP-MASE)",
+  phi: "φ (phi, SER4 reset)",
+  every_arm: "Every arm per activation",
+  tolerance: "f (tolerance)",
+};
+
+function renderParams(d) {
+  const dl = $("params");
+  dl.replaceChildren();
+  const params = d.params || {};
+  const keys = Object.keys(PARAM_LABELS).filter((k) => k in params)
+    .concat(Object.keys(params).filter((k) => !(k in PARAM_LABELS)).sort());
+  for (const key of keys) fact(dl, PARAM_LABELS[key] || key, paramValue(params[key]));
+  fact(dl, "σ (sigma)", d.sigma === null || d.sigma === undefined ? "rewards in [0, 1]" : String(d.sigma));
+}
+
+// what changes with the clock alone: the charts, the load generator's age
+function renderTicking() {
+  const d = state.detail;
+  if (!d) return;
+  renderLoadGenerator(d.load_generator);
+  renderCharts(d);
+}
+
+function renderLoadGenerator(lg) {
+  const card = $("loadgen-card");
+  if (!lg || typeof lg !== "object") {
+    card.hidden = true;
+    return;
+  }
+  card.hidden = false;
+  const dl = $("loadgen");
+  dl.replaceChildren();
+  const rate = typeof lg.activations_per_second === "number" && Number.isFinite(lg.activations_per_second)
+    ? decimal.format(lg.activations_per_second) : "–";
+  fact(dl, "Activations this run", num(lg.activations));
+  fact(dl, "Activations / s", rate);
+  fact(dl, "Delivered", num(lg.delivered));
+  fact(dl, "Backlog", num(lg.backlog));
+  fact(dl, "Epoch", num(lg.epoch));
+  fact(dl, "Run", paramValue(lg.run));
+  fact(dl, "Host", paramValue(lg.host));
+  if (typeof lg.started_at === "number") fact(dl, "Started", wallClock(lg.started_at));
+  if (typeof lg.updated_at === "number") {
+    const stale = Date.now() - lg.updated_at > 15000;
+    fact(dl, "Updated", `${wallClock(lg.updated_at)} (${ago(lg.updated_at)})`,
+      stale ? el("span", { class: "stale", text: " · not updating" }) : null);
+  }
+}
+
+// -- charts ---------------------------------------------------------------------------------------
+const W = 360;
+const H = 150;
+const PAD = { left: 34, right: 10, top: 10, bottom: 24 };
+
+function frame(title, description) {
+  const root = svg("svg", {
+    viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": description, preserveAspectRatio: "xMidYMid meet",
+  });
+  root.append(svg("title", {}, title));
+  root.append(svg("rect", {
+    x: PAD.left, y: PAD.top, width: W - PAD.left - PAD.right, height: H - PAD.top - PAD.bottom, class: "plot",
+  }));
+  return root;
+}
+
+function axes(root, x0, x1, yMax, yLabel) {
+  const bottom = H - PAD.bottom;
+  const y = (v) => bottom - (v / yMax) * (bottom - PAD.top);
+  const ticks = yMax <= 6
+    ? Array.from({ length: yMax + 1 }, (_, i) => i)
+    : [0, Math.round(yMax / 2), yMax];
+  for (const v of ticks) {
+    root.append(svg("line", { x1: PAD.left, x2: W - PAD.right, y1: y(v), y2: y(v), class: "grid" }));
+    root.append(svg("text", { x: PAD.left - 5, y: y(v) + 3.5, class: "tick", "text-anchor": "end" }, String(v)));
+  }
+  root.append(svg("text", { x: PAD.left, y: H - 6, class: "tick", "text-anchor": "start" }, wallClock(x0)));
+  root.append(svg("text", { x: W - PAD.right, y: H - 6, class: "tick", "text-anchor": "end" }, wallClock(x1)));
+  root.append(svg("text", { x: (PAD.left + W - PAD.right) / 2, y: H - 6, class: "tick", "text-anchor": "middle" }, yLabel));
+  return y;
+}
+
+function xScale(x0, x1) {
+  const span = Math.max(1, x1 - x0);
+  return (t) => PAD.left + ((t - x0) / span) * (W - PAD.left - PAD.right);
+}
+
+function renderCharts(d) {
+  const h = state.history.get(d.id);
+  const now = Date.now();
+  const K = (d.arms || []).length;
+  const eliminations = [...(d.eliminations || [])].sort((a, b) => a.order - b.order);
+  const ended = d.status !== "exploring";
+
+  // remaining arms: a step down at each elimination
+  const learned = h ? h.learnedAt : now;
+  let x0 = Math.min(learned, eliminations.length ? eliminations[0].time : learned);
+  let x1 = ended && eliminations.length ? eliminations[eliminations.length - 1].time : now;
+  if (x1 - x0 < 1000) x1 = x0 + 1000;
+  x0 -= (x1 - x0) * 0.04;
+  x1 += (x1 - x0) * 0.04;
+  const remainingNow = (d.remaining_arms || []).length;
+  const chart1 = frame(
+    "Arms remaining over time",
+    `Arms remaining: ${K} at the start of the epoch, ${remainingNow} now, after ${eliminations.length} eliminations.`,
+  );
+  const y1 = axes(chart1, x0, x1, Math.max(1, K), "arms remaining");
+  const x = xScale(x0, x1);
+  let level = K;
+  let path = `M${x(x0).toFixed(1)},${y1(level).toFixed(1)}`;
+  for (const e of eliminations) {
+    path += ` H${x(e.time).toFixed(1)} V${y1(level - 1).toFixed(1)}`;
+    level -= 1;
+  }
+  path += ` H${x(x1).toFixed(1)}`;
+  chart1.append(svg("path", { d: path, class: "line step" }));
+  for (const e of eliminations) {
+    chart1.append(svg("circle", { cx: x(e.time).toFixed(1), cy: y1(K - e.order).toFixed(1), r: 2.5, class: "dot" }));
+  }
+  fill($("chart-remaining"), chart1);
+
+  // total distinct votes, as this page sampled them
+  const samples = h ? h.samples : [];
+  const maxVotes = Math.max(1, ...samples.map((s) => s.votes));
+  const last = samples.length ? samples[samples.length - 1].votes : 0;
+  const chart2 = frame(
+    "Distinct votes over time",
+    `Distinct votes against all arms, sampled since the page opened: ${last} now.`,
+  );
+  const s0 = samples.length ? samples[0].t : now;
+  const s1 = Math.max(now, s0 + 1000);
+  const y2 = axes(chart2, s0, s1, niceCeil(maxVotes), "votes");
+  const x2 = xScale(s0, s1);
+  if (samples.length) {
+    let p = "";
+    samples.forEach((s, i) => {
+      p += `${i ? " L" : "M"}${x2(s.t).toFixed(1)},${y2(s.votes).toFixed(1)}`;
+    });
+    p += ` H${x2(s1).toFixed(1)}`;
+    chart2.append(svg("path", { d: p, class: "line votes" }));
+  }
+  fill($("chart-votes"), chart2);
+}
+
+function niceCeil(v) {
+  if (v <= 4) return Math.max(1, Math.ceil(v));
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+// -- wiring ---------------------------------------------------------------------------------------
+window.addEventListener("hashchange", () => {
+  state.detail = null;
+  state.best = null;
+  state.renderedKey = "";
+  state.statusText = "";
+  state.listKey = "";
+  $("experiment").hidden = true;
+  $("placeholder").hidden = false;
+  $("placeholder").textContent = "Loading…";
+  poll();
+});
+
+document.addEventListener("visibilitychange", () => {
+  if (document.visibilityState === "hidden") {
+    clearTimeout(state.timer);
+    state.timer = 0;
+    showConnection("paused");
+  } else {
+    poll();
+  }
+});
+
+poll();

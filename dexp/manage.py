@@ -1,0 +1,524 @@
+"""`dexp experiments`: an operator's view and control of a running coordinator's experiments,
+through its REST API (dexp/admin.py's client), so that nobody hand-writes curl with a token.
+
+- `list`: every experiment (all pages, following `next`), one summary each.
+- `show ID`: the aggregates (GET /v1/experiments/{id}) and the outcome (GET .../best-arm): a tie's
+  candidates and what is `certified` about them come only from the latter.
+- `create ID --arms a,b,c [...]`: the options are exactly ExperimentCreate's body fields, and an
+  omitted option is not sent, so the coordinator's defaults (and its validation) apply.
+- `reset ID`: the admin's reset (new epoch, every arm back, votes cleared).
+- `delete ID`: asks first, unless --yes; refuses without --yes when stdin is not a terminal.
+
+The reads are public (the token is sent if given); create, reset and delete need the admin
+token. Tables by default, the coordinator's JSON with --json. A refusal or an unreachable
+coordinator is one line and exit 1 (`dexp experiments: 404 experiment 'x' does not exist`), bad
+arguments exit 2 (dexp.cli.DexpGroup). The rendering functions below take the documents and return
+rich renderables: they do no I/O (dexp/watch.py reuses them).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from dexp.admin import (
+    DEFAULT_COORDINATOR_URL,
+    AdminError,
+    AdminTokenOption,
+    Coordinator,
+    CoordinatorUrlOption,
+    ExperimentArgument,
+    JsonOption,
+    check_experiment,
+    connect,
+    write_json,
+)
+
+COMMAND = "dexp experiments"
+# What the coordinator's POST /v1/experiments accepts (coordinator/api/experiments.py,
+# ExperimentCreate; tests/test_manage_cli.py checks that the two agree).
+ALGORITHMS = ("de", "ce", "dp-mase")
+SUBROUTINES = ("se", "ser3", "ser4", "me", "lucb")
+PAGE_SIZE = 100  # the coordinator's largest page
+BAR_WIDTH = 20
+ENDED = ("identified", "tied")
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def console() -> Console:
+    """On the current sys.stdout; wide when not a terminal (logs, pipes), as dexp.cli's."""
+    out = Console(highlight=False)
+    if not out.is_terminal:
+        out = Console(highlight=False, width=160)
+    return out
+
+
+def format_time(value: Any) -> str:
+    """A time as UTC text: unix ms (the coordinator's) or s (the load generator's may be
+    either), or a string, shown as it is."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "-" if value is None else str(value)
+    seconds = value / 1000 if value > 1e11 else float(value)
+    whole, millis = divmod(round(seconds * 1000), 1000)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value / 1000 if value > 1e11 else float(value)
+
+
+def _count(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "-" if value is None else str(value)
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def arm_label(doc: dict[str, Any], arm: int) -> str:
+    arms = doc.get("arms", [])
+    return str(arms[arm]) if 0 <= arm < len(arms) else f"#{arm}"
+
+
+def status_text(doc: dict[str, Any], outcome: dict[str, Any] | None = None) -> str:
+    """`identified: best arm A`, `tied: candidates A, B`, `exploring: 3 of 10 arms remain`."""
+    status = str(doc.get("status", "?"))
+    remaining = [int(a) for a in doc.get("remaining_arms", [])]
+    names = ", ".join(arm_label(doc, a) for a in remaining)
+    if status == "identified" and remaining:
+        return f"identified: best arm {names}"
+    if status == "tied":
+        return f"tied: candidates {names}"
+    return f"{status}: {len(remaining)} of {len(doc.get('arms', []))} arms remain"
+
+
+def load_generator_text(lg: dict[str, Any], now: float | None = None) -> str:
+    """The simulated environment's progress as it published it (GET /v1/experiments/{id}
+    `load_generator`; any field may be null), with its age: a stopped load generator's last
+    report would otherwise read as live."""
+    parts = []
+    if lg.get("run") is not None:
+        parts.append(f"run {lg['run']}" + (f" on {lg['host']}" if lg.get("host") else ""))
+    if lg.get("activations") is not None:
+        activations = f"{_count(lg['activations'])} activations"
+        rate = lg.get("activations_per_second")
+        if isinstance(rate, int | float) and not isinstance(rate, bool):
+            activations += f" ({rate:,.0f}/s)"
+        parts.append(activations)
+    if lg.get("delivered") is not None:
+        parts.append(f"{_count(lg['delivered'])} delivered")
+    if lg.get("backlog") is not None:
+        parts.append(f"backlog {_count(lg['backlog'])}")
+    if lg.get("epoch") is not None:
+        parts.append(f"epoch {lg['epoch']}")
+    updated = _seconds(lg.get("updated_at"))
+    if updated is not None:
+        age = (time.time() if now is None else now) - updated
+        parts.append(f"updated {max(age, 0):.0f} s ago")
+    return ", ".join(parts) or "running (no figures yet)"
+
+
+def summaries_table(experiments: Sequence[dict[str, Any]], title: str) -> Table:
+    """GET /v1/experiments's summaries, one row each."""
+    table = Table(title=title, title_justify="left")
+    for column in ("id", "status", "remaining", "threshold", "agents", "epoch", "version"):
+        table.add_column(column, justify="left" if column in ("id", "status") else "right")
+    table.add_column("created (UTC)")
+    for e in experiments:
+        table.add_row(
+            str(e.get("id")),
+            str(e.get("status")),
+            f"{e.get('remaining')}/{e.get('n_arms')}",
+            str(e.get("threshold")),
+            _count(e.get("agents")),
+            str(e.get("epoch")),
+            str(e.get("version")),
+            format_time(e.get("created_at")),
+        )
+    return table
+
+
+def vote_bar(votes: int, threshold: int, eliminated: bool) -> Text:
+    """Votes against an arm as a share of the threshold that removes it."""
+    share = min(votes, threshold) / threshold if threshold > 0 else 0.0
+    filled = round(share * BAR_WIDTH)
+    style = "red" if eliminated else "yellow" if share >= 0.5 else "green"
+    return Text("█" * filled, style=style) + Text("░" * (BAR_WIDTH - filled), style="dim")
+
+
+def arms_table(doc: dict[str, Any]) -> Table:
+    """Each arm's votes against it, out of the threshold, and whether it left (and in which
+    order): the one picture of how far the experiment is."""
+    threshold = int(doc.get("threshold", 0))
+    order = {int(e["arm"]): e for e in doc.get("eliminations", [])}
+    remaining = set(doc.get("remaining_arms", []))
+    table = Table(title=f"votes against each arm (threshold {threshold})", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("arm")
+    table.add_column("votes", justify="right")
+    table.add_column(f"of {threshold}", no_wrap=True)
+    table.add_column("state")
+    for arm, votes in enumerate(doc.get("votes", [])):
+        gone = order.get(arm)
+        if gone is not None:
+            state = Text(f"out #{gone.get('order', '?')}", style="red")
+        elif arm in remaining:
+            state = Text("in", style="green")
+        else:
+            state = Text("out")
+        table.add_row(
+            str(arm),
+            arm_label(doc, arm),
+            f"{votes}/{threshold}",
+            vote_bar(int(votes), threshold, arm not in remaining),
+            state,
+        )
+    return table
+
+
+def eliminations_table(doc: dict[str, Any]) -> Table | None:
+    eliminations = sorted(doc.get("eliminations", []), key=lambda e: e.get("order", 0))
+    if not eliminations:
+        return None
+    table = Table(title="eliminations, in order", title_justify="left")
+    for column in ("order", "arm", "votes", "time (UTC)"):
+        table.add_column(column, justify="right" if column in ("order", "votes") else "left")
+    for e in eliminations:
+        table.add_row(
+            str(e.get("order")),
+            str(e.get("name", arm_label(doc, int(e.get("arm", -1))))),
+            str(e.get("votes")),
+            format_time(e.get("time")),
+        )
+    return table
+
+
+def overview_table(
+    doc: dict[str, Any], outcome: dict[str, Any] | None = None, now: float | None = None
+) -> Table:
+    """The experiment's counters and parameters, one per row."""
+    table = Table(
+        title=f"experiment {doc.get('id')}", show_header=False, title_justify="left", box=None
+    )
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value")
+    table.add_row("status", status_text(doc, outcome))
+    table.add_row(
+        "arms", f"{len(doc.get('remaining_arms', []))} of {len(doc.get('arms', []))} remain"
+    )
+    tolerance = doc.get("params", {}).get("tolerance", 0)
+    table.add_row(
+        "threshold",
+        f"{doc.get('threshold')} distinct votes remove an arm"
+        + (f" (M + f, f = {tolerance})" if tolerance else ""),
+    )
+    table.add_row("agents", f"{_count(doc.get('agents'))} ({doc.get('settled_agents', 0)} settled)")
+    messages = f"{_count(doc.get('messages'))} ({_count(doc.get('ignored_messages', 0))} ignored)"
+    if doc.get("epoch_messages") is not None:
+        messages += f"; {_count(doc['epoch_messages'])} this epoch"
+    table.add_row("messages", messages)
+    since = doc.get("epoch_started_at")
+    table.add_row(
+        "epoch",
+        f"{doc.get('epoch')}"
+        + (f" since {format_time(since)}" if since is not None else "")
+        + f" (version {doc.get('version')})",
+    )
+    table.add_row("created", format_time(doc.get("created_at")))
+    params = " ".join(f"{k}={_value(v)}" for k, v in doc.get("params", {}).items())
+    sigma = doc.get("sigma")
+    params += " rewards in [0, 1]" if sigma is None else f" sigma={_value(sigma)}"
+    table.add_row("params", params)
+    if isinstance(doc.get("load_generator"), dict):
+        table.add_row("load generator", load_generator_text(doc["load_generator"], now))
+    return table
+
+
+def warnings_table(doc: dict[str, Any]) -> Table | None:
+    if not doc.get("warnings"):
+        return None
+    table = Table(title="warnings", show_header=False, title_justify="left")
+    table.add_column("warning", style="yellow")
+    for warning in doc["warnings"]:
+        table.add_row(str(warning))
+    return table
+
+
+def outcome_text(doc: dict[str, Any], outcome: dict[str, Any] | None) -> Text | None:
+    """A tie's candidates and what is certified about them (GET .../best-arm); nothing for
+    another status, whose arms table says it all."""
+    if outcome is None or outcome.get("status") != "tied":
+        return None
+    names = ", ".join(str(c.get("name")) for c in outcome.get("candidates", []))
+    text = Text(f"tie: candidates {names}\n", style="bold")
+    text.append(f"certified: {outcome.get('certified')}", style="")
+    return text
+
+
+def experiment_view(
+    doc: dict[str, Any], outcome: dict[str, Any] | None = None, now: float | None = None
+) -> Group:
+    """`dexp experiments show` (and create): overview, arms, eliminations, warnings, the tie."""
+    parts: list[RenderableType] = [overview_table(doc, outcome, now), arms_table(doc)]
+    for part in (eliminations_table(doc), warnings_table(doc), outcome_text(doc, outcome)):
+        if part is not None:
+            parts.append(part)
+    return Group(*parts)
+
+
+# ----------------------------------------------------------------------------- HTTP
+
+
+def fetch_experiment(coordinator: Coordinator, experiment: str) -> dict[str, Any]:
+    """GET /v1/experiments/{id}, checked to be an experiment document."""
+    path = f"/v1/experiments/{experiment}"
+    doc = coordinator.get(path)
+    needed = ("status", "arms", "votes", "remaining_arms", "threshold")
+    if not isinstance(doc, dict) or any(k not in doc for k in needed):
+        raise coordinator.unexpected(path, "not an experiment document")
+    return doc
+
+
+def fetch_outcome(coordinator: Coordinator, experiment: str) -> dict[str, Any]:
+    """GET /v1/experiments/{id}/best-arm: the best arm, or a tie's candidates and certificate."""
+    path = f"/v1/experiments/{experiment}/best-arm"
+    reply = coordinator.get(path)
+    if not isinstance(reply, dict) or "status" not in reply:
+        raise coordinator.unexpected(path, "not a best-arm document")
+    return reply
+
+
+def list_all(coordinator: Coordinator) -> list[dict[str, Any]]:
+    """Every page of GET /v1/experiments, following `next`."""
+    experiments: list[dict[str, Any]] = []
+    after = ""
+    while True:
+        page = coordinator.get("/v1/experiments", {"limit": PAGE_SIZE, "after": after})
+        if not isinstance(page, dict) or not isinstance(page.get("experiments"), list):
+            raise coordinator.unexpected("/v1/experiments", "no experiments")
+        experiments += page["experiments"]
+        following = page.get("next")
+        if following is None:
+            return experiments
+        if not isinstance(following, str) or following <= after:  # would loop for ever
+            raise coordinator.unexpected("/v1/experiments", f"next={following!r} after {after!r}")
+        after = following
+
+
+def parse_arms(text: str) -> list[str]:
+    """`a,b,c` as a list; at least two distinct names (ignoring case and blanks around them, as
+    the coordinator compares them), else a usage error. The coordinator checks the rest."""
+    arms = [a.strip() for a in text.split(",")]
+    if any(not a for a in arms):
+        raise typer.BadParameter(f"{text!r}: an empty arm name", param_hint="'--arms'")
+    if len(arms) < 2:
+        raise typer.BadParameter(
+            f"{text!r}: at least two arms, comma-separated", param_hint="'--arms'"
+        )
+    seen: dict[str, str] = {}
+    for arm in arms:
+        if arm.casefold() in seen:
+            raise typer.BadParameter(
+                f"{seen[arm.casefold()]!r} and {arm!r} are the same arm (case is ignored)",
+                param_hint="'--arms'",
+            )
+        seen[arm.casefold()] = arm
+    return arms
+
+
+def _choice(value: str | None, choices: Sequence[str], hint: str) -> str | None:
+    if value is not None and value not in choices:
+        raise typer.BadParameter(f"{value!r}: one of {', '.join(choices)}", param_hint=hint)
+    return value
+
+
+def _stdin_is_interactive() -> bool:
+    """Whether a question can be answered (tests replace it)."""
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+# ----------------------------------------------------------------------------- commands
+
+experiments_app = typer.Typer(
+    help="List, show, create, reset and delete a coordinator's experiments.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@experiments_app.command("list")
+def list_command(
+    coordinator_url: CoordinatorUrlOption = DEFAULT_COORDINATOR_URL,
+    admin_token: AdminTokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Every experiment, one summary each (all pages)."""
+    with connect(COMMAND, coordinator_url, admin_token, token_required=False) as coordinator:
+        experiments = list_all(coordinator)
+    if as_json:
+        write_json({"experiments": experiments, "next": None})
+        return
+    title = f"{len(experiments)} experiment(s) at {coordinator.url}"
+    console().print(summaries_table(experiments, title))
+
+
+@experiments_app.command("show")
+def show_command(
+    experiment: ExperimentArgument,
+    coordinator_url: CoordinatorUrlOption = DEFAULT_COORDINATOR_URL,
+    admin_token: AdminTokenOption = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the coordinator's experiment document, with GET .../best-arm's reply "
+            "under `outcome`.",
+        ),
+    ] = False,
+) -> None:
+    """The aggregates of EXPERIMENT: status, votes per arm, eliminations, counters, warnings."""
+    check_experiment(experiment)
+    with connect(COMMAND, coordinator_url, admin_token, token_required=False) as coordinator:
+        doc = fetch_experiment(coordinator, experiment)
+        outcome = fetch_outcome(coordinator, experiment)
+    if as_json:
+        write_json({**doc, "outcome": outcome})
+        return
+    console().print(experiment_view(doc, outcome))
+
+
+@experiments_app.command("create")
+def create_command(
+    experiment: ExperimentArgument,
+    arms: Annotated[str, typer.Option(help="Arm names, comma-separated (at least two).")],
+    algorithm: Annotated[
+        str | None, typer.Option(help=" | ".join(ALGORITHMS), show_default=False)
+    ] = None,
+    subroutine: Annotated[
+        str | None, typer.Option(help=" | ".join(SUBROUTINES), show_default=False)
+    ] = None,
+    epsilon: Annotated[
+        float | None, typer.Option(help="Accuracy: an arm within eps of the best is good.")
+    ] = None,
+    delta: Annotated[float | None, typer.Option(help="Global failure probability.")] = None,
+    eta: Annotated[float | None, typer.Option(help="Local failure probability (DE, CE).")] = None,
+    xi: Annotated[float | None, typer.Option(help="CE: probability of dropping a vote.")] = None,
+    dp_epsilon: Annotated[
+        float | None, typer.Option(help="DP-MASE: eps_dp, the privacy of each agent's rewards.")
+    ] = None,
+    beta: Annotated[float | None, typer.Option(help="DP-MASE: local failure probability.")] = None,
+    phi: Annotated[float | None, typer.Option(help="SER4: reset probability.")] = None,
+    tolerance: Annotated[
+        int | None, typer.Option(help="f, lying agents tolerated: threshold M + f.")
+    ] = None,
+    every_arm: Annotated[
+        bool | None,
+        typer.Option(
+            "--every-arm/--no-every-arm",
+            help="Every arm of the local set per activation (Rio et al.).",
+            show_default=False,
+        ),
+    ] = None,
+    sigma: Annotated[
+        float | None,
+        typer.Option(help="Sub-Gaussian reward scale (omitted: rewards in [0, 1])."),
+    ] = None,
+    coordinator_url: CoordinatorUrlOption = DEFAULT_COORDINATOR_URL,
+    admin_token: AdminTokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Create EXPERIMENT (admin token).
+
+    Omitted options are not sent: the coordinator's defaults apply, and the coordinator judges
+    the values (422 with what is wrong)."""
+    check_experiment(experiment)
+    body: dict[str, Any] = {"id": experiment, "arms": parse_arms(arms)}
+    given = {
+        "algorithm": _choice(algorithm, ALGORITHMS, "'--algorithm'"),
+        "subroutine": _choice(subroutine, SUBROUTINES, "'--subroutine'"),
+        "epsilon": epsilon,
+        "delta": delta,
+        "eta": eta,
+        "xi": xi,
+        "dp_epsilon": dp_epsilon,
+        "beta": beta,
+        "phi": phi,
+        "tolerance": tolerance,
+        "every_arm": every_arm,
+        "sigma": sigma,
+    }
+    body.update({k: v for k, v in given.items() if v is not None})
+    with connect(COMMAND, coordinator_url, admin_token, token_required=True) as coordinator:
+        doc = coordinator.post("/v1/experiments", body)
+    if as_json:
+        write_json(doc)
+        return
+    if not isinstance(doc, dict) or "votes" not in doc:
+        raise coordinator.unexpected("/v1/experiments", "not an experiment document")
+    console().print(experiment_view(doc))
+
+
+@experiments_app.command("reset")
+def reset_command(
+    experiment: ExperimentArgument,
+    coordinator_url: CoordinatorUrlOption = DEFAULT_COORDINATOR_URL,
+    admin_token: AdminTokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Reset EXPERIMENT: a new epoch, every arm back, every vote cleared (admin token)."""
+    check_experiment(experiment)
+    with connect(COMMAND, coordinator_url, admin_token, token_required=True) as coordinator:
+        reply = coordinator.post(f"/v1/experiments/{experiment}/reset")
+        if as_json:
+            write_json(reply)
+            return
+        doc = fetch_experiment(coordinator, experiment)
+    console().print(
+        f"reset {experiment}: epoch {doc.get('epoch')} (version {doc.get('version')}), "
+        f"{len(doc['remaining_arms'])} of {len(doc['arms'])} arms remain, "
+        f"{sum(doc['votes'])} votes"
+    )
+
+
+@experiments_app.command("delete")
+def delete_command(
+    experiment: ExperimentArgument,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    coordinator_url: CoordinatorUrlOption = DEFAULT_COORDINATOR_URL,
+    admin_token: AdminTokenOption = None,
+) -> None:
+    """Delete EXPERIMENT with its votes and agents (their tokens stop working); asks first."""
+    check_experiment(experiment)
+    if not yes and not _stdin_is_interactive():
+        raise typer.BadParameter(
+            "stdin is not a terminal, so nobody can confirm: pass --yes to delete",
+            param_hint="'--yes'",
+        )
+    with connect(COMMAND, coordinator_url, admin_token, token_required=True) as coordinator:
+        if not yes:
+            doc = fetch_experiment(coordinator, experiment)  # a 404 before the question
+            question = (
+                f"Delete experiment {experiment!r} ({doc['status']}, {doc.get('agents')} agents, "
+                f"{doc.get('messages')} votes received)? Its votes and agents go with it"
+            )
+            if not typer.confirm(question, default=False, err=True):
+                raise AdminError(COMMAND, f"{experiment} not deleted")
+        coordinator.delete(f"/v1/experiments/{experiment}")
+    console().print(f"deleted experiment {experiment}")

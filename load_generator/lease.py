@@ -1,0 +1,240 @@
+"""One load generator per experiment: a lease in Redis, and the live figures it carries.
+
+Two load generators feeding one experiment would each count the other's activations as their own
+backlog, and the activations delivered would follow no single activation distribution. So a run
+first takes the experiment's lease (common.redis_keys.load_generator, in the experiment's hash
+slot): a JSON string set with NX and a TTL of `ttl_seconds` (DEXP_LEASE_SECONDS, 5 s by default).
+
+- The holder renews it with its live figures (run, host, pid, started_at, updated_at, epoch,
+  activations, delivered, backlog, activations_per_second) at each poll of its main loop, and at
+  least every ttl/4 from a heartbeat thread, so a main loop blocked on an unreachable coordinator
+  keeps its lease. A renewal is a compare-and-set (RENEW below): only while the lease is still the
+  holder's run; one that expired meanwhile and that nobody took is taken again.
+- A newcomer that finds the lease held tries again for up to ttl + LEASE_MARGIN seconds (a crashed
+  holder's lease expires within the ttl), then gives up: LeaseHeld, exit status 6, with a line
+  saying which run holds it.
+- A holder whose lease another run took (it could not renew for longer than the ttl, e.g. cut off
+  from Redis) stops feeding: LeaseHeld too.
+- At the end the holder deletes the lease, only if it is still its own (RELEASE).
+
+The coordinator shows the figures (without the pid) as the `load_generator` field of
+GET /v1/experiments/{id}, parsed defensively (coordinator.store.load_generator_figures).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+
+from common import redis_keys as keys
+
+log = logging.getLogger("dexp.load_generator")
+
+LEASE_MARGIN = 1.0  # seconds a newcomer waits beyond the ttl before it gives up
+
+# Take the lease if nobody holds it. A key without expiry was not set by a load generator (a holder
+# always sets a TTL), so it is no live holder's: taken over too.
+# KEYS[1] the lease, ARGV[1] the value (JSON), ARGV[2] the ttl in ms. Returns 1 taken, 0 held.
+ACQUIRE = """
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -2 or ttl == -1 then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# Renew the lease with fresh figures, only while it is this run's (its "run" field is ARGV[1]); an
+# expired lease nobody took is taken again. KEYS[1] the lease, ARGV[1] the run id, ARGV[2] the new
+# value (JSON), ARGV[3] the ttl in ms. Returns 1 renewed, 2 taken again, 0 another holds it (then
+# nothing changes).
+RENEW = """
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'none' then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 2
+end
+if kind == 'string' then
+  local ok, lease = pcall(cjson.decode, redis.call('GET', KEYS[1]))
+  if ok and type(lease) == 'table' and lease['run'] == ARGV[1] then
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+    return 1
+  end
+end
+return 0
+"""
+
+# Delete the lease if it is still this run's. KEYS[1] the lease, ARGV[1] the run id. Returns 1
+# deleted, 0 not this run's (left alone).
+RELEASE = """
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'string' then return 0 end
+local ok, lease = pcall(cjson.decode, redis.call('GET', KEYS[1]))
+if ok and type(lease) == 'table' and lease['run'] == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+class LeaseHeld(RuntimeError):
+    """Another load generator feeds the experiment (exit status 6)."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def describe_holder(value: Any) -> str:
+    """'run R on host H, started T, N activations so far' from a lease's value; '?' for what the
+    value does not say."""
+    try:
+        lease = json.loads(value) if isinstance(value, bytes | str) else None
+    except ValueError:
+        lease = None
+    if not isinstance(lease, dict):
+        lease = {}
+
+    def text(name: str) -> str:
+        value = lease.get(name)
+        return value if isinstance(value, str) and value.isprintable() and value else "?"
+
+    started = lease.get("started_at")
+    when = (
+        datetime.fromtimestamp(started / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        if type(started) is int and 0 < started < 2**53
+        else "at an unknown time"
+    )
+    count = lease.get("activations")
+    activations = f"{count:,}" if type(count) is int else "?"
+    return f"run {text('run')} on host {text('host')}, started {when}, {activations} activations so far"
+
+
+class Lease:
+    """This run's lease on `experiment`: acquire, then publish figures each poll (`update`), check
+    it is still held (`check`), release at the end."""
+
+    def __init__(self, redis_url: str, experiment: str, ttl_seconds: float = 5.0) -> None:
+        self.experiment = experiment
+        self.key = keys.load_generator(experiment)
+        self.ttl_ms = max(1, round(ttl_seconds * 1000))
+        self.renew_seconds = min(1.0, ttl_seconds / 4)
+        self.run = secrets.token_hex(4)
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.started_at = _now_ms()
+        # Its own connection, with timeouts: a hung Redis must not hang the heartbeat for ever.
+        self.redis = redis.Redis.from_url(redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        self._acquire = self.redis.register_script(ACQUIRE)
+        self._renew = self.redis.register_script(RENEW)
+        self._release = self.redis.register_script(RELEASE)
+        self._figures: dict[str, Any] = {
+            "epoch": 0,
+            "activations": 0,
+            "delivered": 0,
+            "backlog": 0,
+            "activations_per_second": 0.0,
+        }
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.held = False
+        self.lost: str | None = None  # set when another run took the lease: who
+
+    def value(self) -> str:
+        with self._lock:
+            figures = dict(self._figures)
+        return json.dumps(
+            {
+                "run": self.run,
+                "host": self.host,
+                "pid": self.pid,
+                "started_at": self.started_at,
+                "updated_at": _now_ms(),
+                **figures,
+            }
+        )
+
+    def acquire(self, wait_seconds: float | None = None) -> None:
+        """Take the lease, trying for up to `wait_seconds` (default: the ttl + LEASE_MARGIN, so a
+        crashed holder's lease expires meanwhile); then start the heartbeat. LeaseHeld if another
+        run still holds it."""
+        wait = self.ttl_ms / 1000 + LEASE_MARGIN if wait_seconds is None else wait_seconds
+        deadline = time.monotonic() + wait
+        while True:
+            if self._acquire(keys=[self.key], args=[self.value(), self.ttl_ms]):
+                break
+            holder = self._holder()
+            if time.monotonic() >= deadline:
+                raise LeaseHeld(
+                    f"another load generator ({describe_holder(holder)}) is feeding experiment "
+                    f"{self.experiment}; stop it, or wait for it to end"
+                )
+            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+        self.held = True
+        self._thread = threading.Thread(target=self._beat, name="dexp-lease", daemon=True)
+        self._thread.start()
+
+    def _holder(self) -> bytes | None:
+        """The lease's value now (None: none, or not a string: a key no generator set)."""
+        try:
+            value = self.redis.get(self.key)
+        except redis.ResponseError:  # WRONGTYPE
+            return None
+        return value if isinstance(value, bytes) else None
+
+    def update(self, **figures: Any) -> None:
+        """New live figures; the heartbeat writes them at once (the lease is renewed with them)."""
+        with self._lock:
+            self._figures.update(figures)
+        self._wake.set()
+
+    def check(self) -> None:
+        """LeaseHeld if another run took the lease (this one could not renew it in time)."""
+        if self.lost is not None:
+            raise LeaseHeld(
+                f"another load generator ({self.lost}) took over experiment {self.experiment} "
+                f"while this run (run {self.run}) could not renew its lease; this run stops"
+            )
+
+    def _beat(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.renew_seconds)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                renewed = self._renew(keys=[self.key], args=[self.run, self.value(), self.ttl_ms])
+                if not renewed:
+                    self.lost = describe_holder(self._holder())
+                    return
+            except redis.RedisError as exc:  # the main loop sees Redis go away and says so
+                log.debug("lease not renewed: %s", exc)
+
+    def release(self) -> None:
+        """Stop the heartbeat and delete the lease if it is still this run's (never raises)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self.held and self.lost is None:
+            try:
+                self._release(keys=[self.key], args=[self.run])
+            except redis.RedisError as exc:  # it expires within the ttl anyway
+                log.warning(
+                    "lease not released (it expires in %.0f s): %s", self.ttl_ms / 1000, exc
+                )
+        self.held = False
+
+    def close(self) -> None:
+        self.release()
+        self.redis.close()

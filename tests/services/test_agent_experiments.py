@@ -1,0 +1,287 @@
+"""One agent process hosting agents of several experiments (DEXP_EXPERIMENT=a,b or `*`), on a real
+Redis and the real coordinator over HTTP: the AgentService runs its loop in a thread, fed by
+activations written to the agents' streams as the load generator writes them. Small problems
+(3 arms, M = 2) so that each run ends in a second or two."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import numpy as np
+import pytest
+import redis
+from pydantic import ValidationError
+
+from agent.service import AgentService, EnrollmentFailed
+from agent.settings import AgentSettings
+from common import redis_keys as keys
+from common.wire import encode_rewards
+
+from .helpers import ENROLLMENT_SECRET, admin_headers, config_for_threshold, create_experiment
+
+ARMS = ["A", "B", "C"]
+MEANS = np.array([0.9, 0.5, 0.1])
+CONFIG = config_for_threshold(2)  # M = 2: three agents per experiment can end it
+PER_EXPERIMENT = 3
+
+
+def make_experiment(client: httpx.Client, experiment: str) -> None:
+    create_experiment(client, id=experiment, arms=ARMS, delta=CONFIG.delta, eta=CONFIG.eta)
+
+
+def settings(coordinator_url: str, redis_url: str, experiment: str, **extra: Any) -> AgentSettings:
+    values: dict[str, Any] = {
+        "coordinator_url": coordinator_url,
+        "redis_url": redis_url,
+        "experiment": experiment,
+        "AGENTS_PER_REPLICA": PER_EXPERIMENT,
+        "enrollment_secret": ENROLLMENT_SECRET,
+        "seed": 5,
+        "poll_seconds": 0.5,
+        "discover_seconds": 0.2,
+        "redis_retry_max_seconds": 0.2,
+        **extra,
+    }
+    return AgentSettings(**values)
+
+
+@contextmanager
+def running(service: AgentService) -> Iterator[AgentService]:
+    """The service's loop in a thread; stopped (and its state directory released) at the end.
+    An exception in the loop fails the test."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            service.run()
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield service
+        assert thread.is_alive() and not errors, errors
+    finally:
+        service.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive() and not errors, errors
+
+
+def until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not after {timeout:g} s"
+        time.sleep(0.05)
+
+
+def agents(client: httpx.Client, experiment: str) -> int:
+    return int(client.get(f"/v1/experiments/{experiment}").json()["agents"])
+
+
+def enrolled(client: httpx.Client, experiment: str) -> list[str]:
+    """The experiment's agent ids, as the coordinator's admin sees them."""
+    reply = client.get(f"/v1/experiments/{experiment}/agents", headers=admin_headers())
+    assert reply.status_code == 200, reply.text
+    return sorted(a["agent_id"] for a in reply.json()["agents"])
+
+
+def hosted_ids(service: AgentService) -> dict[str, list[str]]:
+    return {e: sorted(a.agent_id for a in h.agents.values()) for e, h in service.hosted.items()}
+
+
+def feed(
+    redis_url: str, client: httpx.Client, experiments: list[str], timeout: float = 15.0
+) -> None:
+    """Activations for every agent of `experiments` (Bernoulli rewards, MEANS), with a bounded
+    backlog, until each experiment is identified."""
+    rng = np.random.default_rng(3)
+    r = redis.Redis.from_url(redis_url)
+    left = set(experiments)
+    deadline = time.monotonic() + timeout
+    try:
+        while left:
+            assert time.monotonic() < deadline, f"not identified: {sorted(left)}"
+            for experiment in sorted(left):
+                best = client.get(f"/v1/experiments/{experiment}/best-arm").json()
+                if best["status"] != "exploring":
+                    left.discard(experiment)
+                    continue
+                ids = [
+                    a.decode() for a in cast(list[bytes], r.zrange(keys.agents(experiment), 0, -1))
+                ]
+                streams = [keys.activations(experiment, a) for a in ids]
+                if sum(r.xlen(s) for s in streams) > 300 * len(streams):
+                    continue
+                rewards = (rng.random((100 * len(streams), len(MEANS))) < MEANS).astype(float)
+                rows = encode_rewards(rewards, bounded=True)
+                pipe = r.pipeline(transaction=False)
+                for i, row in enumerate(rows):
+                    pipe.xadd(streams[i % len(streams)], {"t": i, "r": row})
+                pipe.execute()
+            time.sleep(0.05)
+    finally:
+        r.close()
+    for experiment in experiments:
+        best = client.get(f"/v1/experiments/{experiment}/best-arm").json()
+        assert best["status"] == "identified" and best["best_arm"]["index"] == 0, best
+
+
+def test_one_process_hosts_agents_of_two_experiments_and_both_end(
+    client: httpx.Client, coordinator_url: str, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="dexp")
+    make_experiment(client, "shop")
+    make_experiment(client, "checkout")
+    with running(AgentService(settings(coordinator_url, redis_url, "shop,checkout,shop"))) as svc:
+        assert agents(client, "shop") == agents(client, "checkout") == PER_EXPERIMENT
+        ids = hosted_ids(svc)
+        assert ids == {"shop": enrolled(client, "shop"), "checkout": enrolled(client, "checkout")}
+        assert all(i.startswith("shop-") for i in ids["shop"])
+        feed(redis_url, client, ["shop", "checkout"])
+        # An experiment of the list deleted: dropped, the process carries on; created again, it
+        # gets new agents (the old ones' tokens died with it).
+        assert client.delete("/v1/experiments/shop", headers=admin_headers()).status_code == 204
+        until(lambda: "shop" not in svc.hosted, "shop dropped")
+        make_experiment(client, "shop")
+        until(lambda: "shop" in svc.hosted and agents(client, "shop") == PER_EXPERIMENT, "again")
+        assert set(hosted_ids(svc)["shop"]).isdisjoint(ids["shop"])
+        assert hosted_ids(svc)["checkout"] == ids["checkout"]
+    log = caplog.text
+    assert "experiment shop was deleted: its 3 agent(s) here are dropped" in log
+    assert "Traceback" not in log
+
+
+def test_star_follows_experiments_created_and_deleted(
+    client: httpx.Client, coordinator_url: str, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="dexp")
+    make_experiment(client, "first")
+    with running(AgentService(settings(coordinator_url, redis_url, "*"))) as service:
+        assert agents(client, "first") == PER_EXPERIMENT  # enrolled at start
+        make_experiment(client, "later")  # as an operator does with the CLI
+        until(lambda: agents(client, "later") == PER_EXPERIMENT, "agents of the new experiment")
+        until(lambda: set(service.hosted) == {"first", "later"}, "both hosted")
+        assert client.delete("/v1/experiments/first", headers=admin_headers()).status_code == 204
+        until(lambda: set(service.hosted) == {"later"}, "the deleted experiment dropped")
+        feed(redis_url, client, ["later"])  # the other one keeps working
+        time.sleep(0.5)  # a few more rounds of discovery and reads
+        r = redis.Redis.from_url(redis_url)
+        try:  # nothing of the deleted experiment came back (no stream recreated, no agent)
+            assert not list(r.scan_iter(match="dexp:{first}:*"))
+        finally:
+            r.close()
+    assert "experiment first was deleted" in caplog.text
+    assert "Traceback" not in caplog.text
+
+
+def test_tickets_of_several_experiments_in_one_file(
+    client: httpx.Client,
+    coordinator_url: str,
+    redis_url: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each agent takes a ticket of its own experiment; an experiment short of tickets gets a
+    clear line and the others are hosted; open enrollment (on at this coordinator) is never
+    used; tickets appended to the file later are used."""
+    caplog.set_level(logging.INFO, logger="dexp")
+    for experiment in ("red", "blue", "green"):
+        make_experiment(client, experiment)
+
+    def issue(experiment: str, count: int) -> list[str]:
+        reply = client.post(
+            f"/v1/experiments/{experiment}/tickets", json={"count": count}, headers=admin_headers()
+        )
+        assert reply.status_code == 201, reply.text
+        return list(reply.json()["tickets"])
+
+    red, blue = issue("red", 2), issue("blue", 1)
+    tickets = tmp_path / "tickets.txt"
+    tickets.write_text("\n".join([blue[0], red[0], "ticket.blue.forged", "junk", red[1]]) + "\n")
+    options = {"tickets_file": str(tickets), "AGENTS_PER_REPLICA": 2}
+    service = AgentService(settings(coordinator_url, redis_url, "red,blue,green", **options))
+    with running(service):
+        assert [agents(client, e) for e in ("red", "blue", "green")] == [2, 1, 0]
+        assert hosted_ids(service) == {
+            "red": enrolled(client, "red"),
+            "blue": enrolled(client, "blue"),
+        }
+        assert all(i.startswith("blue-") for i in enrolled(client, "blue"))
+        tickets.write_text(tickets.read_text() + issue("blue", 1)[0] + "\n")  # appended
+        until(lambda: agents(client, "blue") == 2, "blue's second agent, from the new ticket")
+        assert len(hosted_ids(service)["blue"]) == 2 and agents(client, "green") == 0
+    lines = caplog.text.splitlines()
+    [green] = [line for line in lines if "experiment green: no ticket" in line]
+    assert "dexp tickets issue green --count 2" in green
+    [blue_out] = [line for line in lines if "experiment blue: out of tickets" in line]
+    assert "1 of the 2 agent(s) to enroll got one" in blue_out
+    assert "dexp tickets issue blue --count 1" in blue_out
+    assert "1 ticket(s) ignored: not of the form ticket.<experiment>.<secret>" in caplog.text
+    assert not any(t in caplog.text for t in [*red, *blue])  # never a ticket in full
+
+
+def test_a_restart_reuses_the_agents_of_every_experiment(
+    client: httpx.Client, coordinator_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    """A state directory written by a one-experiment process serves a process of two (same
+    layout), and a restart of that one re-uses the agents of both."""
+    make_experiment(client, "alpha")
+    make_experiment(client, "beta")
+    state = {"state_dir": str(tmp_path / "state")}
+    with running(AgentService(settings(coordinator_url, redis_url, "alpha", **state))) as one:
+        alone = hosted_ids(one)
+    with running(AgentService(settings(coordinator_url, redis_url, "alpha,beta", **state))) as two:
+        first = hosted_ids(two)
+        assert two.hosted["alpha"].restored == PER_EXPERIMENT
+        assert two.hosted["beta"].restored == 0
+    assert first["alpha"] == alone["alpha"]
+    with running(
+        AgentService(settings(coordinator_url, redis_url, "beta,alpha", **state))
+    ) as again:
+        assert hosted_ids(again) == first
+        assert again.hosted["beta"].restored == PER_EXPERIMENT
+    assert agents(client, "alpha") == agents(client, "beta") == PER_EXPERIMENT  # nobody new
+    assert {p.name for p in (tmp_path / "state").glob("agent-*.json")} == {
+        f"agent-{i}.json" for ids in first.values() for i in ids
+    }
+
+
+def test_a_fixed_list_none_of_which_can_be_hosted_stops_the_process(
+    client: httpx.Client, coordinator_url: str, redis_url: str
+) -> None:
+    with pytest.raises(EnrollmentFailed, match="experiment nowhere does not exist"):
+        AgentService(settings(coordinator_url, redis_url, "nowhere"))
+
+
+def test_the_experiment_list_is_validated() -> None:
+    assert AgentSettings(experiment=" a, b ,a").experiments == ["a", "b"]
+    assert AgentSettings(experiment="*").every_experiment
+    assert AgentSettings(experiment="demo").experiments == ["demo"]
+    for bad in ("*,demo", "demo,", "a b", "x" * 65, "", "a.b"):
+        with pytest.raises(ValidationError):
+            AgentSettings(experiment=bad)
+
+
+def test_a_bad_experiment_list_exits_2_with_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "agent"],
+        env={"DEXP_EXPERIMENT": "demo,not valid!", "PATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("dexp agent: invalid configuration, not starting: DEXP_EXPERIMENT: ")
+    assert "'not valid!' is not an experiment id" in line

@@ -1,0 +1,385 @@
+"""The operator dashboard (GET /dashboard) in a real browser against the real coordinator.
+
+Debian's chromium, driven by Playwright, loads the page from the coordinator fixture (real Redis,
+real HTTP) while the test votes over HTTP: the page must follow without a reload, render data as
+text (an arm named like an HTML tag), fit a phone, and say when the coordinator stops answering.
+Where the browser or the playwright package is missing the browser tests are skipped with the
+reason, except under CI (env CI set), whose setup installs chromium: there they fail.
+Screenshots go to DEXP_SCREENSHOT_DIR (default: the test's tmp_path).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from importlib.resources import files
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from .helpers import Agent, ThreadedCoordinator, create_experiment, enroll_agents
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, BrowserContext, Page, Route
+
+CHROMIUM = "/usr/bin/chromium"
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+M3 = {"delta": 0.2, "eta": 0.5}  # threshold M = ceil(log 0.2 / log 0.5) = 3
+POLL = "interval=250"  # the page's polling period, ms: quick updates keep the test short
+WAIT = 5000  # ms: any update must show within this (the page polls every 250 ms)
+XSS = "<img src=x onerror=alert(1)>"
+SCRIPT = '"><script>alert(2)</script>'
+STATIC = files("coordinator.dashboard") / "static"
+
+
+def browser_missing() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return f"no browser at {CHROMIUM} (apt-get install chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is missing (pip install -e '.[test]')"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One chromium for the module; every test opens its own context (no shared state)."""
+    reason = browser_missing()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI installs chromium for the dashboard's browser tests, but: {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+class Watched:
+    """A page with what it must never do recorded: dialogs (an injected script ran), uncaught
+    errors, console errors (e.g. a CSP violation by the page's own code)."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.dialogs: list[str] = []
+        self.errors: list[str] = []
+        self.console: list[str] = []
+        page.on("dialog", self._dialog)
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+        page.on("console", lambda m: self.console.append(m.text) if m.type == "error" else None)
+
+    def _dialog(self, dialog: Any) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def assert_clean(self) -> None:
+        assert self.dialogs == [], f"a dialog fired: {self.dialogs}"
+        assert self.errors == [], self.errors
+        assert self.console == [], self.console
+
+
+@pytest.fixture(scope="module")
+def desktop_context(
+    browser: Browser, coordinator_server: ThreadedCoordinator
+) -> Iterator[BrowserContext]:
+    """One desktop context for the module (a context costs more than a page to open)."""
+    context = browser.new_context(
+        base_url=coordinator_server.url, viewport={"width": 1280, "height": 900}, locale="en-US"
+    )
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def desktop(desktop_context: BrowserContext, coordinator_url: str) -> Iterator[Watched]:
+    """A fresh page per test (routes and media emulation are the page's), Redis emptied."""
+    watched = Watched(desktop_context.new_page())
+    try:
+        yield watched
+    finally:
+        watched.page.unroute_all(behavior="ignoreErrors")  # a handler may be mid-poll
+        watched.page.close()
+
+
+@pytest.fixture
+def phone(browser: Browser, coordinator_url: str) -> Iterator[Watched]:
+    context = browser.new_context(
+        base_url=coordinator_url,
+        viewport={"width": 390, "height": 844},
+        device_scale_factor=2,
+        is_mobile=True,
+        has_touch=True,
+        locale="en-US",
+    )
+    watched = Watched(context.new_page())
+    try:
+        yield watched
+    finally:
+        watched.page.unroute_all(behavior="ignoreErrors")  # a handler may be mid-poll
+        context.close()
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    where = Path(os.environ.get("DEXP_SCREENSHOT_DIR") or tmp_path)
+    where.mkdir(parents=True, exist_ok=True)
+    return where
+
+
+def vote(client: httpx.Client, exp: str, agent: Agent, arm: int) -> dict[str, Any]:
+    response = client.post(
+        f"/v1/experiments/{exp}/votes", json={"arm": arm, "epoch": 0}, headers=agent.headers
+    )
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def arm_row(page: Page, index: int) -> Any:
+    return page.locator(f'#arms tr[data-arm="{index}"]')
+
+
+# -- the files and their headers (no browser) ---------------------------------------------------
+def test_the_page_is_package_data_served_with_security_headers(client: httpx.Client) -> None:
+    for path in ("/dashboard", "/dashboard/"):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        assert response.headers["content-type"].startswith("text/html")
+        assert response.content == (STATIC / "index.html").read_bytes()
+        assert_security_headers(response)
+    for name, kind in [
+        ("app.js", "text/javascript"),
+        ("app.css", "text/css"),
+        ("favicon.svg", "image/svg+xml"),
+    ]:
+        response = client.get(f"/dashboard/static/{name}")
+        assert response.status_code == 200, name
+        assert response.headers["content-type"].startswith(kind)
+        assert response.content == (STATIC / name).read_bytes()  # the installed package's file
+        assert_security_headers(response)
+    for bad in ("/dashboard/static/index.py", "/dashboard/static/..%2Froutes.py", "/dashboard/x"):
+        assert client.get(bad).status_code == 404, bad
+    assert not [p for p in client.get("/openapi.json").json()["paths"] if "dashboard" in p]
+
+    html = (STATIC / "index.html").read_text()
+    scripts = re.findall(r"<script\b[^>]*>", html)
+    assert scripts and all("src=" in s for s in scripts), "inline script"
+    assert "<style" not in html and not re.search(r"\son\w+\s*=", html)
+    script = (STATIC / "app.js").read_text()
+    sink = re.search(r"\.(inner|outer)HTML\b|insertAdjacentHTML|document\.write|\beval\(", script)
+    assert sink is None, f"app.js parses data as HTML: {sink}"
+    assert "Authorization" not in script and "localStorage" not in script
+
+
+def assert_security_headers(response: httpx.Response) -> None:
+    policy = {
+        d.split()[0]: d.split()[1:]
+        for d in response.headers["content-security-policy"].split(";")
+        if d.strip()
+    }
+    assert policy["default-src"] == ["'self'"]
+    assert policy["script-src"] == ["'self'"]  # no 'unsafe-inline', no 'unsafe-eval'
+    assert policy["connect-src"] == ["'self'"]
+    assert policy["frame-ancestors"] == ["'none'"]
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["referrer-policy"] == "no-referrer"
+
+
+# -- in the browser -----------------------------------------------------------------------------
+def test_votes_show_up_live_until_the_best_arm(
+    desktop: Watched, client: httpx.Client, screenshots: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    page = desktop.page
+    create_experiment(client, id="live", arms=["A", "B", "C"], **M3)
+    a, b, c, _ = enroll_agents(client, "live", 4)
+    page.goto(f"/dashboard?{POLL}#live")
+    expect(page.locator("#exp-title")).to_have_text("live", timeout=WAIT)
+    expect(page.locator("#arms th.arm-name .name")).to_have_text(["A", "B", "C"])
+    expect(page.locator("#arms .count")).to_have_text(["0 / 3"] * 3)
+    expect(page.locator("#status")).to_have_text("Exploring: 3 of 3 arms remain")
+    expect(page.locator("#facts")).to_contain_text("Agents enrolled4")
+    expect(page.locator("#params")).to_contain_text("Algorithmde")
+    expect(page.locator("#warnings")).to_contain_text("tie")  # 4 agents < 2M - 1 = 5
+    expect(page.locator("#loadgen-card")).to_be_hidden()  # no load generator runs here
+    page.evaluate("window.notReloaded = true")
+
+    vote(client, "live", a, 2)
+    expect(arm_row(page, 2).locator(".count")).to_have_text("1 / 3", timeout=WAIT)
+    vote(client, "live", b, 2)
+    assert vote(client, "live", c, 2)["outcome"] == "eliminated"
+    expect(arm_row(page, 2).locator(".state")).to_have_text("out #1", timeout=WAIT)
+    expect(page.locator("#eliminations li")).to_have_count(1)
+    expect(page.locator("#eliminations li .order")).to_have_text(["#1"])
+    expect(page.locator("#eliminations li .name")).to_have_text(["C"])
+    expect(page.locator("#status")).to_have_text("Exploring: 2 of 3 arms remain")
+
+    create_experiment(client, id="other", arms=["X", "Y"], **M3)
+    expect(page.locator("#experiments .exp-id")).to_have_text(["live", "other"], timeout=WAIT)
+
+    for agent in (a, b, c):
+        vote(client, "live", agent, 1)
+    expect(page.locator("#status")).to_have_text("Identified: the best arm is A", timeout=WAIT)
+    expect(page.locator("#exp-badge")).to_have_text("identified")
+    expect(page.locator("#eliminations li .name")).to_have_text(["C", "B"])
+    expect(page.locator("#eliminations li .when").nth(1)).to_contain_text("+")
+    expect(arm_row(page, 0).locator(".state")).to_have_text("best arm")
+    expect(page.locator("#experiments a[aria-current=page] .exp-id")).to_have_text("live")
+    expect(page.locator("#conn-state")).to_have_text("Live")
+    expect(page.locator("#chart-remaining svg path.step")).to_have_count(1)
+    assert page.evaluate("window.notReloaded") is True, "the page reloaded"
+    page.screenshot(path=str(screenshots / "dashboard-desktop.png"), full_page=True)
+    desktop.assert_clean()
+
+
+def test_a_tie_shows_its_candidates_and_what_is_certified(
+    desktop: Watched, client: httpx.Client, screenshots: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    page = desktop.page
+    create_experiment(client, id="a-first", arms=["P", "Q"], **M3)
+    create_experiment(client, id="tie", arms=["A", "B", "C"], **M3)
+    a, b, c, d = enroll_agents(client, "tie", 4)  # 4 < 2M - 1: each can keep A or B
+    for agent in (a, b, c, d):
+        vote(client, "tie", agent, 2)
+    for agent, arm in ((a, 0), (b, 0), (c, 1), (d, 1)):
+        vote(client, "tie", agent, arm)
+    best = client.get("/v1/experiments/tie/best-arm").json()
+    assert best["status"] == "tied"
+
+    page.goto(f"/dashboard?{POLL}")  # no hash: the first experiment
+    expect(page.locator("#exp-title")).to_have_text("a-first", timeout=WAIT)
+    page.locator("#experiments a", has_text="tie").click()
+    expect(page.locator("#exp-title")).to_have_text("tie", timeout=WAIT)
+    assert page.url.endswith("#tie")
+    status = page.locator("#status")
+    expect(status.locator(".headline")).to_have_text("Tied between A and B", timeout=WAIT)
+    expect(status.locator(".certified")).to_have_text(f"Certified: {best['certified']}")
+    expect(arm_row(page, 0).locator(".state")).to_have_text("candidate")
+    expect(arm_row(page, 1).locator(".state")).to_have_text("candidate")
+    expect(arm_row(page, 0).locator(".count")).to_have_text("2 / 3")
+    expect(page.locator("#experiments li", has_text="tie").locator(".badge")).to_have_text("tied")
+    page.emulate_media(color_scheme="dark")  # the dark scheme, seen once
+    page.screenshot(path=str(screenshots / "dashboard-tied-dark.png"), full_page=True)
+    desktop.assert_clean()
+
+
+def test_arm_names_render_as_text(desktop: Watched, client: httpx.Client) -> None:
+    from playwright.sync_api import expect
+
+    page = desktop.page
+    create_experiment(client, id="xss", arms=[XSS, "B", SCRIPT], **M3)
+    agents = enroll_agents(client, "xss", 3)
+    for agent in agents:
+        vote(client, "xss", agent, 2)
+    for agent in agents:
+        vote(client, "xss", agent, 1)
+    page.goto(f"/dashboard?{POLL}#xss")
+    expect(page.locator("#status")).to_have_text(f"Identified: the best arm is {XSS}", timeout=WAIT)
+    expect(page.locator("#arms th.arm-name .name")).to_have_text([XSS, "B", SCRIPT])
+    expect(page.locator("#eliminations li .name")).to_have_text([SCRIPT, "B"])
+    assert page.locator("img").count() == 0
+    assert page.locator("body script").count() == 0
+    desktop.assert_clean()  # no alert() dialog
+
+
+def test_a_phone_shows_everything_without_horizontal_scrolling(
+    phone: Watched, client: httpx.Client, screenshots: Path
+) -> None:
+    """Long unbroken names, warnings, and the figures of a running load generator (added to the
+    coordinator's answer in the browser, as the simulated environment publishes them)."""
+    from playwright.sync_api import expect
+
+    page = phone.page
+    exp = "a-long-experiment-identifier-that-has-to-wrap-on-a-phone-0123"
+    names = ["control", "Variant-with-an-unbroken-name-" + "x" * 30, "B", "C", "D"]
+    create_experiment(client, id=exp, arms=names, **M3)
+    create_experiment(client, id="second", arms=["X", "Y"], **M3)
+    agents = enroll_agents(client, exp, 4)
+    for agent in agents[:3]:
+        vote(client, exp, agent, 4)
+    vote(client, exp, agents[0], 3)
+
+    def with_load_generator(route: Route) -> None:
+        response = route.fetch()
+        body = response.json()
+        body.setdefault("epoch_messages", body["messages"])
+        if not body.get("load_generator"):
+            body["load_generator"] = {
+                "run": "run-7f3a",
+                "host": "load-generator-1",
+                "started_at": body["created_at"],
+                "updated_at": body["created_at"],
+                "epoch": 0,
+                "activations": 123456,
+                "delivered": 123000,
+                "backlog": 456,
+                "activations_per_second": 1234.5,
+            }
+        route.fulfill(response=response, json=body)
+
+    page.route(re.compile(r"/v1/experiments/[^/?#]+$"), with_load_generator)
+    page.goto(f"/dashboard?{POLL}#{exp}")
+    expect(page.locator("#eliminations li .name")).to_have_text(["D"], timeout=WAIT)
+    loadgen = page.locator("#loadgen")
+    expect(loadgen).to_contain_text("Activations this run123,456")
+    expect(loadgen).to_contain_text("Activations / s1,234.5")
+    expect(page.locator("#loadgen-card")).to_contain_text("load generator")
+    expect(page.locator("#facts")).to_contain_text("Messages this epoch4 of the bound M·K − 1 = 14")
+    expect(page.locator("#experiments .exp-id")).to_have_count(2)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the page is {width} px wide on a 390 px screen"
+    page.screenshot(path=str(screenshots / "dashboard-phone.png"), full_page=True)
+    phone.assert_clean()
+
+
+def test_lost_connection_is_shown_and_recovers(desktop: Watched, client: httpx.Client) -> None:
+    """API calls aborted in the browser stand for a network loss; a hidden tab pauses polling."""
+    from playwright.sync_api import expect
+
+    page = desktop.page
+    create_experiment(client, id="net", arms=["A", "B"], **M3)
+    page.goto(f"/dashboard?{POLL}#net")
+    state = page.locator("#conn-state")
+    expect(state).to_have_text("Live", timeout=WAIT)
+    page.route("**/v1/**", lambda route: route.abort())
+    expect(state).to_have_text("Connection lost", timeout=WAIT)
+    expect(page.locator("#conn-detail")).to_contain_text("last update")
+    expect(page.locator("#exp-title")).to_have_text("net")  # the last view stays
+    page.unroute("**/v1/**")
+    expect(state).to_have_text("Live", timeout=WAIT)
+
+    page.evaluate(
+        """() => {
+        Object.defineProperty(document, "visibilityState", {configurable: true, get: () => "hidden"});
+        document.dispatchEvent(new Event("visibilitychange"));
+    }"""
+    )
+    expect(state).to_have_text("Paused")
+    page.evaluate(
+        """() => {
+        delete document.visibilityState;
+        document.dispatchEvent(new Event("visibilitychange"));
+    }"""
+    )
+    expect(state).to_have_text("Live", timeout=WAIT)
+    assert desktop.dialogs == [] and desktop.errors == []

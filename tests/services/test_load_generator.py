@@ -1,0 +1,416 @@
+"""The load generator's lease (one generator per experiment), its live figures in the coordinator's
+GET /v1/experiments/{id}, the per-epoch message count, and a summary whose figures are this run's
+and this epoch's: over real HTTP (uvicorn -> FastAPI -> real Redis), with real agent processes
+(`python -m agent`) where a run must play."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from common import redis_keys as keys
+from load_generator.__main__ import main as load_generator_main
+from load_generator.generator import LoadGenerator, Summary, exit_code, format_summary
+from load_generator.settings import LoadSettings
+
+from .helpers import ENROLLMENT_SECRET, admin_headers, create_experiment, enroll_agents
+
+ARMS = ["A", "B", "C"]
+M3 = {"delta": 0.2, "eta": 0.5}  # DE: M = 3
+M5 = {"delta": 0.05, "eta": 0.5}  # DE: M = ceil(log 0.05 / log 0.5) = 5
+MEANS = "0.9,0.5,0.1"
+LEASE = 0.5  # DEXP_LEASE_SECONDS here: a newcomer waits 0.5 + 1 s before it gives up
+PUBLIC_FIELDS = {
+    "run",
+    "host",
+    "started_at",
+    "updated_at",
+    "epoch",
+    "activations",
+    "delivered",
+    "backlog",
+    "activations_per_second",
+}
+
+
+def experiment(client: httpx.Client, exp: str) -> dict[str, Any]:
+    response = client.get(f"/v1/experiments/{exp}")
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def vote(client: httpx.Client, exp: str, headers: dict[str, str], arm: int, epoch: int) -> None:
+    response = client.post(
+        f"/v1/experiments/{exp}/votes", json={"arm": arm, "epoch": epoch}, headers=headers
+    )
+    assert response.status_code == 200, response.text
+
+
+def settings(coordinator_url: str, redis_url: str, exp: str, **overrides: Any) -> LoadSettings:
+    values: dict[str, Any] = {
+        "coordinator_url": coordinator_url,
+        "redis_url": redis_url,
+        "experiment": exp,
+        "problem": "",
+        "means": MEANS,
+        "seed": 1,
+        "settle_seconds": 0,
+        "agent_wait_seconds": 20,
+        "max_seconds": 30,
+        "batch": 100,
+        "max_backlog": 600,
+        "stall_seconds": 10,
+        "lease_seconds": LEASE,
+    }
+    values.update(overrides)
+    return LoadSettings(**values)
+
+
+def generator_env(monkeypatch: pytest.MonkeyPatch, load: LoadSettings) -> None:
+    """`load` as the DEXP_* environment `python -m load_generator` reads."""
+    for name, value in load.model_dump().items():
+        if value is not None and name != "json_output":
+            monkeypatch.setenv(f"DEXP_{name.upper()}", str(value))
+
+
+@pytest.fixture
+def agent_process(coordinator_url: str, clean_redis: str) -> Iterator[Callable[[str, int], None]]:
+    """Starts `python -m agent` hosting n agents of an experiment, and waits for them to enroll;
+    every process is killed at the end."""
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start(exp: str, n: int) -> None:
+        env = {
+            **os.environ,
+            "DEXP_COORDINATOR_URL": coordinator_url,
+            "DEXP_REDIS_URL": clean_redis,
+            "DEXP_EXPERIMENT": exp,
+            "DEXP_ENROLLMENT_SECRET": ENROLLMENT_SECRET,
+            "AGENTS_PER_REPLICA": str(n),
+            "DEXP_SEED": "11",
+        }
+        process = subprocess.Popen(
+            [sys.executable, "-m", "agent"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
+        processes.append(process)
+        deadline = time.monotonic() + 20
+        with httpx.Client(base_url=coordinator_url, timeout=5, trust_env=False) as http:
+            while experiment(http, exp)["agents"] < n:
+                assert process.poll() is None, "the agent process ended"
+                assert time.monotonic() < deadline, "the agents did not enroll"
+                time.sleep(0.05)
+
+    yield start
+    for process in processes:
+        process.kill()  # its Redis is emptied before the next test: nothing to finish
+        process.wait()
+
+
+def check_run_figures(summary: Summary) -> None:
+    """Every figure of a run is this run's, and none is negative."""
+    assert summary.activations_delivered >= summary.activations_processed >= 0
+    assert summary.activations_processed >= summary.sample_complexity >= 0
+    assert summary.activations_per_second >= 0 and summary.wall_seconds >= 0
+    assert summary.epoch_messages <= summary.messages
+    assert summary.run_messages <= summary.messages
+
+
+# -- one load generator per experiment ---------------------------------------------------------
+def test_a_second_generator_is_refused_while_the_first_completes(
+    client: httpx.Client,
+    coordinator_url: str,
+    clean_redis: str,
+    agent_process: Callable[[str, int], None],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The first generator holds the lease while it settles and plays; a second one on the same
+    experiment waits out the lease's TTL (plus a second), then exits 6 with one line naming the
+    first run. The first completes, with figures of its own, and its live figures are in the
+    coordinator's experiment document while it runs (without the pid), null after."""
+    create_experiment(client, id="two", arms=ARMS, **M3)
+    agent_process("two", 3)
+    first = LoadGenerator(
+        settings(coordinator_url, clean_redis, "two", settle_seconds=2.0), out=io.StringIO()
+    )
+    with first, ThreadPoolExecutor(1) as pool:
+        running = pool.submit(first.run)
+        deadline = time.monotonic() + 10
+        while experiment(client, "two")["load_generator"] is None:
+            assert time.monotonic() < deadline, "the first generator took no lease"
+            time.sleep(0.02)
+        live = experiment(client, "two")["load_generator"]
+        assert first.lease is not None and live["run"] == first.lease.run
+        assert set(live) == PUBLIC_FIELDS  # no pid
+        assert live["host"] == socket.gethostname() and live["epoch"] == 0
+        assert live["started_at"] <= live["updated_at"] <= time.time() * 1000 + 1000
+
+        generator_env(monkeypatch, settings(coordinator_url, clean_redis, "two"))
+        started = time.monotonic()
+        assert load_generator_main([]) == 6
+        waited = time.monotonic() - started
+        summary = running.result(timeout=30)
+    assert LEASE + 1 <= waited < LEASE + 3
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert re.fullmatch(
+        rf"error: another load generator \(run {first.lease.run} on host "
+        rf"{re.escape(socket.gethostname())}, started \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC, "
+        r"[\d,]+ activations so far\) is feeding experiment two; stop it, or wait for it to end",
+        line,
+    ), line
+
+    assert summary.status == "identified" and summary.correct is True, summary
+    assert exit_code(summary) == 0 and not summary.ended_before_run
+    assert summary.run == first.lease.run
+    check_run_figures(summary)
+    assert summary.activations_processed > 0
+    assert (summary.first_epoch, summary.epoch, summary.epochs_seen) == (0, 0, 1)
+    final = experiment(client, "two")
+    assert final["load_generator"] is None  # released at the end
+    assert summary.epoch_messages == final["epoch_messages"] == final["messages"]
+    assert summary.epoch_votes == sum(final["votes"]) <= summary.message_bound == 3 * 3 - 1
+    assert json.loads(format_summary(summary, as_json=True))["epochs_seen"] == 1
+
+
+def test_a_lease_left_by_a_killed_holder_is_waited_out_then_taken(
+    client: httpx.Client,
+    coordinator_url: str,
+    clean_redis: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A lease that outlives the wait refuses the newcomer (exit 6, the holder's figures in the
+    line); one that expires meanwhile (its holder was killed) is taken. The experiment is already
+    identified: the run says so, plays nothing, and exits 0 with every run figure 0."""
+    create_experiment(client, id="dead", arms=ARMS, **M3)
+    agents = enroll_agents(client, "dead", 3)
+    for agent in agents:
+        for arm in (1, 2):
+            vote(client, "dead", agent.headers, arm, 0)
+    assert experiment(client, "dead")["status"] == "identified"
+    lease = {
+        "run": "0badc0de",
+        "host": "gone-host",
+        "pid": 4242,
+        "started_at": 1_700_000_000_000,
+        "updated_at": 1_700_000_005_000,
+        "epoch": 0,
+        "activations": 12_345,
+        "delivered": 12_500,
+        "backlog": 155,
+        "activations_per_second": 2469.0,
+    }
+    raw = redis.Redis.from_url(clean_redis)
+    try:
+        raw.set(keys.load_generator("dead"), json.dumps(lease), px=20_000)
+        generator_env(monkeypatch, settings(coordinator_url, clean_redis, "dead"))
+        assert load_generator_main([]) == 6
+        assert capsys.readouterr().err.strip() == (
+            "error: another load generator (run 0badc0de on host gone-host, started 2023-11-14 "
+            "22:13:20 UTC, 12,345 activations so far) is feeding experiment dead; stop it, or "
+            "wait for it to end"
+        )
+        assert raw.get(keys.load_generator("dead")) is not None  # not its to delete
+
+        raw.set(keys.load_generator("dead"), json.dumps(lease), px=800)  # a killed holder's
+        started = time.monotonic()
+        assert load_generator_main([]) == 0
+        assert 0.7 <= time.monotonic() - started < LEASE + 3
+        assert raw.get(keys.load_generator("dead")) is None  # taken, then released
+    finally:
+        raw.close()
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines()[-1] == (
+        "experiment dead is already identified (epoch 0) before this run: nothing to play; "
+        "`dexp experiments reset dead` starts a new epoch"
+    )
+    out = captured.out.splitlines()
+    assert out[:3] == [
+        "experiment        dead: identified",
+        "identified arm    A (index 0), eps-optimal: not judged (ended before this run)",
+        f"this run          nothing played: the experiment was already identified (epoch 0) "
+        f"when run {out[2].rsplit(' ', 2)[-2]} started",
+    ]
+    assert out[3].startswith("epoch 0           6 votes counted, 6 messages this epoch; ")
+
+    with LoadGenerator(
+        settings(coordinator_url, clean_redis, "dead"), out=io.StringIO()
+    ) as generator:
+        summary = generator.run()
+    assert summary.ended_before_run and exit_code(summary) == 0
+    assert (summary.status, summary.identified_arm, summary.correct) == ("identified", 0, None)
+    assert summary.activations_delivered == summary.activations_processed == 0
+    assert summary.sample_complexity == summary.wall_seconds == summary.run_messages == 0
+
+
+# -- per-epoch messages ----------------------------------------------------------------------
+def test_epoch_messages_count_this_epoch_and_a_reset_zeroes_them(
+    client: httpx.Client, clean_redis: str
+) -> None:
+    created = create_experiment(client, id="ep", arms=ARMS, **M3)
+    assert (created["epoch_messages"], created["messages"]) == (0, 0)
+    assert created["epoch_started_at"] == created["created_at"]
+    assert created["load_generator"] is None
+    a, b = enroll_agents(client, "ep", 2)
+    vote(client, "ep", a.headers, 1, 0)
+    vote(client, "ep", b.headers, 1, 0)
+    vote(client, "ep", b.headers, 1, 0)  # a duplicate: a message all the same
+    state = experiment(client, "ep")
+    assert (state["epoch_messages"], state["messages"], state["ignored_messages"]) == (3, 3, 1)
+
+    reset = client.post("/v1/experiments/ep/reset", headers=admin_headers())
+    assert reset.status_code == 200, reset.text
+    state = experiment(client, "ep")
+    assert (state["epoch"], state["epoch_messages"], state["messages"]) == (1, 0, 3)
+    assert state["epoch_started_at"] >= created["created_at"]
+    assert state["epoch_started_at"] <= time.time() * 1000 + 1000
+    vote(client, "ep", a.headers, 2, 0)  # a stale epoch's vote, received in epoch 1
+    vote(client, "ep", a.headers, 2, 1)
+    state = experiment(client, "ep")
+    assert (state["epoch_messages"], state["messages"], state["ignored_messages"]) == (2, 5, 2)
+
+    # An experiment created before the fields existed: epoch_messages reads 0, and the epoch's
+    # start is known only in epoch 0 (its creation).
+    raw = redis.Redis.from_url(clean_redis)
+    try:
+        raw.hdel(keys.meta("ep"), "epoch_messages", "epoch_started_at")
+        state = experiment(client, "ep")
+        assert (state["epoch_messages"], state["epoch_started_at"]) == (0, None)
+        raw.hset(keys.meta("ep"), "epoch", 0)
+        assert experiment(client, "ep")["epoch_started_at"] == created["created_at"]
+    finally:
+        raw.close()
+
+
+def test_after_a_reset_the_summary_counts_messages_per_epoch(
+    client: httpx.Client,
+    coordinator_url: str,
+    clean_redis: str,
+    agent_process: Callable[[str, int], None],
+) -> None:
+    """An admin reset once the first arm left: the run ends in epoch 1, and the summary puts that
+    epoch's messages against M*K - 1 and the total of both epochs apart."""
+    create_experiment(client, id="rs", arms=ARMS, **M5)
+    agent_process("rs", 5)
+    generator = LoadGenerator(settings(coordinator_url, clean_redis, "rs", rate=4000))
+    reset_at: dict[str, Any] = {}
+
+    def reset_after_the_first_elimination() -> None:
+        deadline = time.monotonic() + 20
+        with httpx.Client(base_url=coordinator_url, timeout=5, trust_env=False) as http:
+            while time.monotonic() < deadline:
+                state = experiment(http, "rs")
+                if state["version"] >= 1:
+                    reset_at.update(state)
+                    response = http.post("/v1/experiments/rs/reset", headers=admin_headers())
+                    assert response.status_code == 200
+                    return
+                time.sleep(0.005)
+
+    resetter = threading.Thread(target=reset_after_the_first_elimination)
+    resetter.start()
+    try:
+        summary = generator.run()
+    finally:
+        resetter.join()
+        generator.close()
+    print(format_summary(summary, as_json=False))
+    assert reset_at, "no arm left in epoch 0"
+    assert summary.status == "identified" and summary.correct is True, summary
+    check_run_figures(summary)
+    assert (summary.first_epoch, summary.epoch, summary.epochs_seen) == (0, 1, 2)
+    final = experiment(client, "rs")
+    assert summary.messages == final["messages"] == summary.run_messages
+    assert summary.epoch_messages == final["epoch_messages"]
+    assert summary.message_bound == 5 * 3 - 1
+    assert summary.epoch_votes <= summary.epoch_messages <= summary.message_bound
+    assert summary.messages > summary.epoch_messages  # epoch 0's votes are in the total only
+    assert summary.messages >= reset_at["messages"] + summary.epoch_messages
+    text = format_summary(summary, as_json=False).splitlines()
+    assert text[4] == (
+        f"epoch 1           {summary.epoch_votes} votes counted, {summary.epoch_messages} "
+        "messages this epoch; bound M*K-1 = 14 (counted votes per epoch, agents acting one at a "
+        "time)"
+    )
+    assert text[5] == (
+        f"all epochs        {summary.messages} messages ({summary.ignored_messages} ignored) "
+        f"since the experiment began, {summary.messages} during this run; this run saw 2 epochs "
+        "(0 to 1)"
+    )
+
+
+# -- the live figures, read defensively --------------------------------------------------------
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (b"not json", None),
+        (b"[1, 2]", None),
+        (b'"a string"', None),
+        (b"\xff\xfe", None),
+        (b"{" * 5000, None),
+        (
+            json.dumps(
+                {
+                    "run": 7,
+                    "host": "evil\x1b[31mhost",
+                    "pid": 1,
+                    "started_at": -1,
+                    "updated_at": True,
+                    "epoch": 1.5,
+                    "activations": "many",
+                    "delivered": 2**60,
+                    "backlog": 3,
+                    "activations_per_second": "fast",
+                    "token": "secret",
+                }
+            ).encode(),
+            {**dict.fromkeys(PUBLIC_FIELDS), "backlog": 3},
+        ),
+        (
+            b'{"activations_per_second": NaN, "run": "r1"}',
+            {**dict.fromkeys(PUBLIC_FIELDS), "run": "r1"},
+        ),
+    ],
+    ids=["text", "array", "string", "binary", "huge", "bad-fields", "nan"],
+)
+def test_a_malformed_lease_reads_as_null_never_a_500(
+    client: httpx.Client, clean_redis: str, value: bytes, expected: dict[str, Any] | None
+) -> None:
+    create_experiment(client, id="bad", arms=ARMS, **M3)
+    raw = redis.Redis.from_url(clean_redis)
+    try:
+        raw.set(keys.load_generator("bad"), value)
+        assert experiment(client, "bad")["load_generator"] == expected
+    finally:
+        raw.close()
+
+
+def test_a_lease_of_another_type_reads_as_null(client: httpx.Client, clean_redis: str) -> None:
+    create_experiment(client, id="hash", arms=ARMS, **M3)
+    raw = redis.Redis.from_url(clean_redis)
+    try:
+        raw.hset(keys.load_generator("hash"), mapping={"run": "x"})
+        state = experiment(client, "hash")
+        assert state["load_generator"] is None and state["status"] == "exploring"
+        assert client.get("/v1/experiments/hash/best-arm").status_code == 200
+    finally:
+        raw.close()
