@@ -259,10 +259,10 @@ def _rss_kib() -> tuple[int, int]:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc for the RSS")
 def test_slow_coordinator_keeps_the_backlog_bounded() -> None:
-    """200 ms added to every request from the agents to the coordinator: agents stall on their
+    """100 ms added to every request from the agents to the coordinator: agents stall on their
     votes, the load generator waits at `max_backlog`, so the backlog (and with it the generator's
     and Redis's memory) stays bounded: peak backlog <= max_backlog + one batch."""
-    latency, max_backlog, batch = 0.2, 2000, 500
+    latency, max_backlog, batch = 0.1, 2000, 500
     proxy = FaultProxy(latency=latency)
     samples: dict[str, int] = {"rss_peak_kib": 0, "backlog_peak_sampled": 0}
     stop = threading.Event()
@@ -311,6 +311,6 @@ def test_slow_coordinator_keeps_the_backlog_bounded() -> None:
         test_process_vmhwm_kib=_rss_kib()[1],
         proxy_requests_delayed=proxy.chunks_delayed,
     )
-    report("slow coordinator (+200 ms per request)", figures)
+    report("slow coordinator (+100 ms per request)", figures)
     assert figures["peak_backlog"] <= max_backlog + batch
     assert samples["backlog_peak_sampled"] <= max_backlog + batch
