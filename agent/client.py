@@ -9,11 +9,34 @@ A 429 wait is logged as one warning line at most every RATE_LIMIT_LOG_SECONDS, s
 waits there were since the last one (a process enrolling hundreds of agents against the open
 enrollment rate would otherwise log one line per agent). An agent's DSER4 reset is the one request
 a 429 ends (reset() returns None): the reset is optional, and waiting would stall the agent.
+
+Several coordinators. The first argument may list several coordinator URLs, comma-separated
+(DEXP_COORDINATOR_URL=http://c1:8000,http://c2:8000): coordinators keep no state (it is all in
+Redis), so any of them serves any request. Each client picks one of them at random as its home
+(`start` chooses it), so that many processes spread over them, and keeps its keep-alive
+connections there (one connection pool per URL). A connection error, a timeout, or a 502, 503 or
+504 from a URL puts that URL in a cool-off (COOL_OFF_SECONDS, doubled after each further failure in
+a row up to COOL_OFF_MAX_SECONDS, reset by a success) and sends the same request again at once to
+the next URL in the list that is not cooling off: a failover, counted in `failovers` (and in
+`retries`). The client goes back to its home at its first request after the home's cool-off ends,
+so the spread comes back once a coordinator is back; a home still down costs one refused
+connection per cool-off. When every URL is cooling off, the request waits the capped back-off, as
+with one URL, and tries the URL whose cool-off ends first. Everything else is as with one URL: a
+429 waits on the same URL (the rate limits live in Redis, shared by every coordinator), a 4xx is
+raised, a 500 is retried after the back-off on the same URL, `give_up_after` counts from the
+request's first try whatever the URLs tried. A request failed over is harmless for the same reason
+a retried one is: a vote is counted once per agent, arm and epoch whichever coordinator receives it
+(a ticket whose reply was lost is used up, as with one URL). Failovers are logged as one warning
+line per URL at most every FAILOVER_LOG_SECONDS, saying how many there were since the last line.
+With several URLs the connect timeout is at most CONNECT_TIMEOUT_SECONDS, so that a host that does
+not answer at all is left quickly.
 """
 
 from __future__ import annotations
 
 import logging
+import random
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +45,34 @@ import httpx
 
 log = logging.getLogger("dexp.agent.client")
 RATE_LIMIT_LOG_SECONDS = 10.0  # at most one warning line per this long about 429 waits
+FAILOVER_STATUSES = frozenset({502, 503, 504})  # a proxy's or a coordinator's "not now": next URL
+COOL_OFF_SECONDS = 5.0  # a URL that failed is avoided this long (doubled per failure in a row)
+COOL_OFF_MAX_SECONDS = 60.0
+FAILOVER_LOG_SECONDS = 5.0  # at most one warning line per URL per this long about failovers
+CONNECT_TIMEOUT_SECONDS = 3.0  # with several URLs: the most a connection attempt may take
+# An http:// or https:// URL: a host (name, IPv4 or [IPv6]), an optional port, an optional path.
+_URL = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~%-]+)(?::(\d{1,5}))?(/[^\s,]*)?")
+
+
+def coordinator_urls(value: str) -> list[str]:
+    """The coordinator URLs of a DEXP_COORDINATOR_URL: one, or several separated by commas, each
+    http:// or https://, in order, each once (a trailing slash dropped). ValueError naming the bad
+    entry otherwise."""
+    urls: list[str] = []
+    for part in value.split(","):
+        url = part.strip()
+        match = _URL.fullmatch(url)
+        what = ""
+        if not url:
+            what = "an empty URL (two commas in a row, or one at an end)"
+        elif match is None:
+            what = f"{url!r} is not an http:// or https:// URL"
+        elif int(match.group(2) or 1) not in range(1, 65536):
+            what = f"{url!r}: the port is not between 1 and 65535"
+        if what:
+            raise ValueError(what + (f", in {value!r}" if "," in value else ""))
+        urls.append(url.rstrip("/"))
+    return list(dict.fromkeys(urls))
 
 
 class CoordinatorError(RuntimeError):
@@ -42,6 +93,9 @@ class RateLimited(CoordinatorError):
 
 
 class CoordinatorClient:
+    """`base_url`: one coordinator URL or several, comma-separated (see the module docstring);
+    `start`: the index of the home URL (None: one at random)."""
+
     def __init__(
         self,
         base_url: str,
@@ -49,12 +103,31 @@ class CoordinatorClient:
         retry_max_seconds: float = 5.0,
         give_up_after: float | None = None,
         should_stop: Callable[[], bool] = lambda: False,
+        *,
+        start: int | None = None,
+        cool_off_seconds: float = COOL_OFF_SECONDS,
     ) -> None:
-        self.http = httpx.Client(
-            base_url=base_url,
-            timeout=timeout,
-            limits=httpx.Limits(max_keepalive_connections=4, max_connections=8),
+        self.urls = coordinator_urls(base_url)
+        several = len(self.urls) > 1
+        timeouts = httpx.Timeout(
+            timeout, connect=min(timeout, CONNECT_TIMEOUT_SECONDS) if several else timeout
         )
+        self._clients = [
+            httpx.Client(
+                base_url=url,
+                timeout=timeouts,
+                limits=httpx.Limits(max_keepalive_connections=4, max_connections=8),
+            )
+            for url in self.urls
+        ]
+        self.home = random.randrange(len(self.urls)) if start is None else start % len(self.urls)
+        self.current = self.home  # the URL of the last request
+        self.cool_off_seconds = cool_off_seconds
+        self._avoid_until = [0.0] * len(self.urls)  # monotonic time each URL's cool-off ends
+        self._failures = [0] * len(self.urls)  # failures in a row per URL
+        self._failover_logged = [-FAILOVER_LOG_SECONDS] * len(self.urls)
+        self._failover_unlogged = [0] * len(self.urls)
+        self.failovers = 0  # requests sent again at once to another URL
         self.retry_max_seconds = retry_max_seconds
         self.give_up_after = give_up_after
         self.should_stop = should_stop
@@ -64,8 +137,68 @@ class CoordinatorClient:
         self._rate_limit_logged = -RATE_LIMIT_LOG_SECONDS
         self._rate_limit_unlogged = 0  # waits since the last line about them
 
+    @property
+    def url(self) -> str:
+        """The URL the client uses now (of its last request)."""
+        return self.urls[self.current]
+
+    @property
+    def http(self) -> httpx.Client:
+        """The connection pool of the URL in use: relative paths go to that coordinator."""
+        return self._clients[self.current]
+
+    @http.setter
+    def http(self, client: httpx.Client) -> None:
+        self._clients[self.current] = client
+
     def close(self) -> None:
-        self.http.close()
+        for client in self._clients:
+            client.close()
+
+    def _pick(self, now: float) -> int:
+        """The home URL unless it cools off, else the next one after it that does not, else the
+        one whose cool-off ends first."""
+        order = [(self.home + i) % len(self.urls) for i in range(len(self.urls))]
+        ready = [i for i in order if self._avoid_until[i] <= now]
+        return ready[0] if ready else min(order, key=lambda i: self._avoid_until[i])
+
+    def _failed(self, index: int, now: float) -> None:
+        """URL `index` failed: a cool-off, longer after each failure in a row."""
+        self._failures[index] += 1
+        cool = self.cool_off_seconds * 2 ** min(self._failures[index] - 1, 16)
+        self._avoid_until[index] = now + min(cool, max(COOL_OFF_MAX_SECONDS, self.cool_off_seconds))
+
+    def _log_failover(self, method: str, path: str, index: int, to: int, problem: str) -> None:
+        """One warning line per failing URL at most every FAILOVER_LOG_SECONDS."""
+        self.failovers += 1
+        self._failover_unlogged[index] += 1
+        now = time.monotonic()
+        if now - self._failover_logged[index] < FAILOVER_LOG_SECONDS:
+            log.debug(
+                "%s %s: %s failed (%s); sent to %s",
+                method,
+                path,
+                self.urls[index],
+                problem,
+                self.urls[to],
+            )
+            return
+        others = self._failover_unlogged[index] - 1
+        log.warning(
+            "coordinator %s failed (%s): %s %s sent to %s instead; %s avoided for %.1fs%s",
+            self.urls[index],
+            problem,
+            method,
+            path,
+            self.urls[to],
+            self.urls[index],
+            max(0.0, self._avoid_until[index] - now),
+            f" ({others} other failover(s) from it in the last "
+            f"{now - self._failover_logged[index]:.0f}s)"
+            if others and self._failover_logged[index] > 0
+            else "",
+        )
+        self._failover_logged[index], self._failover_unlogged[index] = now, 0
 
     def request(
         self,
@@ -78,13 +211,17 @@ class CoordinatorClient:
         """The reply's JSON; 5xx, transport errors and (if `wait_rate_limit`) 429 are retried."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         delay, start = 0.05, time.monotonic()
+        index = self._pick(start)
         while True:
+            self.current = index
+            failover = True  # a transport error, 502, 503 or 504: worth another URL
             try:
-                response = self.http.request(method, path, headers=headers, **kwargs)
+                response = self._clients[index].request(method, path, headers=headers, **kwargs)
             except httpx.TransportError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
             else:
                 if response.status_code < 400:
+                    self._failures[index], self._avoid_until[index] = 0, 0.0
                     return response.json() if response.content else None
                 detail = _detail(response)
                 if response.status_code < 500 and response.status_code != 429:
@@ -103,14 +240,25 @@ class CoordinatorClient:
                     time.sleep(wait)
                     delay = min(delay * 2, self.retry_max_seconds)
                     continue
+                failover = response.status_code in FAILOVER_STATUSES  # a 500: this URL again
             if self.should_stop() or (
                 self.give_up_after is not None and time.monotonic() - start > self.give_up_after
             ):
                 raise ConnectionError(f"coordinator unreachable: {problem}")
             self.retries += 1
+            if failover:
+                now = time.monotonic()
+                self._failed(index, now)
+                following = self._pick(now)
+                if following != index and self._avoid_until[following] <= now:
+                    self._log_failover(method, path, index, following, problem)
+                    index = following
+                    continue  # at once: another coordinator
             log.warning("%s %s failed (%s); retrying in %.2fs", method, path, problem, delay)
             time.sleep(delay)
             delay = min(delay * 2, self.retry_max_seconds)
+            if failover:  # every URL cools off: the one whose cool-off ends first
+                index = self._pick(time.monotonic())
 
     def _log_rate_limit(self, method: str, path: str, detail: str, wait: float) -> None:
         """One warning line about 429 waits at most every RATE_LIMIT_LOG_SECONDS."""

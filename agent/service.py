@@ -70,6 +70,14 @@ Faults. The coordinator unreachable: every request is retried with capped back-o
 Redis unreachable: the loop waits with capped back-off, then reads the pending entries again (a read
 whose reply was lost left them pending) and resubscribes; an acknowledgement (XACK) is retried until
 it succeeds, so a batch is never fed to the local statistics twice.
+
+Redis Cluster (DEXP_REDIS_CLUSTER; docs/SCALING.md). A read or a transaction keeps to one hash slot:
+the streams are read with one non-blocking XREADGROUP per hash tag (a shard of an experiment, see
+common.redis_keys.activations), all in one cluster pipeline, and acknowledged with one MULTI/EXEC
+per hash tag; on a single Redis the one blocking read over every stream stays as it is. A failover
+(CLUSTERDOWN, TRYAGAIN, a slot without a master) is Redis unreachable, waited out as above. It can
+lose acknowledgements the dead master had taken: an entry used already that comes back is
+acknowledged again but not used again (each stream's last entry used is remembered).
 """
 
 from __future__ import annotations
@@ -91,6 +99,15 @@ from typing import Any
 import numpy as np
 import redis
 from pydantic import ValidationError
+from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.exceptions import (
+    ClusterDownError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+from redis.retry import Retry
 
 from agent.client import CoordinatorClient, CoordinatorError
 from agent.library import Agent, GlobalView
@@ -101,7 +118,24 @@ from common.wire import decode_rewards
 
 log = logging.getLogger("dexp.agent.service")
 CONSUMER = "agent"  # one logical consumer per stream: a restarted process sees its pending entries
-REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+# Redis unreachable, or (on a cluster) a failover under way: a master down and its replica not
+# promoted yet (CLUSTERDOWN, TRYAGAIN, a slot without a master). Waited out, never fatal. On a single
+# Redis only the first two occur.
+REDIS_DOWN = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    ClusterDownError,
+    TryAgainError,
+    SlotNotCoveredError,
+)
+# The cluster client's own attempts at a command (each after reading the topology again; a
+# CLUSTERDOWN reply waits 0.25 s first) before the error reaches the caller: about 5 s of a
+# failover ridden out inside one call.
+CLUSTER_ATTEMPTS = 20
+# On a cluster the read does not block (see AgentService._read_cluster): with nothing to read, the
+# loop waits this long, doubling up to the second figure while nothing comes.
+CLUSTER_IDLE_WAIT = (0.005, 0.1)
+SyncRedis = redis.Redis | RedisCluster  # a single Redis, or a cluster (DEXP_REDIS_CLUSTER)
 
 
 class EnrollmentFailed(RuntimeError):
@@ -176,18 +210,35 @@ def ticket_label(ticket: str) -> str:
     return f"{head}.…" if head and secret else "(malformed ticket)"
 
 
-def connect_redis(url: str, attempts: int = 120, delay: float = 0.5) -> redis.Redis:
-    client = redis.Redis.from_url(url)
+def connect_redis(
+    url: str, attempts: int = 120, delay: float = 0.5, cluster: bool = False
+) -> SyncRedis:
+    """A client of DEXP_REDIS_URL that answered PING, retried while Redis is not there yet. With
+    `cluster` (DEXP_REDIS_CLUSTER) redis-py's cluster client, from any node's URL: it reads the
+    topology at construction, which is retried the same way."""
+    if not cluster:
+        client = redis.Redis.from_url(url)
+        for attempt in range(attempts):
+            try:
+                client.ping()
+                return client
+            except redis.ConnectionError as exc:
+                if attempt == attempts - 1:
+                    raise
+                log.warning("redis not ready (%s); retrying", exc)
+                time.sleep(delay)
+        return client
     for attempt in range(attempts):
         try:
-            client.ping()
-            return client
-        except redis.ConnectionError as exc:
+            node = RedisCluster.from_url(url, retry=Retry(NoBackoff(), CLUSTER_ATTEMPTS))
+            node.ping()
+            return node
+        except (redis.RedisError, RedisClusterException) as exc:  # no node answers yet
             if attempt == attempts - 1:
-                raise
-            log.warning("redis not ready (%s); retrying", exc)
+                raise redis.ConnectionError(f"Redis Cluster at {url}: {exc}") from exc
+            log.warning("redis cluster not ready (%s); retrying", exc)
             time.sleep(delay)
-    return client
+    raise redis.ConnectionError(f"Redis Cluster at {url}: no attempt")
 
 
 @dataclass
@@ -227,7 +278,14 @@ class AgentService:
             retry_max_seconds=settings.retry_max_seconds,
             should_stop=lambda: self.stopping,
         )
-        self.redis = connect_redis(settings.redis_url)
+        self.redis = connect_redis(settings.redis_url, cluster=settings.redis_cluster)
+        self.cluster = isinstance(self.redis, RedisCluster)
+        self.idle = CLUSTER_IDLE_WAIT[0]  # the cluster's wait when nothing was read
+        # On a cluster, per stream, the id of the last entry fed to its agent: a failover can lose
+        # acknowledgements the old master had taken, and an entry read again is then acknowledged
+        # without being fed a second time (see _fresh).
+        self.last_fed: dict[str, tuple[int, int]] = {}
+        self.refed = 0
         # One directory (and lock) for every experiment: `of` gives each its own agents.
         self.state = (
             StateDir(settings.state_dir, "", settings.state_fsync) if settings.state_dir else None
@@ -669,11 +727,12 @@ class AgentService:
     def _process(self, reply: list[Any]) -> int:
         """Feed one read's entries (every stream of it) to their agents, then acknowledge them all
         in one transaction: one round trip per read, not one per stream (with thousands of agents
-        a read holds a few entries per stream, and per-stream round trips were most of the time).
-        An entry is acknowledged only after the votes it caused were (they are sent as it is fed).
-        The number of entries fed."""
+        a read holds a few entries per stream, and per-stream round trips were most of the time);
+        on a cluster, one per hash tag. An entry is acknowledged only after the votes it caused
+        were (they are sent as it is fed). The number of entries fed."""
         done: dict[str, list[bytes]] = {}
         failures: list[tuple[Hosted, CoordinatorError]] = []
+        refed = 0  # entries read again after a failover (a cluster only): not fed again
         for raw, entries in reply:
             stream = _text(raw)
             if stream not in self.streams or not entries:  # dropped meanwhile, or nothing
@@ -682,6 +741,9 @@ class AgentService:
             if hosted.paused:
                 continue  # read before the pause: left pending, read again when it ends
             ids: list[bytes] = []
+            if self.cluster:
+                entries = self._fresh(stream, entries, ids)
+                refed += len(ids)
             try:
                 for entry_id, fields in entries:
                     # Acknowledged even if its vote is refused below: an activation lost is
@@ -696,9 +758,20 @@ class AgentService:
             except CoordinatorError as exc:
                 hosted.paused_until = hosted.paused_until or time.monotonic()  # no more of it
                 failures.append((hosted, exc))
+            if self.cluster and ids:  # the last entry fed (or dropped)
+                newest = _entry_order(ids[-1])
+                if newest > self.last_fed.get(stream, (0, 0)):
+                    self.last_fed[stream] = newest
             done[stream] = ids
-        count = sum(len(ids) for ids in done.values())
+        count = sum(len(ids) for ids in done.values()) - refed
         self.activations += count
+        if refed:
+            self.refed += refed
+            log.warning(
+                "%d activations read again after a failover lost their acknowledgement or their "
+                "delivery: acknowledged again, not fed again",
+                refed,
+            )
         if done:
             self._acknowledge(done)
         for hosted, refusal in failures:
@@ -706,20 +779,38 @@ class AgentService:
             self._failed(hosted, refusal)
         return count
 
+    def _fresh(
+        self, stream: str, entries: list[tuple[bytes, Any]], stale: list[bytes]
+    ) -> list[tuple[bytes, Any]]:
+        """The entries of `stream` newer than the last one fed (a cluster only). The others were
+        fed already and come back because a failover lost their acknowledgement: their ids go to
+        `stale`, to be acknowledged again, not fed. Ids grow within a stream, so this costs one
+        comparison per read of a stream; a promoted replica whose clock is behind could give new
+        entries smaller ids, which are then dropped (an activation lost is harmless)."""
+        last = self.last_fed.get(stream)
+        if last is None or not entries or _entry_order(entries[0][0]) > last:
+            return entries
+        stale.extend(e[0] for e in entries if _entry_order(e[0]) <= last)
+        return [e for e in entries if _entry_order(e[0]) > last]
+
     def _acknowledge(self, done: dict[str, list[bytes]]) -> None:
         """XACK and XDEL of each stream's entries, retried until Redis answers: these activations
         went into the local statistics, so they must not be read again (if Redis lost them, XACK
-        is a no-op)."""
+        is a no-op). On a cluster, one transaction per hash tag (a transaction keeps to one slot):
+        the streams of one shard together."""
+        groups = _by_hash_tag(done) if self.cluster else [done]
         delay = 0.05
         while True:
             try:
-                # MULTI/EXEC: both or neither (acknowledged but not deleted would stay in the
-                # backlog forever; deleted but not acknowledged would be read again as empty).
-                pipe = self.redis.pipeline(transaction=True)
-                for stream, ids in done.items():
-                    pipe.xack(stream, keys.ACTIVATION_GROUP, *ids)
-                    pipe.xdel(stream, *ids)
-                pipe.execute()
+                while groups:
+                    # MULTI/EXEC: both or neither (acknowledged but not deleted would stay in the
+                    # backlog forever; deleted but not acknowledged would be read again as empty).
+                    pipe = self.redis.pipeline(transaction=True)
+                    for stream, ids in groups[-1].items():
+                        pipe.xack(stream, keys.ACTIVATION_GROUP, *ids)
+                        pipe.xdel(stream, *ids)
+                    pipe.execute()
+                    groups.pop()
                 return
             except REDIS_DOWN as exc:
                 if self.stopping:
@@ -735,11 +826,48 @@ class AgentService:
             if start != "0":
                 time.sleep(max(0.0, min(1.0, self.next_discovery - time.monotonic())))
             return []
+        if self.cluster:
+            return self._read_cluster(list(streams), start)
         block = None if start == "0" else 1000
         reply: Any = self.redis.xreadgroup(
             keys.ACTIVATION_GROUP, CONSUMER, streams, count=self.settings.batch, block=block
         )
         return list(reply or [])
+
+    def _read_cluster(self, streams: list[str], start: str) -> list[Any]:
+        """On a cluster one XREADGROUP must keep to one slot: one per hash tag (the streams of one
+        shard of one experiment), none blocking, all sent in one cluster pipeline (redis-py sends
+        each node its reads at once, then collects the replies). Each read is addressed to the
+        node that serves its slot in the client's map (so redis-py need not ask a node for the
+        keys of XREADGROUP, a command whose keys move); a stale map after a failover is corrected
+        by the client (a redirection, or a connection error: the map is read again). With nothing
+        to read, the loop waits CLUSTER_IDLE_WAIT, as a blocking read would have."""
+        assert isinstance(self.redis, RedisCluster)
+        groups = _by_hash_tag(dict.fromkeys(streams, start))
+        pipe = self.redis.pipeline(transaction=False)
+        for group in groups:
+            names = list(group)
+            node = self.redis.get_node_from_key(names[0])
+            pipe.execute_command(
+                "XREADGROUP",
+                "GROUP",
+                keys.ACTIVATION_GROUP,
+                CONSUMER,
+                "COUNT",
+                self.settings.batch,
+                "STREAMS",
+                *names,
+                *[start] * len(names),
+                target_nodes=node,
+            )
+        reply = [item for part in pipe.execute() if part for item in part]
+        if start != "0":
+            if any(entries for _, entries in reply):
+                self.idle = CLUSTER_IDLE_WAIT[0]
+            else:
+                time.sleep(self.idle)
+                self.idle = min(2 * self.idle, CLUSTER_IDLE_WAIT[1])
+        return reply
 
     def _drain_pending(self) -> None:
         """Entries read earlier but never acknowledged: a dead process's, or a read whose reply
@@ -845,6 +973,20 @@ class AgentService:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _entry_order(entry_id: bytes | str) -> tuple[int, int]:
+    """A stream entry id (b"<ms>-<seq>") as numbers, in the stream's order."""
+    ms, _, seq = _text(entry_id).partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _by_hash_tag(items: dict[str, Any]) -> list[dict[str, Any]]:
+    """`items` (keyed by Redis key) split by hash tag: each part's keys share one cluster slot."""
+    groups: dict[str, dict[str, Any]] = {}
+    for key, value in items.items():
+        groups.setdefault(keys.hash_tag(key), {})[key] = value
+    return list(groups.values())
 
 
 def refusal_hint(exc: CoordinatorError) -> str:

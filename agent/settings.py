@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agent.client import coordinator_urls
+
 EXPERIMENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the coordinator's own rule for an id
 EVERY_EXPERIMENT = "*"
 
@@ -15,8 +17,17 @@ EVERY_EXPERIMENT = "*"
 class AgentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DEXP_", extra="ignore")
 
-    coordinator_url: str = "http://127.0.0.1:8000"
+    coordinator_url: str = Field(
+        "http://127.0.0.1:8000",
+        description="the coordinator's URL, or several coordinators' URLs separated by commas "
+        "(every one serves every request; the client spreads and fails over: agent/client.py)",
+    )
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_cluster: bool = Field(
+        False,
+        description="DEXP_REDIS_URL is a node of a Redis Cluster (any node: the client discovers "
+        "the others): use the cluster client",
+    )
     # Enrollment. Tickets (one per agent, issued by an admin: `dexp tickets issue`) are the
     # production way; the shared secret is open enrollment (development), used only when no ticket
     # is configured.
@@ -72,6 +83,12 @@ class AgentSettings(BaseSettings):
         2.0, gt=0, description="cap of the back-off while Redis is unreachable"
     )
     log_level: str = "info"
+
+    @field_validator("coordinator_url")
+    @classmethod
+    def _coordinator_urls(cls, value: str) -> str:
+        """Normalized: each URL once, comma-separated; a bad one is named."""
+        return ",".join(coordinator_urls(value))
 
     @field_validator("experiment")
     @classmethod

@@ -1,11 +1,26 @@
 """Every Redis key the services use, in one place (names only: common does no I/O).
 
-An experiment's keys share the hash tag {id}, so a multi-key script stays valid on Redis Cluster.
+An experiment's keys share the hash tag {id}, so a multi-key script stays valid on Redis Cluster:
+they all live in one hash slot, hence on one node. The agents' activation streams are the
+exception (see `activations`): they carry the tag {id~s<k>}, one of ACTIVATION_SHARDS shards, so
+that the heaviest traffic (the load generator's XADDs, the agents' reads and acknowledgements)
+spreads over the cluster's masters instead of landing on the experiment's one. No script and no
+transaction ever mixes a stream with the experiment's keys, or streams of two shards.
 """
 
 from __future__ import annotations
 
+import zlib
+
 PREFIX = "dexp"
+# Activation streams of one experiment are spread over this many hash tags (hence at most this
+# many hash slots, on at most this many masters). 16: enough to spread an experiment's streams
+# over the masters of a usual cluster (3 to 16 of them: with 3 masters, each gets about a third of
+# the streams), while a process reading a few hundred streams reads and acknowledges them in at
+# most 16 groups per loop (one XREADGROUP and one MULTI/EXEC per group, see agent/service.py). The
+# shard of an agent is fixed by its id alone (crc32, stable across processes and Python versions,
+# unlike hash()): changing this number renames every stream.
+ACTIVATION_SHARDS = 16
 # Sorted set of experiment ids, all scored 0 so that they page in id order (ZRANGE BYLEX); an
 # index for GET /v1/experiments, outside every experiment's slot and never read by a script.
 EXPERIMENT_INDEX = f"{PREFIX}:experiment-index"
@@ -54,9 +69,35 @@ def events(exp: str) -> str:
     return f"{PREFIX}:{{{exp}}}:events"
 
 
+def activation_shard(agent: str) -> int:
+    """The shard of an agent's activation stream: crc32 of its id, modulo ACTIVATION_SHARDS."""
+    return zlib.crc32(agent.encode()) % ACTIVATION_SHARDS
+
+
 def activations(exp: str, agent: str) -> str:
-    """Stream of one agent's activations (written by the load generator, read by the agent)."""
+    """Stream of one agent's activations (written by the load generator, read by the agent), in
+    the hash slot of the shard tag {exp~s<k>}, k = activation_shard(agent). `~` never occurs in an
+    experiment id (^[A-Za-z0-9_-]{1,64}$), so the tag of one experiment's shard is no other
+    experiment's tag, nor the experiment's own {exp}."""
+    return f"{PREFIX}:{{{exp}~s{activation_shard(agent)}}}:activations:{agent}"
+
+
+def legacy_activations(exp: str, agent: str) -> str:
+    """The name an agent's stream had before the shard tag (in the experiment's slot): only
+    deleted, with the experiment, so that streams left by an older version do not outlive it."""
     return f"{PREFIX}:{{{exp}}}:activations:{agent}"
+
+
+def hash_tag(key: str) -> str:
+    """The part of `key` Redis Cluster hashes to choose its slot (Redis's rule): between the first
+    '{' and the first '}' after it, if that is not empty; else the whole key. Keys with the same
+    hash tag are in the same slot."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key
 
 
 def credentials(exp: str) -> str:

@@ -27,16 +27,17 @@ def fast_stack() -> dict[str, bool]:
 
 
 def load_settings() -> Settings:
-    """The settings, or exit with a plain message (no traceback) if they are invalid, e.g. a
+    """The settings, or exit with status 2 and one line (no traceback) if they are invalid, e.g. a
     production coordinator with a development placeholder for a secret."""
     try:
         return get_settings()
     except ValidationError as exc:
-        problems = "\n".join(
-            f"  {'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}"
+        problems = "; ".join(
+            f"{'DEXP_' + str(e['loc'][0]).upper() if e['loc'] else 'settings'}: {e['msg']}"
             for e in exc.errors()
         )
-        sys.exit(f"dexp coordinator: invalid configuration, not starting:\n{problems}")
+        print(f"dexp coordinator: invalid configuration, not starting: {problems}", file=sys.stderr)
+        sys.exit(2)
 
 
 def main() -> None:

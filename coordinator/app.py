@@ -82,7 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.environment == "production" and "@" not in settings.redis_url:
             log.warning("DEXP_REDIS_URL has no password: Redis should require one")
-        redis = await connect(settings.redis_url)
+        redis = await connect(settings.redis_url, cluster=settings.redis_cluster)
         app.state.redis = redis
         app.state.store = ExperimentStore(redis, Limits.of(settings))
         await ensure_default_experiment(app.state.store, settings)

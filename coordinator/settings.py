@@ -31,6 +31,8 @@ class Settings(BaseSettings):
 
     environment: Literal["development", "production"] = "development"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # DEXP_REDIS_URL is a node of a Redis Cluster (any node: the client discovers the others).
+    redis_cluster: bool = False
     admin_token: str = Field(DEV_ADMIN_TOKEN, min_length=8)
     enrollment_secret: str = Field(DEV_ENROLLMENT_SECRET, min_length=8)
     # The experiment created at start-up when it does not exist (empty: none); the fields from

@@ -5,6 +5,10 @@ run with EVALSHA, so each one is atomic; no state lives in the coordinator proce
 round trip: the script checks the agent's token digest (kept in the experiment's hash slot) and the
 agent's rate limit itself. Rate limits are GCRA token buckets in Redis (lua/gcra.lua, prepended to
 the scripts that use it), so every coordinator replica enforces the same ones.
+
+On a Redis Cluster (DEXP_REDIS_CLUSTER) every script and every transaction here keeps to one
+experiment's keys, hence to its hash slot (common/redis_keys.py); the index of experiments and the
+agents' activation streams, in other slots, are never in a script or transaction with them.
 """
 
 from __future__ import annotations
@@ -20,8 +24,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from redis.asyncio import Redis
-
 from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
@@ -35,11 +37,13 @@ from coordinator.errors import (
     RateLimited,
     Unauthorized,
 )
+from coordinator.redis_client import AnyRedis
 
 _LUA = Path(__file__).with_name("lua")
 SERVICE_ALGORITHMS = ("de", "ce", "dp-mase")
 Status = Literal["exploring", "identified", "tied"]
 TIE_CACHE_SIZE = 4096  # experiments whose last tie verdict a coordinator process remembers
+DELETE_CHUNK = 1000  # activation streams per DEL when an experiment is deleted
 
 
 def _now_ms() -> int:
@@ -141,7 +145,7 @@ def experiment_of(agent: str) -> str:
 
 
 class ExperimentStore:
-    def __init__(self, redis: Redis, limits: Limits | None = None) -> None:
+    def __init__(self, redis: AnyRedis, limits: Limits | None = None) -> None:
         self.redis = redis
         self.limits = limits or Limits()
         self._vote = redis.register_script(_script("vote.lua", rate_limited=True))
@@ -253,10 +257,29 @@ class ExperimentStore:
         return result
 
     async def delete(self, exp: str) -> None:
+        """Delete the experiment: its keys (one slot) at once, with the read of its agents, then
+        its agents' activation streams, then its entry in the index. The streams are named from
+        the agents (each agent's stream, and the name it had before the shard tag): on a cluster
+        they live in other slots, on other nodes, and a read of the agents in the same transaction
+        as the deletion misses no agent (an enrollment after it finds no experiment)."""
         meta = await self._meta(exp)
         n_arms = int(meta["n_arms"])
-        streams = [k async for k in self.redis.scan_iter(match=keys.activations(exp, "*"))]
-        await self.redis.delete(
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zrange(keys.agents(exp), 0, -1)
+            pipe.delete(*self._experiment_keys(exp, n_arms))
+            members = (await pipe.execute())[0]
+        agents = [_s(a) for a in members]
+        streams = [keys.activations(exp, a) for a in agents]
+        streams += [keys.legacy_activations(exp, a) for a in agents]
+        for start in range(0, len(streams), DELETE_CHUNK):
+            # On a cluster redis-py splits a DEL per slot: one per shard of the chunk.
+            await self.redis.delete(*streams[start : start + DELETE_CHUNK])
+        await self.redis.zrem(keys.EXPERIMENT_INDEX, exp)
+
+    @staticmethod
+    def _experiment_keys(exp: str, n_arms: int) -> list[str]:
+        """Every key of the experiment, all in its hash slot (the streams are not: see delete)."""
+        return [
             keys.meta(exp),
             keys.remaining(exp),
             keys.eliminations(exp),
@@ -272,9 +295,7 @@ class ExperimentStore:
             keys.settled(exp),
             keys.load_generator(exp),
             *[keys.voters(exp, arm) for arm in range(n_arms)],
-            *streams,
-        )
-        await self.redis.zrem(keys.EXPERIMENT_INDEX, exp)
+        ]
 
     async def _meta(self, exp: str) -> dict[str, str]:
         raw = await self.redis.hgetall(keys.meta(exp))

@@ -25,13 +25,14 @@ from typing import Annotated, Any
 import httpx
 import typer
 
+from agent.client import coordinator_urls
+
 DEFAULT_COORDINATOR_URL = "http://127.0.0.1:8000"
 MAX_TICKETS = 10_000  # per request, as the coordinator accepts
 DEFAULT_TTL_SECONDS = 86_400
 MAX_TTL_SECONDS = 30 * 86_400
 DEFAULT_TIMEOUT_SECONDS = 30.0
 EXPERIMENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-COORDINATOR_URL = re.compile(r"^https?://[^/\s]+")
 # A proxy or the coordinator itself (Redis down: 503 with Retry-After) may answer these while the
 # coordinator is briefly away: worth a retry for a caller that waits (dexp watch), not a refusal.
 RETRYABLE_STATUSES = frozenset({502, 503, 504})
@@ -66,7 +67,11 @@ class Coordinator:
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
     ) -> None:
         self.command = command
-        self.url = url.rstrip("/")
+        # Several URLs (DEXP_COORDINATOR_URL as the agents take it): the first that accepts the
+        # connection answers. Only a refused connection moves on: the request was not sent, so
+        # trying the next coordinator cannot act twice.
+        self.urls = [part.strip().rstrip("/") for part in url.split(",") if part.strip()]
+        self.url = self.urls[0]
         self.token = token or None
         self._http = httpx.Client(timeout=timeout)
 
@@ -90,15 +95,24 @@ class Coordinator:
         """The reply's JSON (None for an empty reply, e.g. 204), or AdminError with one line:
         `404 experiment 'x' does not exist`, `cannot reach the coordinator at URL: ...`."""
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        try:
-            response = self._http.request(
-                method, self.url + path, json=body, params=params, headers=headers
-            )
-        except httpx.HTTPError as exc:
-            raise Unreachable(
-                self.command,
-                f"cannot reach the coordinator at {self.url}: {type(exc).__name__}: {exc}",
-            ) from None
+        for index, url in enumerate(self.urls):
+            try:
+                response = self._http.request(
+                    method, url + path, json=body, params=params, headers=headers
+                )
+                self.url = url
+                break
+            except httpx.ConnectError as exc:
+                if index + 1 < len(self.urls):
+                    continue
+                raise Unreachable(
+                    self.command, f"cannot reach the coordinator at {url}: ConnectError: {exc}"
+                ) from None
+            except httpx.HTTPError as exc:
+                raise Unreachable(
+                    self.command,
+                    f"cannot reach the coordinator at {url}: {type(exc).__name__}: {exc}",
+                ) from None
         status = response.status_code
         if status >= 400:
             error = Unreachable if status in RETRYABLE_STATUSES else AdminError
@@ -144,7 +158,11 @@ def _detail(response: httpx.Response) -> str:
 
 ExperimentArgument = Annotated[str, typer.Argument(help="Experiment id.", show_default=False)]
 CoordinatorUrlOption = Annotated[
-    str, typer.Option(envvar="DEXP_COORDINATOR_URL", help="The coordinator's base URL.")
+    str,
+    typer.Option(
+        envvar="DEXP_COORDINATOR_URL",
+        help="The coordinator's base URL, or several separated by commas (the first that accepts the connection answers).",
+    ),
 ]
 AdminTokenOption = Annotated[
     str | None,
@@ -176,10 +194,10 @@ def connect(
 ) -> Coordinator:
     """A client for `command`, its arguments checked first (exit 2 with one line): an http(s)
     URL, and the admin token where the call needs it. The public reads send it if it is given."""
-    if not COORDINATOR_URL.match(coordinator_url):
-        raise typer.BadParameter(
-            f"{coordinator_url!r}: an http:// or https:// URL", param_hint="'--coordinator-url'"
-        )
+    try:
+        coordinator_urls(coordinator_url)  # one URL, or several separated by commas
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--coordinator-url'") from None
     if token_required and not admin_token:
         raise typer.BadParameter(
             "required: set DEXP_ADMIN_TOKEN or pass --admin-token", param_hint="'--admin-token'"

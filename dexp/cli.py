@@ -709,6 +709,22 @@ def demo(
         float, typer.Option(help="Activations per second; 0: as fast as it goes.")
     ] = 0.0,
     max_seconds: Annotated[float, typer.Option(help="Give up after this long.")] = 600.0,
+    coordinators: Annotated[
+        int,
+        typer.Option(
+            help="Coordinator processes on the same Redis; the agents and the load generator get "
+            "every URL and fail over (1 to 16)."
+        ),
+    ] = 1,
+    redis_cluster: Annotated[
+        int,
+        typer.Option(
+            help="0: one redis-server; N (3 to 16): a Redis Cluster of N masters (DEXP_REDIS_CLUSTER)."
+        ),
+    ] = 0,
+    redis_replicas: Annotated[
+        int, typer.Option(help="With --redis-cluster: replicas per master (0 to 2).")
+    ] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run the whole system as local processes (redis-server, coordinator, agents, load generator)
@@ -717,9 +733,11 @@ def demo(
     one machine). Exit status as the load generator's: 0 when the arm, or every tied candidate, is
     eps-optimal; 1 budget or deadline; 4 not eps-optimal; 5 stalled; and 7 when a process the demo
     started (redis, the coordinator, an agent process) exited during the run, or the agents stopped
-    enrolling: it says which, with its exit status and the last lines of its log (logs kept)."""
-    from dexp.demo import DEMO_FAILED, DemoFailed, run_demo
-    from load_generator.generator import exit_code, format_summary
+    enrolling: it says which, with its exit status and the last lines of its log (logs kept). With
+    several coordinators, one that exits while another runs is a warning line, not the end; with
+    a Redis Cluster that has replicas, so is a node whose death the cluster heals within 15 s."""
+    from dexp.demo import DEMO_FAILED, DemoFailed, format_demo_summary, run_demo
+    from load_generator.generator import exit_code
 
     check_at_least("agents", agents, 1)
     check_at_least("processes", processes, 1)
@@ -742,6 +760,9 @@ def demo(
             rewards=rewards,
             drift=drift,
             activation=activation,
+            coordinators=coordinators,
+            redis_cluster=redis_cluster,
+            redis_replicas=redis_replicas,
         )
     except ParameterError as exc:
         _fail(str(exc))
@@ -752,7 +773,7 @@ def demo(
         _fail(f"stopped: {exc}", DEMO_FAILED, prefix="dexp demo")
     except KeyboardInterrupt:  # every process it started is stopped on the way out
         _fail("interrupted; every process it started is stopped", 130, prefix="dexp demo")
-    print(format_summary(summary, json_output))
+    print(format_demo_summary(summary, json_output))
     raise typer.Exit(exit_code(summary))
 
 

@@ -20,6 +20,22 @@ once (ProcessDied): which process, its exit status (or the signal that killed it
 lines of its log, which it keeps (DemoFailed.logs). Enrollment that stops short of every agent for
 ENROLL_QUIET_SECONDS fails the same way (EnrollmentStalled), with the agents' error lines. `dexp
 demo` prints those lines, then one line, and exits with status DEMO_FAILED (7).
+
+Several coordinators (`coordinators=N`, `dexp demo --coordinators N`): N coordinator processes
+("coordinator-0" ...) on free ports and the same Redis; every agent process and the load generator
+get all N URLs (DEXP_COORDINATOR_URL, comma-separated), and their client spreads over them and
+fails over (agent/client.py). A coordinator that dies while another one runs is not fatal: the
+demo prints one warning line naming it (its exit status), its log tail, and goes on (the process
+is "lost": LocalStack.lost); it stops with ProcessDied only when every coordinator is dead.
+
+Redis Cluster (`redis_cluster=N`, `dexp demo --redis-cluster N [--redis-replicas R]`): instead of
+one redis-server, a real cluster of N masters with R replicas each (dexp/redis_cluster.py), nodes
+"redis-0" ... (the first N start as masters), and every service gets DEXP_REDIS_CLUSTER=true and
+the cluster's URL. A dead node is survivable when the cluster heals: with replicas, the demo warns
+and gives the cluster CLUSTER_HEAL_SECONDS to report every slot served by a live master again (a
+replica of a dead master is promoted after the node timeout and an election); if it does not, or
+with no replica at all (a dead master's slots are gone), it stops with ProcessDied. Writes a dead
+master had acknowledged but not yet replicated can be lost (Redis replicates asynchronously).
 """
 
 from __future__ import annotations
@@ -37,9 +53,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import httpx
 import redis
@@ -50,8 +66,11 @@ from common.environments import build_problem
 from common.errors import ParameterError
 from common.params import check_epsilon_for_rewards
 from coordinator.settings import DEV_ADMIN_TOKEN
-from load_generator.generator import LoadGenerator, Summary
+from load_generator.generator import LoadGenerator, Summary, format_summary
 from load_generator.settings import LoadSettings
+
+if TYPE_CHECKING:
+    from dexp.redis_cluster import LocalCluster
 
 EXPERIMENT = "demo"
 DEMO_FAILED = 7  # `dexp demo`'s exit status when a process it started died, or enrollment stalled
@@ -59,6 +78,11 @@ MAX_AGENTS = 10_000  # the coordinator's default DEXP_MAX_AGENTS: agents per exp
 TAIL_LINES = 15  # lines of a dead process's log that the demo shows
 ENROLL_QUIET_SECONDS = 30.0  # no new agent for this long, not all enrolled: the demo gives up
 TICKET_TTL_SECONDS = 86_400
+MAX_COORDINATORS = 16  # coordinator processes on one machine
+MIN_CLUSTER_MASTERS = 3  # a Redis Cluster needs a majority of masters to promote a replica
+MAX_CLUSTER_MASTERS = 16
+MAX_CLUSTER_REPLICAS = 2  # per master
+CLUSTER_HEAL_SECONDS = 15.0  # a dead cluster node: the most the cluster may take to heal
 
 
 class DemoFailed(RuntimeError):
@@ -116,12 +140,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def distinct_free_port(taken: set[int]) -> int:
+    """A free port not in `taken` (added to it): several servers are started before any binds."""
+    while (port := free_port()) in taken:
+        pass
+    taken.add(port)
+    return port
+
+
 @dataclass
 class LocalStack:
     """Processes of one local run, by name ("redis", "coordinator", "agent-0", ...); `stop()` ends
     them all. `kill(name)` and `restart(name)` let a test crash one and start it again with the same
     arguments and environment (same port, same state directory). `check_alive()` raises
-    ProcessDied for a process that exited by itself (not one that `kill` or `stop` ended)."""
+    ProcessDied for a process that exited by itself (not one that `kill` or `stop` ended), unless
+    the stack survives it (a coordinator while another one runs, a Redis Cluster node while the
+    cluster heals): then it calls `warn` with one line and the log tail, and keeps it in `lost`."""
 
     workdir: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -136,10 +170,39 @@ class LocalStack:
     ticket_files: dict[str, Path] = field(default_factory=dict)  # agent process -> its tickets
     ended: set[str] = field(default_factory=set)  # processes ended on purpose (kill, stop)
     phase: str = ""  # what the stack is doing, for ProcessDied: "during the run", ...
+    coordinators: dict[str, str] = field(default_factory=dict)  # coordinator process -> its URL
+    redis_cluster: LocalCluster | None = None  # with redis_cluster=N: the cluster's nodes
+    redis_replicas: int = 0  # per master, in the cluster
+    log_files: dict[str, Path] = field(default_factory=dict)  # logs not at workdir/<name>.log
+    lost: dict[str, str] = field(default_factory=dict)  # processes that died, survived: the line
+    warn: Callable[[list[str]], None] = field(default=lambda lines: None)  # a lost process
+    heal_seconds: float = CLUSTER_HEAL_SECONDS  # the most a cluster may take to heal
+    heal_deadline: float | None = None  # a cluster node died: the cluster must heal by then
+    heal_node: str = ""  # the node whose death started that wait
+
+    @property
+    def coordinator_urls(self) -> list[str]:
+        return list(self.coordinators.values())
+
+    @property
+    def redis_nodes(self) -> list[str]:
+        """The Redis processes: "redis", or the cluster's "redis-0" ..."""
+        return [n for n in self.named if n == "redis" or n.startswith("redis-")]
+
+    def live_coordinator_url(self) -> str:
+        """The URL of the first coordinator process still running (the first one if none is)."""
+        for name, url in self.coordinators.items():
+            if self.named[name].poll() is None:
+                return url
+        return self.coordinator_url
+
+    def coordinators_alive(self) -> int:
+        return sum(self.named[name].poll() is None for name in self.coordinators)
 
     def spawn(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         first = name not in self.specs
         self.ended.discard(name)
+        self.lost.pop(name, None)
         self.specs[name] = (list(args), dict(env))
         self.starts[name] = self.starts.get(name, 0) + 1
         # A restart appends to the same log, after a line that says so.
@@ -155,7 +218,22 @@ class LocalStack:
         return process
 
     def log_path(self, name: str) -> Path:
-        return self.workdir / f"{name}.log"
+        return self.log_files.get(name, self.workdir / f"{name}.log")
+
+    def adopt_cluster(self, cluster: LocalCluster, replicas: int) -> None:
+        """Watch the nodes of a cluster started elsewhere (redis-0 ...); `stop()` stops it."""
+        self.redis_cluster, self.redis_replicas = cluster, replicas
+        self.redis_url = cluster.url
+        for i, node in enumerate(cluster.nodes):
+            name = f"redis-{i}"
+            self.named[name] = node.process
+            args = node.process.args
+            self.specs[name] = (
+                [str(a) for a in args] if isinstance(args, list) else [str(args)],
+                {},
+            )
+            self.starts[name] = 1
+            self.log_files[name] = node.directory / "redis.log"
 
     def pid(self, name: str) -> int:
         return self.named[name].pid
@@ -179,8 +257,8 @@ class LocalStack:
         process = self.spawn(name, args, env)
         if wait and name == "redis":
             self.wait_redis()
-        elif wait and name == "coordinator":
-            self.wait_coordinator()
+        elif wait and name in self.coordinators:
+            self.wait_coordinator(name)
         return process
 
     def wait_redis(self, timeout: float = 30.0) -> None:
@@ -193,19 +271,30 @@ class LocalStack:
 
         wait_until(ping, "redis", timeout, alive=lambda: self.check_alive(["redis"]))
 
-    def wait_coordinator(self, timeout: float = 30.0) -> None:
+    def wait_coordinator(self, name: str | None = None, timeout: float = 30.0) -> None:
+        """Until coordinator `name` (default: every one) answers /readyz; ProcessDied if it
+        exits meanwhile (a coordinator that cannot start is never survived)."""
+        for each in [name] if name is not None else list(self.coordinators):
+            self._wait_ready(each, timeout)
+
+    def _wait_ready(self, name: str, timeout: float) -> None:
+        url = self.coordinators[name]
+
+        def ready() -> bool:
+            return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
+
         wait_until(
-            lambda: httpx.get(f"{self.coordinator_url}/readyz", timeout=1).status_code == 200,
-            "the coordinator",
+            ready,
+            f"the coordinator ({name})" if len(self.coordinators) > 1 else "the coordinator",
             timeout,
-            alive=lambda: self.check_alive(["coordinator"]),
+            alive=lambda: self.check_alive([name], survive=False),
         )
 
     def issue_tickets(self, name: str) -> None:
         """One-time tickets for the agents of process `name`, appended to its tickets file (the
         admin's POST /v1/experiments/demo/tickets, as `dexp tickets issue` does)."""
         reply = httpx.post(
-            f"{self.coordinator_url}/v1/experiments/{EXPERIMENT}/tickets",
+            f"{self.live_coordinator_url()}/v1/experiments/{EXPERIMENT}/tickets",
             json={"count": self.agent_counts[name], "ttl_seconds": TICKET_TTL_SECONDS},
             headers={"Authorization": f"Bearer {self.admin_token}"},
             timeout=60,
@@ -230,19 +319,30 @@ class LocalStack:
         """The first process (of `names`, default all) that exited without being ended on
         purpose; None if every one runs."""
         for name in names if names is not None else list(self.named):
-            if name not in self.ended and self.named[name].poll() is not None:
+            if name in self.ended or name in self.lost:
+                continue
+            if self.named[name].poll() is not None:
                 return name
         return None
 
-    def check_alive(self, names: list[str] | None = None) -> None:
-        """ProcessDied (its status and log tail) for a process that exited by itself."""
-        name = self.died(names)
-        if name is None:
-            return
+    def check_alive(self, names: list[str] | None = None, survive: bool = True) -> None:
+        """ProcessDied (its status and log tail) for a process that exited by itself. With
+        `survive`, a death the stack survives (a coordinator while another runs, a cluster node
+        while the cluster heals) is reported to `warn` and kept in `lost` instead."""
+        self._check_heal()
+        while (name := self.died(names)) is not None:
+            dead = self._death(name)
+            why = self._survivable(name) if survive else None
+            if why is None:
+                raise dead
+            self.lost[name] = str(dead)
+            self.warn([f"warning: {dead}; {why}", *dead.details])
+
+    def _death(self, name: str) -> ProcessDied:
         process = self.named[name]
         status = exit_description(int(process.returncode))
         what = " ".join(os.path.basename(a) for a in self.specs[name][0][:3])
-        raise ProcessDied(
+        return ProcessDied(
             name,
             int(process.returncode),
             f"{name} ({what}, pid {process.pid}) exited{self.phase and ' ' + self.phase}: {status}",
@@ -250,8 +350,50 @@ class LocalStack:
             + [f"  | {line}" for line in self.log_tail(name)],
         )
 
+    def _survivable(self, name: str) -> str | None:
+        """Why the stack goes on without process `name`, which died; None: it cannot."""
+        if name in self.coordinators:
+            alive = self.coordinators_alive()
+            if alive == 0:
+                return None
+            return (
+                f"{alive} of {len(self.coordinators)} coordinators still run: the agents and the "
+                "load generator fail over to them"
+            )
+        if self.redis_cluster is not None and name in self.redis_nodes and self.redis_replicas:
+            # The clock starts again at each death: the cluster must heal after the last one.
+            self.heal_deadline, self.heal_node = time.monotonic() + self.heal_seconds, name
+            return (
+                f"the Redis Cluster has {self.redis_replicas} replica(s) per master: it must "
+                f"serve every slot from a live master again within {self.heal_seconds:g} s"
+            )
+        return None
+
+    def _check_heal(self) -> None:
+        """A cluster node died: go on once the cluster is healthy again; ProcessDied for the
+        node if it is not by `heal_deadline`."""
+        if self.heal_deadline is None or self.redis_cluster is None:
+            return
+        from dexp.redis_cluster import ClusterError
+
+        try:
+            self.redis_cluster.wait_healthy(timeout=0)
+        except ClusterError as exc:
+            if time.monotonic() < self.heal_deadline:
+                return
+            dead = self._death(self.heal_node)
+            raise ProcessDied(
+                dead.name,
+                dead.returncode,
+                f"{dead}, and the Redis Cluster did not heal within {self.heal_seconds:g} s "
+                f"({exc})",
+                dead.details,
+            ) from None
+        self.heal_deadline = None
+        self.warn([f"the Redis Cluster is healthy again after {self.heal_node} died"])
+
     def enrolled(self) -> int:
-        reply = httpx.get(f"{self.coordinator_url}/v1/experiments/{EXPERIMENT}", timeout=10)
+        reply = httpx.get(f"{self.live_coordinator_url()}/v1/experiments/{EXPERIMENT}", timeout=10)
         reply.raise_for_status()
         return int(reply.json()["agents"])
 
@@ -307,6 +449,8 @@ class LocalStack:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        if self.redis_cluster is not None:  # after the services: they used it to the end
+            self.redis_cluster.stop()  # its logs stay in the workdir
 
     def stop_agents(self, timeout: float = 15.0) -> None:
         """SIGTERM every agent process and wait: each finishes its batch (votes included) first."""
@@ -357,6 +501,9 @@ def local_stack(
     enrollment: str = "open",
     coordinator_env: dict[str, str] | None = None,
     admin_token: str | None = None,
+    coordinators: int = 1,
+    redis_cluster: int = 0,
+    redis_replicas: int = 0,
 ) -> Iterator[LocalStack]:
     """Redis, the coordinator (experiment `demo` from `config`) and the agent processes.
 
@@ -371,66 +518,95 @@ def local_stack(
     `coordinator_env`: more settings of the coordinator (e.g. its limits). `admin_token`: the
     coordinator's DEXP_ADMIN_TOKEN (None: this process's DEXP_ADMIN_TOKEN, else the development
     one), in `stack.admin_token`.
+    `coordinators`: coordinator processes on the same Redis ("coordinator" if 1, else
+    "coordinator-0" ...); the agents get every URL. `redis_cluster`: 0 for one redis-server, else a
+    Redis Cluster of that many masters with `redis_replicas` replicas each (module docstring).
     """
     if redis_appendfsync not in (None, "always", "everysec", "no"):
         raise ValueError(f"redis_appendfsync={redis_appendfsync!r}: always, everysec, no or None")
+    if redis_cluster and redis_appendfsync:
+        raise ValueError("redis_appendfsync applies to the single redis-server, not a cluster")
+    if coordinators < 1 or redis_cluster < 0 or redis_replicas < 0:
+        raise ValueError(f"{coordinators=}, {redis_cluster=}, {redis_replicas=}: out of range")
     if enrollment not in ("open", "tickets"):
         raise ValueError(f"enrollment={enrollment!r}: open or tickets")
     tmp = tempfile.TemporaryDirectory(prefix="dexp-demo-") if workdir is None else None
     stack = LocalStack(Path(tmp.name) if tmp else workdir)  # type: ignore[arg-type]
     stack.admin_token = admin_token or os.environ.get("DEXP_ADMIN_TOKEN", DEV_ADMIN_TOKEN)
     try:
-        redis_port, http_port = free_port(), free_port()
-        stack.redis_url = f"redis://127.0.0.1:{redis_port}/0"
-        stack.coordinator_url = f"http://127.0.0.1:{http_port}"
-        persistence = (
-            ["--appendonly", "yes", "--appendfsync", redis_appendfsync]
-            if redis_appendfsync
-            else ["--appendonly", "no"]
+        ports: set[int] = set()
+        if redis_cluster:
+            from dexp.redis_cluster import start_cluster
+
+            cluster = start_cluster(
+                masters=redis_cluster,
+                replicas=redis_replicas,
+                directory=stack.workdir / "redis-cluster",
+            )
+            stack.adopt_cluster(cluster, redis_replicas)
+        else:
+            redis_port = distinct_free_port(ports)
+            stack.redis_url = f"redis://127.0.0.1:{redis_port}/0"
+            persistence = (
+                ["--appendonly", "yes", "--appendfsync", redis_appendfsync]
+                if redis_appendfsync
+                else ["--appendonly", "no"]
+            )
+            stack.spawn(
+                "redis",
+                [
+                    redis_server_binary(),
+                    "--port",
+                    str(redis_port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    *persistence,
+                    "--dir",
+                    str(stack.workdir),
+                ],
+                {},
+            )
+        names = (
+            ["coordinator"]
+            if coordinators == 1
+            else [f"coordinator-{i}" for i in range(coordinators)]
         )
-        stack.spawn(
-            "redis",
-            [
-                redis_server_binary(),
-                "--port",
-                str(redis_port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                *persistence,
-                "--dir",
-                str(stack.workdir),
-            ],
-            {},
-        )
+        for name in names:
+            stack.coordinators[name] = f"http://127.0.0.1:{distinct_free_port(ports)}"
+        stack.coordinator_url = stack.coordinators[names[0]]
         env = {
             "DEXP_REDIS_URL": stack.redis_url,
-            "DEXP_COORDINATOR_URL": stack.coordinator_url,
+            "DEXP_COORDINATOR_URL": ",".join(stack.coordinator_urls),
             "DEXP_EXPERIMENT": EXPERIMENT,
+            **({"DEXP_REDIS_CLUSTER": "true"} if redis_cluster else {}),
         }
         params = {f"DEXP_{k.upper()}": str(v) for k, v in config.__dict__.items()}
-        stack.spawn(
-            "coordinator",
-            [sys.executable, "-m", "coordinator"],
-            {
-                **env,
-                **params,
-                "DEXP_ARMS": ",".join(arms),
-                "DEXP_PORT": str(http_port),
-                "DEXP_HOST": "127.0.0.1",
-                "DEXP_LOG_LEVEL": "warning",
-                "DEXP_ADMIN_TOKEN": stack.admin_token,
-                **({"DEXP_SIGMA": str(sigma)} if sigma is not None else {}),
-                # With tickets, the shared secret is refused, as in production.
-                **({"DEXP_OPEN_ENROLLMENT": "false"} if enrollment == "tickets" else {}),
-                **(coordinator_env or {}),
-            },
-        )
+        for name, url in stack.coordinators.items():  # all started, then all waited for
+            stack.spawn(
+                name,
+                [sys.executable, "-m", "coordinator"],
+                {
+                    **env,
+                    **params,
+                    "DEXP_ARMS": ",".join(arms),
+                    "DEXP_PORT": url.rpartition(":")[2],
+                    "DEXP_HOST": "127.0.0.1",
+                    "DEXP_LOG_LEVEL": "warning",
+                    "DEXP_ADMIN_TOKEN": stack.admin_token,
+                    **({"DEXP_SIGMA": str(sigma)} if sigma is not None else {}),
+                    # With tickets, the shared secret is refused, as in production.
+                    **({"DEXP_OPEN_ENROLLMENT": "false"} if enrollment == "tickets" else {}),
+                    **(coordinator_env or {}),
+                },
+            )
         stack.wait_coordinator()
         agents_env = {**env, **(agent_env or {})}
         if agent_url is not None:
-            agents_env["DEXP_COORDINATOR_URL"] = agent_url(stack.coordinator_url)
+            agents_env["DEXP_COORDINATOR_URL"] = ",".join(
+                agent_url(url) for url in stack.coordinator_urls
+            )
         per_process = math.ceil(agents / processes)
         for i in range(processes):
             count = min(per_process, agents - i * per_process)
@@ -524,6 +700,101 @@ def supervise(stack: LocalStack, settings: LoadSettings, out: TextIO | None = No
     return summary
 
 
+def check_topology(coordinators: int, redis_cluster: int, redis_replicas: int) -> None:
+    """ParameterError for a number of coordinators or Redis nodes the demo does not run, or a
+    Redis Cluster the services of this checkout cannot use."""
+    if not 1 <= coordinators <= MAX_COORDINATORS:
+        raise ParameterError(
+            "coordinators", coordinators, f"1 to {MAX_COORDINATORS} coordinator processes"
+        )
+    if redis_cluster and not MIN_CLUSTER_MASTERS <= redis_cluster <= MAX_CLUSTER_MASTERS:
+        raise ParameterError(
+            "redis-cluster",
+            redis_cluster,
+            f"0 (one redis-server) or {MIN_CLUSTER_MASTERS} to {MAX_CLUSTER_MASTERS} masters (a "
+            f"Redis Cluster needs at least {MIN_CLUSTER_MASTERS} to promote a replica)",
+        )
+    if not 0 <= redis_replicas <= MAX_CLUSTER_REPLICAS:
+        raise ParameterError(
+            "redis-replicas", redis_replicas, f"0 to {MAX_CLUSTER_REPLICAS} replicas per master"
+        )
+    if redis_replicas and not redis_cluster:
+        raise ParameterError(
+            "redis-replicas", redis_replicas, "replicas need a Redis Cluster (--redis-cluster N)"
+        )
+    if redis_cluster and "redis_cluster" not in LoadSettings.model_fields:
+        raise ParameterError(
+            "redis-cluster",
+            redis_cluster,
+            "the services of this installation have no DEXP_REDIS_CLUSTER setting",
+        )
+
+
+def describe_redis(stack: LocalStack) -> str:
+    """`redis://127.0.0.1:port/0`, or the cluster's URL, masters and replicas."""
+    if stack.redis_cluster is None:
+        return stack.redis_url
+    masters = len(stack.redis_cluster.nodes) // (1 + stack.redis_replicas)
+    return (
+        f"Redis Cluster {stack.redis_url} ({masters} masters, {stack.redis_replicas} replica(s) "
+        "each)"
+    )
+
+
+@dataclass
+class DemoSummary(Summary):
+    """The load generator's summary, and what the demo ran: `redis` {"mode": "single" | "cluster",
+    "nodes": n (processes), "masters", "replicas" (per master; cluster only)}, `coordinators`
+    (processes started), `coordinators_alive` (still running at the end), `survived` (one line per
+    process that died during the run without stopping it)."""
+
+    redis: dict[str, Any] = field(default_factory=dict)
+    coordinators: int = 1
+    coordinators_alive: int = 1
+    survived: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, summary: Summary, stack: LocalStack) -> DemoSummary:
+        if stack.redis_cluster is None:
+            redis_info: dict[str, Any] = {"mode": "single", "nodes": 1}
+        else:
+            nodes = len(stack.redis_cluster.nodes)
+            redis_info = {
+                "mode": "cluster",
+                "nodes": nodes,
+                "masters": nodes // (1 + stack.redis_replicas),
+                "replicas": stack.redis_replicas,
+            }
+        return cls(
+            **{f.name: getattr(summary, f.name) for f in fields(Summary)},
+            redis=redis_info,
+            coordinators=len(stack.coordinators),
+            coordinators_alive=stack.coordinators_alive(),
+            survived=list(stack.lost.values()),
+        )
+
+
+def format_demo_summary(summary: Summary, as_json: bool) -> str:
+    """The load generator's summary (format_summary), and, for a DemoSummary, what the demo ran
+    (in the JSON object, or as lines after the text)."""
+    text = format_summary(summary, as_json)
+    if as_json or not isinstance(summary, DemoSummary):
+        return text
+    redis_line = (
+        "one redis-server"
+        if summary.redis["mode"] == "single"
+        else f"Redis Cluster: {summary.redis['masters']} masters, {summary.redis['replicas']} "
+        f"replica(s) each ({summary.redis['nodes']} nodes)"
+    )
+    lines = [
+        f"coordinators      {summary.coordinators}, {summary.coordinators_alive} running at "
+        "the end",
+        f"redis             {redis_line}",
+        *(f"survived          {line}" for line in summary.survived),
+    ]
+    return "\n".join([text, *lines])
+
+
 def run_demo(
     problem_name: str | None = "feraud-1",
     config: AlgorithmConfig | None = None,
@@ -541,13 +812,18 @@ def run_demo(
     coordinator_env: dict[str, str] | None = None,
     workdir: Path | None = None,
     out: TextIO | None = None,
-) -> Summary:
+    coordinators: int = 1,
+    redis_cluster: int = 0,
+    redis_replicas: int = 0,
+) -> DemoSummary:
     """One run of the whole system on a problem: a named one, possibly with its means, rewards,
     drift or activation replaced, or one made of `means` alone (problem_name None). Everything is
     checked before any process starts (ParameterError). The agents enroll with tickets (see the
     module's docstring); the run is supervised (DemoFailed: ProcessDied, EnrollmentStalled). The
     logs go to `workdir` (default: a temporary directory, removed after a run that ended and kept
-    after a DemoFailed, whose `logs` names it). Progress lines go to `out` (default stderr)."""
+    after a DemoFailed, whose `logs` names it). Progress lines go to `out` (default stderr), and
+    so do the warnings about a process the run survives (several coordinators, a Redis Cluster
+    with replicas: see the module's docstring)."""
     problem = build_problem(problem_name, means, rewards, drift, activation)
     env = problem.environment
     config = config or AlgorithmConfig()
@@ -559,6 +835,7 @@ def run_demo(
         raise ParameterError(
             "agents", agents, f"at most {MAX_AGENTS:,}, an experiment's maximum (DEXP_MAX_AGENTS)"
         )
+    check_topology(coordinators, redis_cluster, redis_replicas)
     processes = min(processes, agents)  # no process without agents
     output = sys.stderr if out is None else out
     arms = [f"arm-{k}" for k in range(env.n_arms)]
@@ -576,12 +853,24 @@ def run_demo(
             enrollment="tickets",
             coordinator_env=coordinator_env,
             admin_token=secrets.token_urlsafe(24),  # this run's; tickets are issued with it
+            coordinators=coordinators,
+            redis_cluster=redis_cluster,
+            redis_replicas=redis_replicas,
         ) as stack:
+
+            def warn(lines: list[str]) -> None:
+                output.write(
+                    "".join(f"dexp demo: {lines[0]}\n" + "".join(f"{x}\n" for x in lines[1:]))
+                )
+                output.flush()
+
+            stack.warn = warn
             pids = ", ".join(f"{name} {process.pid}" for name, process in stack.named.items())
+            urls = ", ".join(stack.coordinator_urls)
             print(
-                f"dexp demo: coordinator {stack.coordinator_url} (dashboard: "
-                f"{stack.coordinator_url}/dashboard), {stack.redis_url}; pids: {pids}; "
-                f"logs in {logs}",
+                f"dexp demo: {'coordinator' if coordinators == 1 else 'coordinators'} {urls} "
+                f"(dashboard: {stack.coordinator_url}/dashboard), {describe_redis(stack)}; "
+                f"pids: {pids}; logs in {logs}",
                 file=output,
                 flush=True,
             )
@@ -593,9 +882,12 @@ def run_demo(
                 file=output,
                 flush=True,
             )
+            # DEXP_REDIS_CLUSTER, as the other services get it (check_topology: the field exists)
+            cluster_setting: dict[str, Any] = {"redis_cluster": True} if redis_cluster else {}
             settings = LoadSettings(
-                coordinator_url=stack.coordinator_url,
+                coordinator_url=",".join(stack.coordinator_urls),
                 redis_url=stack.redis_url,
+                **cluster_setting,
                 experiment=EXPERIMENT,
                 problem=problem_name or "",
                 means=means or "",
@@ -611,7 +903,8 @@ def run_demo(
                 stall_seconds=stall_seconds,
             )
             stack.phase = "during the run"
-            return supervise(stack, settings, output)
+            summary = supervise(stack, settings, output)
+            return DemoSummary.of(summary, stack)
     except DemoFailed as exc:
         keep = True
         exc.logs = logs

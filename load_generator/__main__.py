@@ -2,7 +2,7 @@
 
 Exit status: 0 identified or tied, and correct (the arm, or every candidate, eps-optimal), or
 already identified or tied when it started (nothing to play; it says so); 1 the budget or the
-deadline ran out; 2 bad settings; 3 too few agents (N < M, or CE's N (1 - xi) < M); 4 identified
+deadline ran out; 2 bad settings (one line); 3 too few agents (N < M, or CE's N (1 - xi) < M); 4 identified
 or tied but not correct; 5 stalled (no activation consumed for DEXP_STALL_SECONDS, or the
 coordinator or Redis unreachable for DEXP_UNREACHABLE_SECONDS): the summary says what it saw; 6
 another load generator is feeding the experiment (it holds the experiment's lease and kept it for
@@ -20,6 +20,7 @@ import sys
 from types import FrameType
 
 import redis
+from pydantic import ValidationError
 
 from common.errors import ParameterError
 from load_generator.generator import LoadGenerator, NotEnoughAgents, exit_code, format_summary
@@ -50,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
             summary = generator.run()
     except ParameterError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:  # a DEXP_* variable of the wrong type or out of range
+        problems = "; ".join(
+            f"DEXP_{str(e['loc'][0]).upper() if e['loc'] else 'SETTINGS'}: {e['msg']}"
+            for e in exc.errors()
+        )
+        print(f"error: invalid configuration: {problems}", file=sys.stderr)
         return 2
     except NotEnoughAgents as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -2,7 +2,12 @@
 
 Activations go out in pipelined batches (no HTTP per activation); the stream lengths are the
 backlog (agents delete what they acknowledged), and the generator waits while the backlog exceeds
-`max_backlog`, so memory stays bounded whatever the agents' speed.
+`max_backlog`, so memory stays bounded whatever the agents' speed. A poll reads the lengths of at
+most `backlog_sample` (512) streams, of those that may hold entries; with more, it estimates the
+backlog from a sample drawn in proportion to what each may hold (load_generator/backlog.py):
+reading every stream five times a second made the generator the bottleneck of a run of thousands
+of agents. Consumption (what a stall is judged by) is always seen exactly, and every stream is read
+once a second while none is seen, at the budget's end and at the end.
 
 The run ends when the coordinator says the experiment is identified (one arm left) or tied
 (several arms left and none can reach the threshold with the agents there), at the budget or
@@ -25,8 +30,12 @@ then gives up: LeaseHeld, exit status 6.
 Figures. Every figure of the summary is this run's or is labelled otherwise. Activations processed
 by this run are what it delivered less what is still in the streams of it (per stream, at most what
 this run delivered there: entries an earlier run left are not this run's), so they are never
-negative. Messages: the final epoch's (`epoch_messages`, against the bound M*K - 1 that counted
-votes of an epoch keep when agents act one at a time) and every epoch's total (`messages`), apart.
+negative. The final figure reads every stream; with more than `backlog_sample` agents, the figures
+during the run (progress, the lease's, the samples that sample complexity is interpolated from) and
+the peak backlog are estimates, whose error is a few percent of the backlog (at most
+`max_backlog`), not of the activations. Messages: the final epoch's (`epoch_messages`, against the
+bound M*K - 1 that counted votes of an epoch keep when agents act one at a time) and every epoch's
+total (`messages`), apart.
 
 A run that starts on an experiment already identified or tied has nothing to play: it says so in
 one line and returns a summary with `ended_before_run` and every run figure 0 (exit status 0);
@@ -61,6 +70,7 @@ from agent.service import connect_redis
 from common import redis_keys as keys
 from common.environments import Problem, build_problem
 from common.wire import encode_rewards
+from load_generator.backlog import SAMPLE, BacklogGauge
 from load_generator.lease import Lease
 from load_generator.settings import LoadSettings
 
@@ -143,6 +153,11 @@ def agents_needed(state: dict[str, Any]) -> int:
 
 
 class LoadGenerator:
+    # Streams whose length a poll reads, at most on average (load_generator/backlog.py): a run of
+    # more agents estimates its backlog from a sample; consumption and the end stay exact.
+    backlog_sample: int = SAMPLE
+    gauge: BacklogGauge | None = None  # the last run's (its counters: polls, streams read)
+
     def __init__(self, settings: LoadSettings, out: Any = None) -> None:
         self.settings = settings
         self.out = sys.stderr if out is None else out  # the progress lines (None: stderr now)
@@ -156,7 +171,7 @@ class LoadGenerator:
         self.client = CoordinatorClient(
             settings.coordinator_url, give_up_after=settings.unreachable_seconds
         )
-        self.redis = connect_redis(settings.redis_url)
+        self.redis = connect_redis(settings.redis_url, cluster=settings.redis_cluster)
         self.redis_retries = 0
         self.rng = np.random.default_rng(settings.seed)
         # the last progress line printed (not on a terminal), when, and the quiet note
@@ -247,34 +262,48 @@ class LoadGenerator:
         streams = [keys.activations(s.experiment, a) for a in agents]
         p = self.problem.activation.probabilities(len(agents))
         mu0, drift = np.asarray(env.means, dtype=float), env.drift_array
-        # Per stream, what this run delivered: of a stream's entries, at most that many are this
-        # run's (the agents read in order, so entries left by an earlier run go first).
-        sent = np.zeros(len(streams), dtype=np.int64)
-        delivered, peak_backlog, backlog, own_backlog = 0, 0, 0, 0
+        # Per stream, what this run delivered (of a stream's entries, at most that many are this
+        # run's: the agents read in order, so entries left by an earlier run go first), and the
+        # backlog, read from a sample of the streams when they are many (load_generator/backlog.py).
+        gauge = BacklogGauge(
+            len(streams),
+            partial(self._lengths_of, streams),
+            self.backlog_sample,
+            rng=np.random.default_rng(None if s.seed is None else [s.seed, 1]),
+        )
+        self.gauge = gauge
+        delivered, peak_backlog = 0, 0
         start = time.monotonic()
         samples: list[tuple[float, int]] = [(time.time() * 1000, 0)]
         recent: deque[tuple[float, int]] = deque([(start, 0)])  # for the lease's recent rate
-        last_poll, status = 0.0, "budget"
+        last_poll, last_full, status = 0.0, start, "budget"
         best: dict[str, Any] = {}
         stall: list[str] = []
         unreachable = False  # stalled because the coordinator or Redis stopped answering
         processed, progress_at, stop_processed = 0, start, 0
-        initial = int(self._lengths(streams).sum())  # entries already there (an earlier run's)
-        consumed = 0  # entries the agents consumed since the start, this run's or not
+        reading = gauge.poll()  # every stream: the entries an earlier run left included
+        backlog, own_backlog = reading.backlog, reading.own
         try:
             while True:
                 now = time.monotonic()
                 if now - last_poll >= 0.2:
                     last_poll = now
                     lease.check()
-                    lengths = self._lengths(streams)
-                    backlog = int(lengths.sum())
-                    own_backlog = int(np.minimum(sent, lengths).sum())
+                    # Every stream is read (at most once a second) while no consumption is seen,
+                    # and at the budget's end: a stall, quiet agents and the end are judged on
+                    # exact figures, never on a sample.
+                    full = delivered >= s.budget or (
+                        now - progress_at >= 1.0 and now - last_full >= 1.0
+                    )
+                    reading = gauge.poll(full)
+                    if reading.exact:
+                        last_full = now
+                    backlog, own_backlog = reading.backlog, reading.own
                     peak_backlog = max(peak_backlog, backlog)
                     processed = max(processed, delivered - own_backlog)
                     samples.append((time.time() * 1000, processed))
-                    if initial + delivered - backlog != consumed:
-                        consumed, progress_at = initial + delivered - backlog, now
+                    if reading.consumed:
+                        progress_at = now
                     best = self.client.request("GET", f"/v1/experiments/{s.experiment}/best-arm")
                     recent.append((now, processed))
                     while len(recent) > 2 and now - recent[1][0] >= RECENT_SECONDS:
@@ -290,7 +319,7 @@ class LoadGenerator:
                     if best["status"] in ("identified", "tied"):
                         status, stop_processed = best["status"], processed
                         break
-                    if backlog > 0 and now - progress_at >= s.stall_seconds:
+                    if backlog > 0 and now - progress_at >= s.stall_seconds and reading.exact:
                         status = "stalled"
                         stall = self.diagnose(agents, streams, now - progress_at, backlog)
                         break
@@ -303,9 +332,12 @@ class LoadGenerator:
                     time.sleep(0.05)
                     continue
                 if backlog >= s.max_backlog:
-                    time.sleep(0.01)
-                    backlog = self._backlog(streams)
+                    time.sleep(_backpressure_wait(backlog - s.max_backlog + 1, _rate(recent)))
+                    reading = gauge.poll()
+                    backlog, own_backlog = reading.backlog, reading.own
                     peak_backlog = max(peak_backlog, backlog)
+                    if reading.consumed:
+                        progress_at = time.monotonic()
                     continue
                 if s.rate > 0 and delivered >= s.rate * (now - start):
                     time.sleep(min(0.01, s.batch / s.rate))
@@ -324,13 +356,16 @@ class LoadGenerator:
                 batch: list[tuple[str, dict[Any, Any]]] = [
                     (streams[who[i]], {"t": int(t[i]), "r": rows[i]}) for i in range(n)
                 ]
+                retries = self.redis_retries
                 self._redis(partial(self._xadd, batch))
+                if self.redis_retries != retries:
+                    gauge.resync = True  # a batch sent again may have delivered some twice
                 delivered += n
-                sent += np.bincount(who, minlength=len(streams))
-                backlog += n
+                gauge.delivered(np.bincount(who, minlength=len(streams)))
+                backlog, own_backlog = backlog + n, own_backlog + n
                 peak_backlog = max(peak_backlog, backlog)
                 # At the budget, let the agents finish what this run put in flight, then stop.
-                if delivered >= s.budget and self._own_backlog(streams, sent) == 0:
+                if delivered >= s.budget and gauge.poll(full=True).own == 0:
                     break
         except (ConnectionError, redis.ConnectionError, redis.TimeoutError) as exc:
             # The client (coordinator) or _redis gave up after unreachable_seconds of retries.
@@ -346,13 +381,15 @@ class LoadGenerator:
             final = state
         else:
             final = self.client.experiment(s.experiment)
-            processed = max(processed, delivered - self._own_backlog(streams, sent))
+            # Exact (every stream read): an estimate during the run may have been a little high.
+            processed = delivered - gauge.poll(full=True).own
         lease.update(activations=processed, delivered=delivered, epoch=int(final["epoch"]))
         sample_complexity = processed
         if status == "identified" and final["eliminations"]:
             sample_complexity = _interpolate(samples, final["eliminations"][-1]["time"], processed)
         if status == "tied":
             sample_complexity = stop_processed
+        sample_complexity = min(sample_complexity, processed)
         print(file=self.out)
         return self._summary(
             status,
@@ -537,25 +574,17 @@ class LoadGenerator:
             f"coordinator: {url} answers {response.status_code} on /readyz (it cannot reach Redis)"
         )
 
-    def _lengths(self, streams: list[str]) -> np.ndarray:
-        """Each stream's length: its backlog (the agents delete what they acknowledged)."""
+    def _lengths_of(self, streams: list[str], indices: np.ndarray) -> np.ndarray:
+        """The lengths of streams[i] for i in `indices`: their backlogs (the agents delete what
+        they acknowledged). One pipeline, retried while Redis is unreachable."""
 
         def measure() -> np.ndarray:
             pipe = self.redis.pipeline(transaction=False)
-            for stream in streams:
-                pipe.xlen(stream)
+            for i in indices:
+                pipe.xlen(streams[i])
             return np.asarray(pipe.execute(), dtype=np.int64)
 
         return self._redis(measure)
-
-    def _backlog(self, streams: list[str]) -> int:
-        """Activations in the agents' streams, whoever delivered them."""
-        return int(self._lengths(streams).sum())
-
-    def _own_backlog(self, streams: list[str], sent: np.ndarray) -> int:
-        """This run's activations not processed yet: per stream, at most what the run delivered
-        to it (entries an earlier run left are read first, and are not this run's)."""
-        return int(np.minimum(sent, self._lengths(streams)).sum())
 
     def _xadd(self, batch: list[tuple[str, dict[Any, Any]]]) -> None:
         pipe = self.redis.pipeline(transaction=False)
@@ -665,6 +694,15 @@ def _describe_streams(
 
 
 RECENT_SECONDS = 5.0  # the lease's activations_per_second: over about this long
+
+
+def _backpressure_wait(excess: int, rate: float) -> float:
+    """How long to wait, the backlog over its limit by `excess`, before reading it again: about
+    the time the agents take to consume the excess at their recent rate, from 10 to 100 ms (50 ms
+    while no rate is known)."""
+    if rate <= 0:
+        return 0.05
+    return min(0.1, max(0.01, excess / rate))
 
 
 def _rate(recent: deque[tuple[float, int]]) -> float:

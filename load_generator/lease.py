@@ -19,6 +19,10 @@ slot): a JSON string set with NX and a TTL of `ttl_seconds` (DEXP_LEASE_SECONDS,
 
 The coordinator shows the figures (without the pid) as the `load_generator` field of
 GET /v1/experiments/{id}, parsed defensively (coordinator.store.load_generator_figures).
+
+On a Redis Cluster (DEXP_REDIS_CLUSTER, or, when the caller does not say, a server that reports
+cluster_enabled) the lease's connection is a cluster client: the lease is one key, and each script
+keeps to it, hence to the experiment's slot.
 """
 
 from __future__ import annotations
@@ -34,12 +38,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from common import redis_keys as keys
 
 log = logging.getLogger("dexp.load_generator")
 
 LEASE_MARGIN = 1.0  # seconds a newcomer waits beyond the ttl before it gives up
+# A Redis error, or one of the cluster client's own (a slot without a master during a failover)
+REDIS_ERRORS = (redis.RedisError, RedisClusterException)
 
 # Take the lease if nobody holds it. A key without expiry was not set by a load generator (a holder
 # always sets a TTL), so it is no live holder's: taken over too.
@@ -85,6 +93,15 @@ return 0
 """
 
 
+def cluster_enabled(client: redis.Redis) -> bool:
+    """Whether the server is a node of a Redis Cluster (INFO cluster; a server that refuses INFO
+    is taken for a single Redis)."""
+    try:
+        return bool(client.info("cluster").get("cluster_enabled"))
+    except redis.ResponseError:
+        return False
+
+
 class LeaseHeld(RuntimeError):
     """Another load generator feeds the experiment (exit status 6)."""
 
@@ -122,7 +139,16 @@ class Lease:
     """This run's lease on `experiment`: acquire, then publish figures each poll (`update`), check
     it is still held (`check`), release at the end."""
 
-    def __init__(self, redis_url: str, experiment: str, ttl_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        experiment: str,
+        ttl_seconds: float = 5.0,
+        *,
+        cluster: bool | None = None,
+    ) -> None:
+        """`cluster`: whether `redis_url` is a node of a Redis Cluster (None: asked from the
+        server when the lease is first taken)."""
         self.experiment = experiment
         self.key = keys.load_generator(experiment)
         self.ttl_ms = max(1, round(ttl_seconds * 1000))
@@ -132,10 +158,9 @@ class Lease:
         self.pid = os.getpid()
         self.started_at = _now_ms()
         # Its own connection, with timeouts: a hung Redis must not hang the heartbeat for ever.
-        self.redis = redis.Redis.from_url(redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
-        self._acquire = self.redis.register_script(ACQUIRE)
-        self._renew = self.redis.register_script(RENEW)
-        self._release = self.redis.register_script(RELEASE)
+        self.redis_url = redis_url
+        self.cluster = cluster
+        self.redis: redis.Redis | RedisCluster | None = None  # connected by acquire()
         self._figures: dict[str, Any] = {
             "epoch": 0,
             "activations": 0,
@@ -170,6 +195,7 @@ class Lease:
         run still holds it."""
         wait = self.ttl_ms / 1000 + LEASE_MARGIN if wait_seconds is None else wait_seconds
         deadline = time.monotonic() + wait
+        self._connect()
         while True:
             if self._acquire(keys=[self.key], args=[self.value(), self.ttl_ms]):
                 break
@@ -184,8 +210,34 @@ class Lease:
         self._thread = threading.Thread(target=self._beat, name="dexp-lease", daemon=True)
         self._thread.start()
 
+    def _connect(self) -> None:
+        """The lease's own client and its scripts (once)."""
+        if self.redis is not None:
+            return
+        options: dict[str, Any] = {"socket_timeout": 2.0, "socket_connect_timeout": 2.0}
+        cluster = self.cluster
+        if cluster is None:
+            probe = redis.Redis.from_url(self.redis_url, **options)
+            try:
+                cluster = cluster_enabled(probe)
+            finally:
+                probe.close()
+        try:
+            client: redis.Redis | RedisCluster = (
+                RedisCluster.from_url(self.redis_url, **options)
+                if cluster
+                else redis.Redis.from_url(self.redis_url, **options)
+            )
+        except RedisClusterException as exc:  # no node answered the topology read
+            raise redis.ConnectionError(f"Redis Cluster at {self.redis_url}: {exc}") from exc
+        self.redis = client
+        self._acquire = client.register_script(ACQUIRE)
+        self._renew = client.register_script(RENEW)
+        self._release = client.register_script(RELEASE)
+
     def _holder(self) -> bytes | None:
         """The lease's value now (None: none, or not a string: a key no generator set)."""
+        assert self.redis is not None
         try:
             value = self.redis.get(self.key)
         except redis.ResponseError:  # WRONGTYPE
@@ -217,7 +269,7 @@ class Lease:
                 if not renewed:
                     self.lost = describe_holder(self._holder())
                     return
-            except redis.RedisError as exc:  # the main loop sees Redis go away and says so
+            except REDIS_ERRORS as exc:  # the main loop sees Redis go away and says so
                 log.debug("lease not renewed: %s", exc)
 
     def release(self) -> None:
@@ -229,7 +281,7 @@ class Lease:
         if self.held and self.lost is None:
             try:
                 self._release(keys=[self.key], args=[self.run])
-            except redis.RedisError as exc:  # it expires within the ttl anyway
+            except REDIS_ERRORS as exc:  # it expires within the ttl anyway
                 log.warning(
                     "lease not released (it expires in %.0f s): %s", self.ttl_ms / 1000, exc
                 )
@@ -237,4 +289,5 @@ class Lease:
 
     def close(self) -> None:
         self.release()
-        self.redis.close()
+        if self.redis is not None:
+            self.redis.close()

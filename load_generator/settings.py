@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from agent.client import coordinator_urls
 
 
 class LoadSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DEXP_", extra="ignore")
 
-    coordinator_url: str = "http://127.0.0.1:8000"
+    coordinator_url: str = "http://127.0.0.1:8000"  # or several, comma-separated (agent/client.py)
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_cluster: bool = Field(
+        False,
+        description="DEXP_REDIS_URL is a node of a Redis Cluster (any node: the client discovers "
+        "the others): use the cluster client",
+    )
     experiment: str = "demo"
     problem: str = "feraud-1"  # a named problem of common.environments; `means` overrides its arms
     means: str = ""  # e.g. "0.7,0.5,0.3"
@@ -47,3 +54,9 @@ class LoadSettings(BaseSettings):
         "expire before it gives up with exit status 6",
     )
     json_output: bool = Field(False, description="print the summary as one JSON object")
+
+    @field_validator("coordinator_url")
+    @classmethod
+    def _coordinator_urls(cls, value: str) -> str:
+        """Each URL checked (a bad one named), each once, comma-separated."""
+        return ",".join(coordinator_urls(value))

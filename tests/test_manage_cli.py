@@ -288,6 +288,22 @@ def test_an_unreachable_coordinator_is_one_line_and_status_1() -> None:
     assert "retrying for up to 0.2 s" in watched.stdout
 
 
+def test_several_coordinator_urls_the_first_that_accepts_answers(url: str) -> None:
+    """DEXP_COORDINATOR_URL as the agents take it: a refused connection moves on to the next URL
+    (the request was not sent, so nothing can act twice); every URL refused is one line."""
+    away, other = free_url(), free_url()
+    created = dexp(f"{away},{url}", "experiments", "create", "multi", "--arms", "A,B")
+    assert created.exit_code == 0, created.stderr
+    shown = dexp(f"{away}, {url}/", "experiments", "show", "multi", "--json")
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["id"] == "multi"
+    one_line(
+        dexp(f"{away},{other}", "experiments", "list"),
+        1,
+        f"dexp experiments: cannot reach the coordinator at {other}: ",
+    )
+    one_line(dexp(f"{url},,{away}", "experiments", "list"), 2, "error: ")
+
+
 def test_delete_asks_first_on_a_terminal(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert dexp(url, "experiments", "create", "ask", "--arms", "A,B").exit_code == 0
     monkeypatch.setattr(manage, "_stdin_is_interactive", lambda: True)

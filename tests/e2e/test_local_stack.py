@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from common.algorithms import AlgorithmConfig
-from common.environments import problem
 from common.params import corrupted_local_confidence
 from common.votes import tie_certificate
 from dexp.demo import local_stack, run_demo
@@ -35,16 +34,26 @@ def test_demo_identifies_an_eps_optimal_arm() -> None:
 
 def test_agents_send_only_arm_indices() -> None:
     """Every request the coordinator receives from agents: enrollment, reading the global set, or
-    a vote whose body is exactly an arm index (and the reset epoch). No reward, no mean."""
+    a vote whose body is exactly an arm index (and the reset epoch). No reward, no mean.
+
+    What an agent sends does not depend on the problem's size, so this runs a small one (3 arms,
+    M = 5, 10 agents in 2 processes: a run of a few seconds) rather than Problem 1 again, which
+    test_demo_identifies_an_eps_optimal_arm and every fault test run end to end. Every kind of
+    request still occurs: enrollments, reads of the global set, and the (K - 1) M votes at least
+    that end the run."""
     proxy = RecordingProxy()
-    env = problem("feraud-1").environment
-    arms = [f"arm-{k}" for k in range(env.n_arms)]
+    means = "0.9,0.5,0.1"  # gaps above epsilon = 0.25: identified, never tied
+    config = AlgorithmConfig(delta=0.05, eta=0.5)
+    n_arms, threshold = 3, 5
+    assert config.threshold(n_arms) == threshold
+    arms = [f"arm-{k}" for k in range(n_arms)]
     try:
-        with local_stack(AlgorithmConfig(), arms, 32, 2, seed=3, agent_url=proxy.start) as stack:
+        with local_stack(config, arms, 10, 2, seed=3, agent_url=proxy.start) as stack:
             settings = LoadSettings(
                 coordinator_url=stack.coordinator_url,
                 redis_url=stack.redis_url,
-                problem="feraud-1",
+                problem="",
+                means=means,
                 seed=3,
                 max_seconds=240,
                 settle_seconds=1.0,
@@ -53,16 +62,18 @@ def test_agents_send_only_arm_indices() -> None:
                 summary = generator.run()
     finally:
         proxy.stop()
-    assert summary.status == "identified"
+    assert summary.status == "identified" and summary.identified_arm == 0
     votes = [r for r in proxy.requests if r.path.endswith("/votes")]
-    assert len(votes) >= 9 * 29
+    assert len(votes) >= (n_arms - 1) * threshold
+    assert any(r.path == "/v1/agents" for r in proxy.requests)
+    assert any(r.path == "/v1/experiments/demo" for r in proxy.requests)
     for request in proxy.requests:
         if request.path.endswith("/votes"):
             assert request.method == "POST"
             body = json.loads(request.body)
             assert set(body) == {"arm", "epoch"}
             assert all(type(v) is int for v in body.values())
-            assert 0 <= body["arm"] < env.n_arms
+            assert 0 <= body["arm"] < n_arms
         elif request.path == "/v1/agents":
             assert json.loads(request.body) == {"experiment": "demo"}
         else:  # the global set, and the agent's own votes (to re-send one a failover lost)

@@ -177,7 +177,8 @@ def test_star_follows_experiments_created_and_deleted(
         time.sleep(0.5)  # a few more rounds of discovery and reads
         r = redis.Redis.from_url(redis_url)
         try:  # nothing of the deleted experiment came back (no stream recreated, no agent)
-            assert not list(r.scan_iter(match="dexp:{first}:*"))
+            # its own slot {first} and its streams' shard tags {first~s<k>}
+            assert not list(r.scan_iter(match="dexp:{first[}~]*"))
         finally:
             r.close()
     assert "experiment first was deleted" in caplog.text

@@ -19,11 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import redis
 
 from common import redis_keys as keys
 from load_generator.__main__ import main as load_generator_main
+from load_generator.backlog import BacklogGauge
 from load_generator.generator import LoadGenerator, Summary, exit_code, format_summary
 from load_generator.settings import LoadSettings
 
@@ -418,3 +420,97 @@ def test_a_lease_of_another_type_reads_as_null(client: httpx.Client, clean_redis
         assert client.get("/v1/experiments/hash/best-arm").status_code == 200
     finally:
         raw.close()
+
+
+# -- the backlog, read from a sample of the streams (load_generator/backlog.py) -----------------
+def test_the_backlog_gauge_is_exact_on_few_streams_and_estimates_many(clean_redis: str) -> None:
+    """On real streams: exact while at most `sample` streams may hold entries, and on a full poll;
+    from a sample otherwise, within a few percent, reading about `sample` streams; consumption is
+    seen exactly; this run's own entries exclude those an earlier run left."""
+    raw = redis.Redis.from_url(clean_redis)
+    streams = [keys.activations("gauge", f"a{i}") for i in range(2000)]
+
+    def measure(indices: Any) -> Any:
+        pipe = raw.pipeline(transaction=False)
+        for i in indices:
+            pipe.xlen(streams[i])
+        return pipe.execute()
+
+    def deliver(counts: dict[int, int]) -> None:
+        pipe = raw.pipeline(transaction=False)
+        for i, count in counts.items():
+            for _ in range(count):
+                pipe.xadd(streams[i], {"r": "x"})
+        pipe.execute()
+        sent = np.zeros(len(streams), dtype=np.int64)
+        sent[list(counts)] = list(counts.values())
+        gauge.delivered(sent)
+
+    def consume(i: int, count: int) -> None:  # as an agent does: the oldest entries, deleted
+        ids = [entry_id for entry_id, _ in raw.xrange(streams[i], count=count)]
+        raw.xdel(streams[i], *ids)
+
+    try:
+        raw.xadd(streams[0], {"r": "old"})  # an earlier run's entry
+        gauge = BacklogGauge(len(streams), measure, sample=100, rng=np.random.default_rng(7))
+        first = gauge.poll()
+        assert (first.backlog, first.own, first.exact, first.read) == (1, 0, True, 2000)
+
+        deliver({0: 2, 5: 3, 9: 1})
+        reading = gauge.poll()
+        assert (reading.backlog, reading.own, reading.exact, reading.read) == (7, 6, True, 3)
+        assert not reading.consumed
+        consume(0, 2)  # the old entry and one of this run's
+        reading = gauge.poll()
+        assert (reading.backlog, reading.own, reading.consumed) == (5, 5, True)
+        assert not gauge.poll().consumed and gauge.poll().read == 3  # nothing since; same streams
+
+        # Many streams hold entries: a sample is read, the estimate is close, the bound holds.
+        rng = np.random.default_rng(3)
+        deliver({i: int(n) for i, n in enumerate(rng.integers(1, 6, size=2000))})
+        for i in range(0, 2000, 2):  # the agents consumed half of the streams
+            consume(i, 10)
+        truth = sum(measure(range(2000)))
+        estimates = []
+        for _ in range(5):
+            reading = gauge.poll()
+            assert not reading.exact and 40 <= reading.read <= 200
+            assert reading.consumed
+            estimates.append(reading.backlog)
+            assert reading.own == reading.backlog  # no entry of an earlier run is left
+        assert gauge.bound >= truth
+        assert abs(np.mean(estimates) - truth) <= 0.05 * truth, (estimates, truth)
+        full = gauge.poll(full=True)
+        assert (full.backlog, full.own, full.exact) == (truth, truth, True)
+        assert gauge.bound == truth  # every stream read: the bounds are the lengths
+    finally:
+        raw.close()
+
+
+def test_a_run_that_reads_a_sample_of_the_streams_ends_with_exact_figures(
+    client: httpx.Client,
+    coordinator_url: str,
+    clean_redis: str,
+    agent_process: Callable[[str, int], None],
+) -> None:
+    """Forced to estimate its backlog (a sample of 2 of 6 streams), a run stops at its budget once
+    the agents processed all of it (read exactly), and a second run ends identified and correct."""
+    create_experiment(client, id="sampled", arms=ARMS, **M5)
+    agent_process("sampled", 6)
+    for budget, status in ((500, "budget"), (50_000_000, "identified")):
+        generator = LoadGenerator(
+            settings(coordinator_url, clean_redis, "sampled", budget=budget), out=io.StringIO()
+        )
+        generator.backlog_sample = 2
+        with generator:
+            summary = generator.run()
+        assert summary.status == status, summary
+        check_run_figures(summary)
+        # max_backlog and a batch, and the error of estimates from 2 streams: coarse, bounded
+        assert summary.peak_backlog <= 2 * (600 + 100)
+        if status == "budget":
+            assert summary.activations_processed == summary.activations_delivered == 500
+            assert exit_code(summary) == 1
+    assert summary.correct is True and exit_code(summary) == 0
+    assert generator.gauge is not None
+    assert generator.gauge.polls > generator.gauge.full_polls  # some polls read a sample

@@ -1,0 +1,138 @@
+"""The coordinator's API contract on a Redis Cluster (DEXP_REDIS_CLUSTER): the same answers as on
+one Redis, every script and transaction kept to the experiment's slot."""
+
+from __future__ import annotations
+
+import httpx
+from redis.cluster import RedisCluster
+
+from common import redis_keys as keys
+from dexp.redis_cluster import LocalCluster
+from tests.services.helpers import (
+    ENROLLMENT_SECRET,
+    Agent,
+    admin_headers,
+    bearer,
+    create_experiment,
+    enroll_agents,
+)
+
+from .helpers import keys_on
+
+ARMS = ["A", "B", "C"]
+M2 = {"delta": 0.5**1.5, "eta": 0.5}  # DE: M = 2
+
+
+def vote(client: httpx.Client, exp: str, agent: Agent, arm: int, epoch: int = 0) -> httpx.Response:
+    return client.post(
+        f"/v1/experiments/{exp}/votes", json={"arm": arm, "epoch": epoch}, headers=agent.headers
+    )
+
+
+def test_create_enroll_vote_eliminate_identify_reset(client: httpx.Client) -> None:
+    exp = "api-contract"
+    created = create_experiment(client, id=exp, arms=ARMS, **M2)
+    assert (created["threshold"], created["status"], created["remaining_arms"]) == (
+        2,
+        "exploring",
+        [0, 1, 2],
+    )
+    assert exp in [e["id"] for e in client.get("/v1/experiments").json()["experiments"]]
+    taken = client.post("/v1/experiments", json={"id": exp, "arms": ARMS}, headers=admin_headers())
+    assert taken.status_code == 409, taken.text
+    a, b, c = enroll_agents(client, exp, 3)
+    assert [a.index, b.index, c.index] == [1, 2, 3]
+
+    first = vote(client, exp, a, 2)
+    assert first.status_code == 200 and first.json()["outcome"] == "counted", first.text
+    assert vote(client, exp, a, 2).json()["outcome"] == "duplicate"
+    gone = vote(client, exp, b, 2).json()
+    assert (gone["outcome"], gone["version"]) == ("eliminated", 1)
+    state = client.get(f"/v1/experiments/{exp}").json()
+    assert state["remaining_arms"] == [0, 1] and state["votes"] == [0, 0, 2]
+    assert [e["name"] for e in state["eliminations"]] == ["C"]
+    me = client.get("/v1/agents/me", headers=a.headers).json()
+    assert (me["agent_id"], me["voted_against"]) == (a.agent_id, [2])
+    voters = client.get(f"/v1/experiments/{exp}/voters", headers=admin_headers()).json()
+    assert sorted(voters["voters"][2]) == sorted([a.agent_id, b.agent_id])
+    assert vote(client, exp, c, 2).json()["outcome"] == "arm_out"
+
+    assert vote(client, exp, b, 1).json()["outcome"] == "counted"
+    assert vote(client, exp, c, 1).json()["outcome"] in ("eliminated", "last_arm")
+    best = client.get(f"/v1/experiments/{exp}/best-arm").json()
+    assert (best["status"], best["best_arm"]) == ("identified", {"index": 0, "name": "A"}), best
+    listed = client.get("/v1/experiments").json()["experiments"]
+    assert next(e for e in listed if e["id"] == exp)["status"] == "identified"
+
+    reset = client.post(f"/v1/experiments/{exp}/reset", json={}, headers=admin_headers())
+    assert reset.status_code == 200, reset.text
+    state = client.get(f"/v1/experiments/{exp}").json()
+    assert (state["epoch"], state["remaining_arms"], state["votes"]) == (1, [0, 1, 2], [0, 0, 0])
+    assert vote(client, exp, a, 2, epoch=0).json()["outcome"] == "stale_epoch"
+    assert vote(client, exp, a, 2, epoch=1).json()["outcome"] == "counted"
+
+
+def test_tickets_refusals_and_a_wrong_experiment(client: httpx.Client) -> None:
+    exp, other = "api-tickets", "api-other"
+    create_experiment(client, id=exp, arms=ARMS, **M2)
+    create_experiment(client, id=other, arms=ARMS, **M2)
+    issued = client.post(
+        f"/v1/experiments/{exp}/tickets", json={"count": 2}, headers=admin_headers()
+    )
+    assert issued.status_code == 201, issued.text
+    ticket = issued.json()["tickets"][0]
+    enrolled = client.post("/v1/agents", json={"experiment": exp}, headers=bearer(ticket))
+    assert enrolled.status_code == 201, enrolled.text
+    again = client.post("/v1/agents", json={"experiment": exp}, headers=bearer(ticket))
+    assert again.status_code == 401
+    agent = Agent(**{k: enrolled.json()[k] for k in ("agent_id", "token", "index")})
+    assert vote(client, other, agent, 0).status_code == 403  # enrolled elsewhere
+    assert vote(client, exp, agent, 7).status_code == 422  # no arm 7
+    assert vote(client, exp, Agent(agent.agent_id, agent.token + "x", 1), 0).status_code == 401
+    assert vote(client, "api-missing", agent, 0).status_code in (401, 403, 404)
+    assert client.get("/readyz").json() == {"status": "ready"}
+
+
+def test_delete_removes_the_streams_on_every_node(
+    client: httpx.Client, healthy_cluster: LocalCluster, cluster_client: RedisCluster
+) -> None:
+    """The agents' streams live in 16 shard slots over every master; deleting the experiment
+    deletes them all, its keys and its entry in the index, and a new experiment of the same id
+    starts empty."""
+    exp = "api-delete"
+    create_experiment(client, id=exp, arms=ARMS, **M2)
+    agents = enroll_agents(client, exp, 40)
+    streams = {keys.activations(exp, a.agent_id) for a in agents}
+    for stream in streams:  # as the agents and the load generator would
+        cluster_client.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
+        cluster_client.xadd(stream, {"r": b"\x00"})
+    legacy = keys.legacy_activations(exp, agents[0].agent_id)  # an older version's name
+    cluster_client.xadd(legacy, {"r": b"\x00"})
+    assert vote(client, exp, agents[0], 1).status_code == 200
+    before = keys_on(healthy_cluster, f"dexp:{{{exp}*")
+    assert set().union(*before.values()) >= streams | {keys.meta(exp), legacy}
+    assert sum(1 for found in before.values() if found & streams) == 3  # every master
+
+    response = client.delete(f"/v1/experiments/{exp}", headers=admin_headers())
+    assert response.status_code == 204, response.text
+    after = keys_on(healthy_cluster, f"dexp:{{{exp}*")
+    assert not set().union(*after.values()), after
+    assert cluster_client.zscore(keys.EXPERIMENT_INDEX, exp) is None
+    assert client.get(f"/v1/experiments/{exp}").status_code == 404
+    assert vote(client, exp, agents[1], 1).status_code == 404
+    create_experiment(client, id=exp, arms=ARMS, **M2)
+    assert vote(client, exp, agents[1], 1).status_code == 401  # the old token stays dead
+    fresh = client.get(f"/v1/experiments/{exp}").json()
+    assert (fresh["agents"], fresh["votes"]) == (0, [0, 0, 0])
+    assert client.delete(f"/v1/experiments/{exp}", headers=admin_headers()).status_code == 204
+
+
+def test_open_enrollment_secret_and_unknown_routes(client: httpx.Client) -> None:
+    exp = "api-open"
+    create_experiment(client, id=exp, arms=ARMS, **M2)
+    wrong = client.post("/v1/agents", json={"experiment": exp}, headers=bearer("nope-nope-nope"))
+    assert wrong.status_code == 401
+    ok = client.post("/v1/agents", json={"experiment": exp}, headers=bearer(ENROLLMENT_SECRET))
+    assert ok.status_code == 201
+    page = client.get(f"/v1/experiments/{exp}/agents", headers=admin_headers())
+    assert page.status_code == 200 and len(page.json()["agents"]) == 1, page.text
