@@ -273,7 +273,10 @@ class LocalStack:
 
     def wait_coordinator(self, name: str | None = None, timeout: float = 30.0) -> None:
         """Until coordinator `name` (default: every one) answers /readyz; ProcessDied if it
-        exits meanwhile (a coordinator that cannot start is never survived)."""
+        exits meanwhile (a coordinator that cannot start is never survived). A caller that
+        spawned its own "coordinator" and set coordinator_url registers it here."""
+        if not self.coordinators and self.coordinator_url and "coordinator" in self.named:
+            self.coordinators["coordinator"] = self.coordinator_url
         for each in [name] if name is not None else list(self.coordinators):
             self._wait_ready(each, timeout)
 
