@@ -2,10 +2,10 @@
 at each poll.
 
 The agents delete what they acknowledged, so a stream's length is its agent's backlog. Reading every
-length (one XLEN per agent, pipelined) costs O(agents) per poll: about 116 ms of the load
-generator's CPU per poll at 10,000 agents, five times a second, and after every 10 ms wait under
-back-pressure; at 4,096 agents and more, that made the load generator the bottleneck of the run
-(docs/BENCHMARKS.md, "Scale"). The gauge reads at most `sample` streams per poll:
+length (one XLEN per agent, pipelined) costs O(agents) per poll, five times a second and after every
+10 ms wait under back-pressure: at 4,096 agents and more, that made the load generator the
+bottleneck of the run (docs/BENCHMARKS.md, "Scale"). The gauge reads at most `sample` streams per
+poll:
 
 - It keeps an upper bound of every stream's length: its length when last read, plus what this run
   delivered to it since (only this run writes to the streams, which its lease ensures, and only the
