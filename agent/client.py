@@ -295,18 +295,21 @@ class CoordinatorClient:
         result: dict[str, Any] = self.request("GET", f"/v1/experiments/{experiment}")
         return result
 
-    def experiment_ids(self, page_size: int = 100) -> list[str]:
-        """Every experiment the coordinator lists (GET /v1/experiments, page by page)."""
-        ids: list[str] = []
+    def experiments(self, page_size: int = 25) -> list[dict[str, Any]]:
+        """The summary of every experiment the coordinator lists (GET /v1/experiments, page by
+        page): its id, epoch, version, creation time, status and counters. Small pages: a page
+        of 100 holds the coordinator's event loop for about 9 ms, which every request arriving
+        meanwhile waits out; 25 cost the same in all, in stretches of about 3 ms."""
+        summaries: list[dict[str, Any]] = []
         after = ""
         while True:
             page = self.request(
                 "GET", "/v1/experiments", params={"limit": page_size, "after": after}
             )
-            ids += [str(e["id"]) for e in page["experiments"]]
+            summaries += page["experiments"]
             following = page.get("next")
             if not following or following == after:
-                return ids
+                return summaries
             after = str(following)
 
     def me(self, token: str) -> dict[str, Any]:

@@ -65,7 +65,19 @@ class AgentSettings(BaseSettings):
     )
     seed: int | None = None  # None: fresh entropy
     batch: int = Field(200, ge=1, description="activations read per stream per XREADGROUP")
-    poll_seconds: float = Field(2.0, gt=0, description="fallback refresh of the global set")
+    poll_seconds: float = Field(
+        2.0,
+        gt=0,
+        description="fallback refresh of an experiment's global set (the primary path is "
+        "a broadcast)",
+    )
+    poll_rate: float = Field(
+        10.0,
+        gt=0,
+        description="at most this many fallback refreshes a second, every experiment of the "
+        "process together: a process following many experiments refreshes each one every "
+        "max(DEXP_POLL_SECONDS, experiments / DEXP_POLL_RATE) seconds, spread over that period",
+    )
     retry_max_seconds: float = Field(5.0, gt=0, description="cap of the vote retry back-off")
     reconcile_seconds: float = Field(
         30.0, gt=0, description="period (staggered per agent) of the check of its own votes"

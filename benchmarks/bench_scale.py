@@ -385,6 +385,7 @@ class Scale:
             "rate": args.rate,
             "agent_poll_seconds": args.agent_poll_seconds or None,
             "agent_discover_seconds": args.agent_discover_seconds or None,
+            "environment_nice": args.environment_nice,
             "machine": {"cores": os.cpu_count(), "load_before": os.getloadavg()},
             "code": code_version(),
         }
@@ -535,6 +536,7 @@ class Scale:
                 },
             )
             self.watched.add(name, process.pid)
+            self._environment(process.pid)
         took, timeline = self._wait_enrolled(total_agents, started)
         # A process creates its agents' streams (and consumer groups) once it enrolled them all.
         hosted = self._wait_streams(started)
@@ -731,6 +733,14 @@ class Scale:
         result["sum_per_agent"] = sum(v for k, v in result.items())
         return result
 
+    def _environment(self, pid: int) -> None:
+        """An agent process or a load generator: the simulated devices and their users, which in
+        a deployment run elsewhere than the coordinator and Redis. With --environment-nice they
+        run at that niceness, so that on this machine they take the CPU the coordinator and
+        Redis leave, instead of competing with them for it."""
+        if self.args.environment_nice:
+            psutil.Process(pid).nice(self.args.environment_nice)
+
     def _start_probe(
         self, stack: LocalStack, tokens: list[str], out: Path
     ) -> subprocess.Popen[bytes]:
@@ -793,6 +803,7 @@ class Scale:
                 )
             generators[experiment] = (process, out)
             self.watched.add(f"load-generator-{i}", process.pid)
+            self._environment(process.pid)
         sampler = Sampler(self.watched, stack.redis_url, fed)
         self.redis.config_resetstat()  # INFO commandstats from here: the run's Redis profile
         cpu_before = self.watched.cpu()
@@ -1051,6 +1062,11 @@ def print_table(fig: dict[str, Any]) -> None:
                 f", DEXP_DISCOVER_SECONDS={fig['agent_discover_seconds']:g}"
                 if fig.get("agent_discover_seconds")
                 else ""
+            )
+            + (
+                f", agents and load generators at nice {fig['environment_nice']}"
+                if fig.get("environment_nice")
+                else ""
             ),
         )
     )
@@ -1225,6 +1241,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         p.add_argument(
             "--rate", type=float, default=0, help="activations/s per load generator (0: flat out)"
+        )
+        p.add_argument(
+            "--environment-nice",
+            type=int,
+            default=0,
+            help="niceness of the agent processes and load generators (0: as the rest)",
         )
         p.add_argument("--json", action="store_true", help="print the figures as JSON")
     probe = sub.add_parser("_probe", help=argparse.SUPPRESS)

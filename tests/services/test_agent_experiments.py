@@ -5,12 +5,14 @@ activations written to the agents' streams as the load generator writes them. Sm
 
 from __future__ import annotations
 
+import itertools
 import logging
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -21,7 +23,8 @@ import pytest
 import redis
 from pydantic import ValidationError
 
-from agent.service import AgentService, EnrollmentFailed
+import agent.service as service_module
+from agent.service import AgentService, EnrollmentFailed, NotedRetry, connect_redis
 from agent.settings import AgentSettings
 from common import redis_keys as keys
 from common.wire import encode_rewards
@@ -286,3 +289,72 @@ def test_a_bad_experiment_list_exits_2_with_one_line() -> None:
     [line] = result.stderr.splitlines()
     assert line.startswith("dexp agent: invalid configuration, not starting: DEXP_EXPERIMENT: ")
     assert "'not valid!' is not an experiment id" in line
+
+
+def test_among_many_streams_the_played_experiments_are_read_and_the_others_swept(
+    client: httpx.Client, coordinator_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond READ_CHUNK streams (here 4: 3 experiments x 3 agents), the turns between sweeps
+    read only the hot experiment's streams, every non-blocking read names READ_CHUNK streams at
+    most, and an activation of a cold experiment is read at the next sweep."""
+    monkeypatch.setattr(service_module, "READ_CHUNK", 4)
+    for experiment in ("played", "cold", "quiet"):
+        make_experiment(client, experiment)
+    service = AgentService(settings(coordinator_url, redis_url, "played,cold,quiet"))
+    reads: list[tuple[set[str], int | None, float]] = []
+    real = service.redis.xreadgroup
+
+    def recorded(group: str, consumer: str, streams: dict[str, str], **options: Any) -> Any:
+        if ">" in streams.values():
+            experiments = {service.streams[s][0].experiment for s in streams}
+            reads.append((experiments, options.get("block"), time.monotonic()))
+            assert options.get("block") is not None or len(streams) <= 4, len(streams)
+        return real(group, consumer, streams, **options)
+
+    service.redis.xreadgroup = recorded  # type: ignore[method-assign]
+    with running(service):
+        started = time.monotonic()
+        feed(redis_url, client, ["played"])
+        played_for = time.monotonic() - started
+        blocking = [e for e, block, _ in reads if block is not None]
+        assert blocking and all(e == {"played"} for e in blocking), blocking[:5]
+        # The quiet experiment's streams are named only by sweeps (each in chunks, read within
+        # a few ms of each other), a sweep a second.
+        quiet = [t for e, block, t in reads if "quiet" in e]
+        assert all(block is None for e, block, _ in reads if "quiet" in e)
+        sweeps = [t for i, t in enumerate(quiet) if i == 0 or t - quiet[i - 1] > 0.1]
+        gaps = [b - a for a, b in itertools.pairwise(sweeps)]
+        assert 1 <= len(sweeps) <= played_for / service_module.SWEEP_SECONDS + 2, sweeps
+        assert all(gap > 0.9 * service_module.SWEEP_SECONDS for gap in gaps), gaps
+        # One activation for an agent of the cold experiment: read at the next sweep.
+        r = redis.Redis.from_url(redis_url)
+        try:
+            stream = next(s for s in service.hosted["cold"].agents)
+            r.xadd(stream, {"t": 0, "r": encode_rewards(np.array([[1.0, 0.0, 0.0]]), True)[0]})
+            until(lambda: r.xlen(stream) == 0, "the cold activation read and acknowledged", 3)
+        finally:
+            r.close()
+
+
+def test_redis_retries_are_noted_so_that_lost_replies_are_read_again(redis_url: str) -> None:
+    """A command sent again by redis-py after its connection broke (its reply, for a read, may
+    have been lost with entries now pending) is noted, which makes the loop read the pending
+    entries again."""
+    r = cast(redis.Redis, connect_redis(redis_url))
+    admin = redis.Redis.from_url(redis_url)
+    try:
+        retry = r.get_retry()
+        assert isinstance(retry, NotedRetry) and r.ping() and not retry.retried
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(r.blpop, ["nothing"], 1)  # a blocking command in flight
+
+            def blocked() -> list[str]:
+                return [c["id"] for c in admin.client_list() if c.get("cmd") == "blpop"]
+
+            until(lambda: len(blocked()) == 1, "the command sent")
+            admin.client_kill_filter(_id=blocked()[0])  # its connection breaks
+            assert waiting.result(timeout=10) is None  # sent again, answered all the same
+        assert retry.retried
+    finally:
+        r.close()
+        admin.close()
