@@ -33,11 +33,11 @@ from common.params import (
     tie_warning,
     vote_threshold,
 )
-from common.subroutines import SUBROUTINES, LocalParams
+from common.subroutines import SUBROUTINES, USER_SUBROUTINES, LocalParams
+from common.subroutines.base import BOUNDED, SUB_GAUSSIAN
 
 ALGORITHMS = ("de", "ce", "dp-mase", "independent", "central")
 VOTING = ("de", "ce", "dp-mase")
-USER_SUBROUTINES = ("se", "ser3", "ser4", "me", "lucb")
 
 
 @dataclass(frozen=True)
@@ -152,6 +152,14 @@ class AlgorithmConfig:
         if self.algorithm == "dp-mase" and sigma is not None:
             raise ParameterError(
                 "rewards", "gaussian", "DP-MASE needs rewards in [0, 1] (Bernoulli)"
+            )
+        supported = SUBROUTINES[self.local_subroutine].rewards
+        model = BOUNDED if sigma is None else SUB_GAUSSIAN
+        if model not in supported:
+            raise ParameterError(
+                "subroutine",
+                self.local_subroutine,
+                f"its confidence bounds hold for {' and '.join(supported)} rewards, not {model}",
             )
         return LocalParams(
             epsilon=self.epsilon,

@@ -497,6 +497,31 @@ def print_simulation(
         out.print(TIE_MEANING)
 
 
+# ----------------------------------------------------------------------------- subroutines
+
+
+@app.command()
+def subroutines(
+    json_output: Annotated[bool, typer.Option("--json", help="Print them as JSON.")] = False,
+) -> None:
+    """List the local subroutines an experiment may name (--subroutine, DEXP_SUBROUTINE, POST
+    /v1/experiments): name, the reward models their bounds are valid for, what they do."""
+    from common.subroutines import catalog
+
+    entries = catalog()
+    if json_output:
+        print(json.dumps(entries, indent=2))
+        return
+    table = Table(title="subroutines (--subroutine NAME)", title_justify="left")
+    for column in ("name", "rewards", "description", "reference"):
+        table.add_column(column, overflow="fold")
+    for entry in entries:
+        table.add_row(
+            entry["name"], ", ".join(entry["rewards"]), entry["description"], entry["reference"]
+        )
+    _console().print(table)
+
+
 # ----------------------------------------------------------------------------- reproduce
 
 

@@ -28,6 +28,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from common.subroutines import USER_SUBROUTINES
 from dexp.admin import (
     DEFAULT_COORDINATOR_URL,
     AdminError,
@@ -45,7 +46,7 @@ COMMAND = "dexp experiments"
 # What the coordinator's POST /v1/experiments accepts (coordinator/api/experiments.py,
 # ExperimentCreate; tests/test_manage_cli.py checks that the two agree).
 ALGORITHMS = ("de", "ce", "dp-mase")
-SUBROUTINES = ("se", "ser3", "ser4", "me", "lucb")
+SUBROUTINES = USER_SUBROUTINES
 PAGE_SIZE = 100  # the coordinator's largest page
 BAR_WIDTH = 20
 ENDED = ("identified", "tied")

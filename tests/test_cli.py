@@ -429,3 +429,24 @@ def test_bad_byzantine_arguments_in_process(args: list[str], needle: str) -> Non
 def test_bad_byzantine_argument_in_a_subprocess() -> None:
     proc = run_dexp("simulate", *ENGINE, "--attackers", "32")
     _assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "attackers=32 is invalid")
+
+
+def test_subroutines_lists_every_selectable_one_as_the_api_accepts_them() -> None:
+    from common.subroutines import SUBROUTINES
+    from coordinator.api.experiments import ExperimentCreate
+
+    result = CliRunner().invoke(app, ["subroutines", "--json"])
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.output)
+    names = [entry["name"] for entry in listed]
+    enum = ExperimentCreate.model_json_schema()["properties"]["subroutine"]["enum"]
+    assert names == enum and len(set(names)) == len(names)
+    assert {"se", "ser3", "ser4", "me", "lucb"} <= set(names) and "dp-se" not in names
+    for entry in listed:
+        assert set(entry) == {"name", "rewards", "description", "reference"}
+        assert entry["rewards"] and set(entry["rewards"]) <= {"bounded", "sub-gaussian"}
+        assert entry["description"] and "\n" not in entry["description"]
+        assert entry["reference"]
+        assert SUBROUTINES[entry["name"]].selectable
+    table = CliRunner().invoke(app, ["subroutines"])
+    assert table.exit_code == 0 and all(name in table.output for name in names)

@@ -17,6 +17,23 @@ SUBROUTINES: dict[str, type[ArmSelection]] = {
     cls.name: cls
     for cls in (SuccessiveElimination, SER3, SER4, MedianElimination, LUCB, DPSuccessiveElimination)
 }
+# What an experiment may name (--subroutine, DEXP_SUBROUTINE, POST /v1/experiments): all but the
+# ones an algorithm picks by itself.
+USER_SUBROUTINES: tuple[str, ...] = tuple(n for n, c in SUBROUTINES.items() if c.selectable)
+
+
+def catalog() -> list[dict[str, Any]]:
+    """Every subroutine an experiment may name, as `dexp subroutines` lists it."""
+    return [
+        {
+            "name": name,
+            "rewards": list(cls.rewards),
+            "description": cls.summary,
+            "reference": cls.reference,
+        }
+        for name, cls in SUBROUTINES.items()
+        if cls.selectable
+    ]
 
 
 def subroutine_class(name: str) -> type[ArmSelection]:
@@ -37,11 +54,13 @@ __all__ = [
     "SER3",
     "SER4",
     "SUBROUTINES",
+    "USER_SUBROUTINES",
     "ArmSelection",
     "DPSuccessiveElimination",
     "LocalParams",
     "MedianElimination",
     "SuccessiveElimination",
+    "catalog",
     "restore",
     "subroutine_class",
 ]

@@ -47,10 +47,24 @@ class LocalParams:
             raise ParameterError("dp_epsilon", self.dp_epsilon, "must be > 0")
 
 
+BOUNDED = "bounded"  # rewards in [0, 1] (Bernoulli among them)
+SUB_GAUSSIAN = (
+    "sub-gaussian"  # sigma-sub-Gaussian rewards with a stated sigma (Gaussian among them)
+)
+
+
 class ArmSelection(ABC):
-    """Per-arm state over all K arms (numpy), and the local set `active` (sorted arm indices)."""
+    """Per-arm state over all K arms (numpy), and the local set `active` (sorted arm indices).
+
+    Each subclass says what `dexp subroutines` lists: its `name`, the reward models its
+    confidence bounds are valid for (`rewards`), a one-line `summary` and the `reference` it
+    follows; `selectable` is False for a subroutine that only an algorithm picks (DP-MASE's)."""
 
     name: ClassVar[str]
+    rewards: ClassVar[tuple[str, ...]] = (BOUNDED, SUB_GAUSSIAN)
+    summary: ClassVar[str] = ""
+    reference: ClassVar[str] = ""
+    selectable: ClassVar[bool] = True
 
     def __init__(
         self,

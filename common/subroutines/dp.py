@@ -19,6 +19,13 @@ from common.subroutines.radius import dp_elimination_gap, dp_epoch_length
 
 class DPSuccessiveElimination(ArmSelection):
     name = "dp-se"
+    rewards = ("bounded",)
+    summary = (
+        "DP successive elimination in epochs: Laplace noise on each epoch's means, each reward "
+        "used once (DP-MASE's own subroutine)"
+    )
+    reference = "Sajed and Sheffet, ICML 2019; Rio et al., ICML 2023"
+    selectable = False
 
     def _restart(self) -> None:
         if self.params.sigma is not None:

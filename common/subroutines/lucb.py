@@ -19,6 +19,11 @@ from common.subroutines.radius import lucb_radius
 
 class LUCB(ArmSelection):
     name = "lucb"
+    summary = (
+        "LUCB1: sample the empirical best and its strongest challenger until their Hoeffding "
+        "bounds overlap by less than eps, then keep the best (explore, then commit)"
+    )
+    reference = "Kalyanakrishnan, Tewari, Auer and Stone, ICML 2012"
 
     def _restart(self) -> None:
         self.queue: list[int] = []

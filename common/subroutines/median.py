@@ -18,6 +18,11 @@ from common.subroutines.radius import median_elimination_samples
 
 class MedianElimination(ArmSelection):
     name = "me"
+    summary = (
+        "median elimination: rounds of (4 / eps_l^2) log(3 / delta_l) samples per arm, the lower "
+        "half dropped each round"
+    )
+    reference = "Even-Dar, Mannor and Mansour, COLT 2002"
 
     def _restart(self) -> None:
         self.round_epsilon = self.params.epsilon / 4.0

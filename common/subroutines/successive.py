@@ -21,6 +21,11 @@ from common.subroutines.radius import elimination_radius
 
 class SuccessiveElimination(ArmSelection):
     name = "se"
+    summary = (
+        "successive elimination: round robin over the local set, Hoeffding (or sub-Gaussian) "
+        "radii union-bounded over arms and rounds, eps-stop when the radius is below eps/2"
+    )
+    reference = "Even-Dar, Mannor and Mansour, JMLR 2006"
     shuffle = False
 
     def _restart(self) -> None:
@@ -83,6 +88,8 @@ class SER3(SuccessiveElimination):
 
     name = "ser3"
     shuffle = True
+    summary = "SE whose round-robin order is drawn again every round (the papers' default)"
+    reference = "Allesiardo, Feraud and Maillard, IJDSA 2017"
 
 
 class SER4(SER3):
@@ -93,6 +100,11 @@ class SER4(SER3):
     """
 
     name = "ser4"
+    summary = (
+        "SER3 that forgets its statistics with probability phi at each step (DSER4: the reset "
+        "resets the experiment), for rewards that drift"
+    )
+    reference = "Allesiardo, Feraud and Maillard, IJDSA 2017"
 
     def wants_reset(self) -> bool:
         return self.params.phi > 0 and bool(self.rng.random() < self.params.phi)

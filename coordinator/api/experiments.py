@@ -22,6 +22,7 @@ from pydantic import (
 from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
 from common.params import check_epsilon_for_rewards
+from common.subroutines import USER_SUBROUTINES
 from common.votes import tie_certificate
 from coordinator.api.deps import (
     AdminDep,
@@ -37,6 +38,8 @@ from coordinator.settings import Settings
 from coordinator.store import Status
 
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
+# The subroutines an experiment may name (`dexp subroutines`), as an enum of the OpenAPI schema.
+SubroutineName = Literal[USER_SUBROUTINES]  # type: ignore[valid-type]
 # No per-agent label: which agent resets is the admin's to read (GET .../agents), not the scraper's.
 RESETS = Counter("dexp_resets_total", "Reset requests, by who and outcome", ["by", "outcome"])
 
@@ -110,7 +113,7 @@ class ExperimentCreate(BaseModel):
         AfterValidator(distinct_arms),
     ]
     algorithm: Literal["de", "ce", "dp-mase"] = "de"
-    subroutine: Literal["se", "ser3", "ser4", "me", "lucb"] = "ser3"
+    subroutine: SubroutineName = "ser3"
     epsilon: StrictFloat = positive(0.25, "accuracy: an arm within epsilon of the best is good")
     delta: StrictFloat = unit(0.05, "global failure probability")
     eta: StrictFloat = unit(
