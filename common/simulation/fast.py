@@ -61,7 +61,18 @@ P_THRESHOLD = 11
 P_BUDGET = 12
 P_ATTACKERS = 13  # Byzantine agents 0 .. A-1
 P_ATTACKED = 14  # the arm they vote against
-P_SIZE = 15
+P_BOUND = 15  # the confidence bound: B_HOEFFDING, B_KL, B_STITCHED (SE and LUCB families)
+P_RULE = 16  # the LUCB family's sampling and stopping rule: R_LUCB, R_UGAPEC
+P_SIZE = 17
+
+# Confidence bounds (ip[P_BOUND]) and explore-then-commit rules (ip[P_RULE]).
+B_HOEFFDING = 0  # the subroutine's own Hoeffding / sub-Gaussian radius (se, ser3, ser4, lucb)
+B_KL = 1
+B_STITCHED = 2
+R_LUCB = 0
+R_UGAPEC = 1
+# Per subroutine name: (the bound, the rule); absent: (B_HOEFFDING, R_LUCB).
+_BOUNDS_AND_RULES: dict[str, tuple[int, int]] = {}
 
 # Float parameters (fp).
 F_EPS = 0
@@ -968,6 +979,7 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
     ip[P_BUDGET] = config.budget
     ip[P_ATTACKERS] = 0 if central else config.attackers
     ip[P_ATTACKED] = config.attacked_arm
+    ip[P_BOUND], ip[P_RULE] = _BOUNDS_AND_RULES.get(sub, (B_HOEFFDING, R_LUCB))
     fp = np.zeros(F_SIZE)
     fp[F_EPS] = params.epsilon
     fp[F_CONF] = params.confidence
