@@ -1,0 +1,98 @@
+"""Confidence intervals sharper than Hoeffding's, each valid for the reward model it names.
+
+Every function returns a (lower, upper) interval for one arm's mean from its empirical mean and
+number of pulls; the caller chooses the level, i.e. how the failure probability is spread over
+arms, rounds or time (docs/SUBROUTINES.md derives each choice).
+
+- KL (Chernoff) intervals for rewards in [0, 1]: for i.i.d. rewards in [0, 1] with mean mu,
+  P(mean_n <= mu - x) and P(mean_n >= mu + x) are at most exp(-n kl(mu -+ x, mu)), with kl the
+  Bernoulli relative entropy (Hoeffding 1963, Theorem 1; Garivier and Cappe 2011). The interval
+  {q : n kl(mean_n, q) <= level} therefore fails on each side with probability <= exp(-level).
+  By Pinsker (kl(p, q) >= 2 (p - q)^2) it is never wider than Hoeffding's at the same level.
+- The stitched boundary of Howard, Ramdas, McAuliffe and Sekhon (Ann. Statist. 2021): for
+  s-sub-Gaussian increments, S_n <= 1.7 s sqrt(n (log log(2n) + 0.72 log(5.2 / alpha))) for every
+  n >= 1 at once, with probability >= 1 - alpha. Rewards in [0, 1] are 1/2-sub-Gaussian. Anytime:
+  no union over rounds or time is needed, only over arms and the two sides.
+- KL-LUCB's exploration rate beta(t, delta) = log(k1 K t^alpha / delta), alpha = 1.1 and
+  k1 = 405.5 > 2e + 1 + e / (alpha - 1) + (e + 1) / (alpha - 1)^2 (Kaufmann and Kalyanakrishnan,
+  COLT 2013, Theorem 2's condition): with it, every arm's KL interval at level beta(t, delta) holds
+  at every decision t with probability >= 1 - delta.
+"""
+
+from __future__ import annotations
+
+import math
+
+KL_ITERATIONS = 50  # bisection steps: the interval's ends to within 2^-50
+KL_LUCB_ALPHA = 1.1
+KL_LUCB_K1 = 405.5
+STITCH_SCALE = 1.7
+STITCH_LOGLOG = 0.72
+STITCH_ALPHA = 5.2
+
+
+def kl_bernoulli(p: float, q: float) -> float:
+    """kl(p, q) = p log(p / q) + (1 - p) log((1 - p) / (1 - q)), with 0 log 0 = 0."""
+    out = 0.0
+    if p > 0.0:
+        out += p * math.log(p / q) if q > 0.0 else math.inf
+    if p < 1.0:
+        out += (1.0 - p) * math.log((1.0 - p) / (1.0 - q)) if q < 1.0 else math.inf
+    return out
+
+
+def kl_upper(mean: float, pulls: int, level: float) -> float:
+    """The largest q in [mean, 1] with pulls * kl(mean, q) <= level (bisection)."""
+    mean = min(max(mean, 0.0), 1.0)
+    low, high = mean, 1.0
+    for _ in range(KL_ITERATIONS):
+        mid = 0.5 * (low + high)
+        if pulls * kl_bernoulli(mean, mid) > level:
+            high = mid
+        else:
+            low = mid
+    return low
+
+
+def kl_lower(mean: float, pulls: int, level: float) -> float:
+    """The smallest q in [0, mean] with pulls * kl(mean, q) <= level (bisection)."""
+    mean = min(max(mean, 0.0), 1.0)
+    low, high = 0.0, mean
+    for _ in range(KL_ITERATIONS):
+        mid = 0.5 * (low + high)
+        if pulls * kl_bernoulli(mean, mid) > level:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def kl_interval(mean: float, pulls: int, level: float) -> tuple[float, float]:
+    """The Chernoff-KL interval for rewards in [0, 1]; each side fails w.p. <= exp(-level)."""
+    return kl_lower(mean, pulls, level), kl_upper(mean, pulls, level)
+
+
+def elimination_level(rounds: int, n_arms: int, confidence: float) -> float:
+    """log(4 K r^2 / conf): SE's union over arms, both sides and rounds r >= 1 sums to
+    2 K sum_r conf / (4 K r^2) = conf pi^2 / 12 < conf."""
+    return math.log(4.0 * n_arms * rounds * rounds / confidence)
+
+
+def kl_lucb_level(time: int, n_arms: int, confidence: float) -> float:
+    """beta(t, conf) = log(k1 K t^alpha / conf), KL-LUCB's exploration rate."""
+    return math.log(KL_LUCB_K1 * n_arms * float(time) ** KL_LUCB_ALPHA / confidence)
+
+
+def stitched_radius(pulls: int, n_arms: int, confidence: float, sigma: float | None) -> float:
+    """Howard et al.'s stitched radius for one arm's mean, anytime, at alpha = conf / (2 K) per
+    side and arm (a union over both sides of the K arms). sigma None: rewards in [0, 1] (s = 1/2)."""
+    scale = 0.5 if sigma is None else sigma
+    alpha = confidence / (2.0 * n_arms)
+    n = float(pulls)
+    inner = math.log(math.log(2.0 * n)) + STITCH_LOGLOG * math.log(STITCH_ALPHA / alpha)
+    return STITCH_SCALE * scale * math.sqrt(inner / n)
+
+
+def gaussian_radius(pulls: int, level: float, sigma: float) -> float:
+    """sigma sqrt(2 level / n): each side fails w.p. <= exp(-level) for sigma-sub-Gaussian rewards."""
+    return sigma * math.sqrt(2.0 * level / pulls)
