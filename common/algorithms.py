@@ -7,12 +7,14 @@ drop probability, and whether a SER4 reset resets the whole experiment (DSER4).
 Byzantine tolerance (`tolerance` = f >= 0, voting algorithms only). The papers' threshold is
 M = ceil(log delta / log eta) (CE: eta_xi, DP-MASE: beta), and Theorem 1's argument is that the
 best arm leaves only if M distinct agents vote against it, each honest one doing so with
-probability at most eta, so the failure probability is <= eta^M <= delta. That argument assumes
-every voter is honest: f agents that vote against the best arm (and nothing else) supply f of the
-M votes for free, and with f >= M they remove it every time. With a tolerance f the threshold in
-force is M + f: with at most f Byzantine agents an arm leaves only with at least M honest votes,
-so the failure probability stays <= eta^M <= delta (CE: eta_xi^M, DP-MASE: beta^M), whatever
-the Byzantine agents send. The price: N >= M + f agents are needed (checked by `validate_for`),
+probability at most eta, so the failure probability is <= eta^M <= delta. eta^M bounds the chance
+that M given agents all err; with N > M agents the union over them gives C(N, M) eta^M, vacuous at
+the papers' settings (docs/SUBROUTINES.md, section 3): the measured failure rates, not this bound,
+are what docs/RESULTS.md reports. The argument also assumes every voter is honest: f agents that
+vote against the best arm (and nothing else) supply f of the M votes for free, and with f >= M they
+remove it every time. With a tolerance f the threshold in force is M + f: with at most f Byzantine
+agents an arm leaves only with at least M honest votes, so the liars add nothing to what the honest
+agents' errors can do, whatever they send. The price: N >= M + f agents are needed (checked by `validate_for`),
 and up to (M + f) K - 1 messages instead of M K - 1. f = 0 is the papers' algorithm, unchanged.
 """
 
@@ -43,9 +45,10 @@ VOTING = ("de", "ce", "dp-mase")
 @dataclass(frozen=True)
 class AlgorithmConfig:
     """tolerance = f: the vote threshold is M + f (see the module docstring). Guarantee: with at
-    most f Byzantine agents an arm leaves only with at least M honest votes, so the failure
-    probability stays <= eta^M <= delta (CE: eta_xi^M, DP-MASE: beta^M); N >= M + f agents are
-    required. f = 0 (the default) is the papers' algorithm and threshold, unchanged."""
+    most f Byzantine agents an arm leaves only with at least M honest votes, so the liars add
+    nothing to what honest errors can do (see the module docstring for what that certifies);
+    N >= M + f agents are required. f = 0 (the default) is the papers' algorithm and threshold,
+    unchanged."""
 
     algorithm: str = "de"
     subroutine: str = "ser3"

@@ -2,8 +2,9 @@
 
 The attack (SimulationConfig.attackers = A): agents 0 .. A-1 vote against the best arm at their first
 activation and against nothing else. Without tolerance, A >= M attackers remove it on their own; with
-tolerance f >= A the threshold is M + f, so an arm leaves only with >= M honest votes and the failure
-probability stays <= eta^M <= delta.
+tolerance f >= A the threshold is M + f, so an arm leaves only with >= M honest votes: the liars add
+nothing to what honest errors can do (whose rate is measured; eta^M bounds only M given agents,
+docs/SUBROUTINES.md section 3).
 
 Failure = the returned arm is not eps-optimal. On feraud-1 (0.7, 0.5, 0.3, 0.1 x 7) the default
 eps = 0.25 makes arm 1 eps-optimal too, so removing arm 0 is NOT a failure there (measured below);
