@@ -503,11 +503,24 @@ def print_simulation(
 @app.command()
 def subroutines(
     json_output: Annotated[bool, typer.Option("--json", help="Print them as JSON.")] = False,
+    widths: Annotated[
+        bool,
+        typer.Option(
+            "--widths",
+            help="Instead, print each confidence bound's half-widths (below / above the mean) "
+            "for one arm of a [0, 1] problem, every arm with n samples.",
+        ),
+    ] = False,
+    arms: Annotated[int, typer.Option(help="K, for --widths.")] = 10,
+    eta: Annotated[float, typer.Option(help="Local failure probability, for --widths.")] = 0.9,
 ) -> None:
     """List the local subroutines an experiment may name (--subroutine, DEXP_SUBROUTINE, POST
     /v1/experiments): name, the reward models their bounds are valid for, what they do."""
     from common.subroutines import catalog
 
+    if widths:
+        _print_widths(arms, eta)
+        return
     entries = catalog()
     if json_output:
         print(json.dumps(entries, indent=2))
@@ -519,6 +532,32 @@ def subroutines(
         table.add_row(
             entry["name"], ", ".join(entry["rewards"]), entry["description"], entry["reference"]
         )
+    _console().print(table)
+
+
+def _print_widths(arms: int, eta: float) -> None:
+    from common.subroutines.bounds import half_widths
+
+    if arms < 2:
+        raise ParameterError("arms", arms, "must be at least 2")
+    if not 0 < eta < 1:
+        raise ParameterError("eta", eta, "must be in (0, 1)")
+    points = [(mean, n) for mean in (0.1, 0.5) for n in (50, 200, 1000)]
+    table = Table(
+        title=f"half-widths below / above the mean, K = {arms}, eta = {eta:g} "
+        "(t = K n for the time-indexed rates)",
+        title_justify="left",
+    )
+    table.add_column("bound")
+    for mean, n in points:
+        table.add_column(f"mean {mean:g}, n = {n}", justify="right")
+    rows: dict[str, list[str]] = {}
+    for mean, n in points:
+        for name, (low, high) in half_widths(arms, eta, mean, n).items():
+            cell = f"{high:.3f}" if abs(high - low) < 5e-4 else f"{low:.3f} / {high:.3f}"
+            rows.setdefault(name, []).append(cell)
+    for name, cells in rows.items():
+        table.add_row(name, *cells)
     _console().print(table)
 
 

@@ -96,3 +96,31 @@ def stitched_radius(pulls: int, n_arms: int, confidence: float, sigma: float | N
 def gaussian_radius(pulls: int, level: float, sigma: float) -> float:
     """sigma sqrt(2 level / n): each side fails w.p. <= exp(-level) for sigma-sub-Gaussian rewards."""
     return sigma * math.sqrt(2.0 * level / pulls)
+
+
+def half_widths(
+    n_arms: int, confidence: float, mean: float, pulls: int
+) -> dict[str, tuple[float, float]]:
+    """(mean - lower, upper - mean) of each bound for one arm of a [0, 1] problem with `pulls`
+    samples, when every one of the K arms has that many (t = K * pulls for the time-indexed
+    rates): what `dexp subroutines --widths` prints, to compare the bounds at equal footing."""
+    time = n_arms * pulls
+    hoeffding = math.sqrt(elimination_level(pulls, n_arms, confidence) / (2.0 * pulls))
+    lucb = math.sqrt(math.log(5.0 * n_arms * float(time) ** 4 / (4.0 * confidence)) / (2.0 * pulls))
+    ugapec = math.sqrt(
+        math.log(4.0 * n_arms * float(max(time - 1, 1)) ** 3 / confidence) / (2.0 * pulls)
+    )
+    stitched = stitched_radius(pulls, n_arms, confidence, None)
+    out = {
+        "se (Hoeffding, union over rounds)": (hoeffding, hoeffding),
+        "lucb (LUCB1)": (lucb, lucb),
+        "ugapec (UGapEc)": (ugapec, ugapec),
+        "stitched (anytime)": (stitched, stitched),
+    }
+    for name, level in (
+        ("kl-se (KL, union over rounds)", elimination_level(pulls, n_arms, confidence)),
+        ("kl-lucb (KL, KL-LUCB's rate)", kl_lucb_level(time, n_arms, confidence)),
+    ):
+        low, high = kl_interval(mean, pulls, level)
+        out[name] = (mean - low, high - mean)
+    return out
