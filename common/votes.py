@@ -19,6 +19,7 @@ have been the agent's own arm, which restarts it); an agent still settled then s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -88,19 +89,28 @@ def is_tied(
     return all(count < threshold for count in reachable.values())
 
 
-def tie_certificate(delta: float, tolerance: int = 0) -> str:
-    """What a tie certifies, exactly. Theorem 1's argument: an arm leaves only with M distinct
-    votes (with tolerance f: M honest ones), and each vote against the best arm is a local error
-    of probability at most eta, so all of them are errors with probability at most
-    eta^M <= delta. That premise fails when another arm is within epsilon of the best: SE's
-    epsilon-stop then votes against the best arm without any error (measured: of two equal arms,
-    arm 0 left in 79 of 200 runs at N = 64). So the best arm is certified to remain only when no
-    other arm is within epsilon of it; nothing is certified about how the candidates compare."""
+def tie_certificate(
+    delta: float, tolerance: int = 0, threshold: int | None = None, agents: int | None = None
+) -> str:
+    """What a tie certifies, exactly. An arm leaves only with M distinct votes (with tolerance f:
+    M honest ones). Theorem 1 bounds by eta^M <= delta the chance that M given agents all voted the
+    best arm out by error; with N agents the union over the sets of M of them gives
+    C(N, M) delta, which certifies nothing once it reaches 1 (docs/SUBROUTINES.md, section 3).
+    And the best arm may leave without any error when another arm is within epsilon of it (SE's
+    epsilon-stop; measured: of two equal arms, arm 0 left in 79 of 200 runs at N = 64). Nothing
+    is certified about how the candidates compare. `threshold` is M (without f), `agents` N."""
+    m = "M" if threshold is None else f"M = {threshold}"
     sentence = (
-        f"with probability at least 1 - delta = {1 - delta:g}, the best arm is among the "
-        "candidates unless another arm is within epsilon of it (then either may have been voted "
-        "out without error); nothing is certified about the differences between the candidates"
+        f"the best arm is among the candidates unless {m} agents voted it out by error, or "
+        "another arm is within epsilon of it (then either may have been voted out without "
+        f"error); delta = {delta:g} bounds the first for M given agents"
     )
+    if threshold is not None and agents is not None and agents > threshold:
+        union = math.comb(agents, threshold) * delta
+        sentence += f", and over the N = {agents} agents the union C(N, M) delta = {union:.3g}" + (
+            ", which certifies nothing" if union >= 1 else ""
+        )
+    sentence += "; nothing is certified about the differences between the candidates"
     return f"while at most f = {tolerance} agents lie, {sentence}" if tolerance else sentence
 
 

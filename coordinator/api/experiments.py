@@ -406,9 +406,16 @@ def _public(state: dict[str, Any]) -> ExperimentPublic:
 
 
 def certified(state: dict[str, Any]) -> str:
-    """What a tie certifies (common.votes.tie_certificate), with this experiment's delta and f."""
+    """What a tie certifies (common.votes.tie_certificate), with this experiment's delta, f, M
+    and number of agents."""
     params = state["params"]
-    return tie_certificate(float(params["delta"]), int(params.get("tolerance", 0)))
+    tolerance = int(params.get("tolerance", 0))
+    return tie_certificate(
+        float(params["delta"]),
+        tolerance,
+        threshold=int(state["threshold"]) - tolerance,
+        agents=int(state["agents"]),
+    )
 
 
 @router.post(

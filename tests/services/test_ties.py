@@ -97,10 +97,11 @@ def test_a_tie_ends_the_experiment_and_an_enrollment_can_reopen_it(client: httpx
     assert body["status"] == "tied"
     assert body["best_arm"] is None
     assert body["candidates"] == candidates == body["remaining_arms"]
-    assert body["certified"] == tie_certificate(0.2)
+    assert body["certified"] == tie_certificate(0.2, threshold=3, agents=4)
     assert body["certified"].startswith(
-        "with probability at least 1 - delta = 0.8, the best arm is among the candidates unless"
+        "the best arm is among the candidates unless M = 3 agents voted it out by error"
     )
+    assert "over the N = 4 agents the union C(N, M) delta = 0.8;" in body["certified"]
     assert client.get("/v1/experiments/tie").json()["status"] == "tied"
     listed = client.get("/v1/experiments").json()["experiments"]
     assert [(e["id"], e["status"]) for e in listed] == [("tie", "tied")]
@@ -156,8 +157,8 @@ def test_with_a_tolerance_the_certificate_holds_while_at_most_f_agents_lie(
         vote(client, "tol", agent, arm)
     body = best_arm(client, "tol")
     assert body["status"] == "tied"
-    assert body["certified"] == tie_certificate(0.2, tolerance=1)
-    assert body["certified"].startswith("while at most f = 1 agents lie, with probability")
+    assert body["certified"] == tie_certificate(0.2, tolerance=1, threshold=3, agents=4)
+    assert body["certified"].startswith("while at most f = 1 agents lie, the best arm is among")
 
 
 def agent_like_steps(rng: np.random.Generator, n_arms: int, n_agents: int, ce: bool) -> list[Any]:
