@@ -151,6 +151,19 @@ class AlgorithmConfig:
         return self.delta
 
     def local_params(self, n_arms: int, n_agents: int, sigma: float | None) -> LocalParams:
+        self.check_rewards(sigma)
+        return LocalParams(
+            epsilon=self.epsilon,
+            confidence=self.local_confidence(n_arms, n_agents),
+            sigma=sigma,
+            every_arm=self.every_arm,
+            phi=self.phi,
+            dp_epsilon=self.dp_epsilon,
+        )
+
+    def check_rewards(self, sigma: float | None) -> None:
+        """Refuse rewards (sigma None: [0, 1]; else sigma-sub-Gaussian) that the local
+        subroutine's confidence bounds do not hold for, or an eps that leaves nothing to find."""
         check_epsilon_for_rewards(self.epsilon, sigma)
         if self.algorithm == "dp-mase" and sigma is not None:
             raise ParameterError(
@@ -164,14 +177,6 @@ class AlgorithmConfig:
                 self.local_subroutine,
                 f"its confidence bounds hold for {' and '.join(supported)} rewards, not {model}",
             )
-        return LocalParams(
-            epsilon=self.epsilon,
-            confidence=self.local_confidence(n_arms, n_agents),
-            sigma=sigma,
-            every_arm=self.every_arm,
-            phi=self.phi,
-            dp_epsilon=self.dp_epsilon,
-        )
 
     def validate_for(self, n_arms: int, n_agents: int) -> int | None:
         """Check the whole configuration for K arms and N agents (N >= M + f); return M + f."""

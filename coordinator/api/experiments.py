@@ -21,7 +21,6 @@ from pydantic import (
 
 from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
-from common.params import check_epsilon_for_rewards
 from common.subroutines import USER_SUBROUTINES
 from common.votes import tie_certificate
 from coordinator.api.deps import (
@@ -159,13 +158,14 @@ class ExperimentCreate(BaseModel):
             raise Invalid(str(exc)) from None
 
     def checked_config(self, settings: Settings) -> AlgorithmConfig:
-        """The configuration, refused (422) if it cannot finish in expectation: epsilon above 1
-        for rewards in [0, 1] (every arm is then eps-optimal: nothing to find), a threshold M + f
+        """The configuration, refused (422) if it cannot finish in expectation or is not valid for
+        its rewards: a subroutine whose bounds do not hold for them (kl-* on sub-Gaussian
+        rewards), epsilon above 1 for rewards in [0, 1] (every arm is eps-optimal), a threshold M + f
         that the agent cap (DEXP_MAX_AGENTS) could never reach, or, under CE, a cap whose
         expected votes per arm, DEXP_MAX_AGENTS x (1 - xi), stay below the threshold."""
         config = self.algorithm_config()
         try:
-            check_epsilon_for_rewards(config.epsilon, self.sigma)
+            config.check_rewards(self.sigma)
             threshold = config.threshold(len(self.arms))
         except ParameterError as exc:
             raise Invalid(str(exc)) from None
