@@ -149,6 +149,19 @@ class AlgorithmConfig:
 
     def local_params(self, n_arms: int, n_agents: int, sigma: float | None) -> LocalParams:
         check_epsilon_for_rewards(self.epsilon, sigma)
+        self.check_rewards(sigma)
+        return LocalParams(
+            epsilon=self.epsilon,
+            confidence=self.local_confidence(n_arms, n_agents),
+            sigma=sigma,
+            every_arm=self.every_arm,
+            phi=self.phi,
+            dp_epsilon=self.dp_epsilon,
+        )
+
+    def check_rewards(self, sigma: float | None) -> None:
+        """The reward model (sigma None: rewards in [0, 1], else sigma-sub-Gaussian) is one that
+        the local subroutine's confidence bounds hold for (kl-se and DP-MASE: [0, 1] only)."""
         if self.algorithm == "dp-mase" and sigma is not None:
             raise ParameterError(
                 "rewards", "gaussian", "DP-MASE needs rewards in [0, 1] (Bernoulli)"
@@ -161,14 +174,6 @@ class AlgorithmConfig:
                 self.local_subroutine,
                 f"its confidence bounds hold for {' and '.join(supported)} rewards, not {model}",
             )
-        return LocalParams(
-            epsilon=self.epsilon,
-            confidence=self.local_confidence(n_arms, n_agents),
-            sigma=sigma,
-            every_arm=self.every_arm,
-            phi=self.phi,
-            dp_epsilon=self.dp_epsilon,
-        )
 
     def validate_for(self, n_arms: int, n_agents: int) -> int | None:
         """Check the whole configuration for K arms and N agents (N >= M + f); return M + f."""

@@ -159,13 +159,16 @@ class ExperimentCreate(BaseModel):
             raise Invalid(str(exc)) from None
 
     def checked_config(self, settings: Settings) -> AlgorithmConfig:
-        """The configuration, refused (422) if it cannot finish in expectation: epsilon above 1
-        for rewards in [0, 1] (every arm is then eps-optimal: nothing to find), a threshold M + f
-        that the agent cap (DEXP_MAX_AGENTS) could never reach, or, under CE, a cap whose
-        expected votes per arm, DEXP_MAX_AGENTS x (1 - xi), stay below the threshold."""
+        """The configuration, refused (422) if the local subroutine's bounds do not hold for the
+        reward model (`sigma`; kl-se and DP-MASE need rewards in [0, 1]) or if it cannot finish
+        in expectation: epsilon above 1 for rewards in [0, 1] (every arm is then eps-optimal:
+        nothing to find), a threshold M + f that the agent cap (DEXP_MAX_AGENTS) could never
+        reach, or, under CE, a cap whose expected votes per arm, DEXP_MAX_AGENTS x (1 - xi), stay
+        below the threshold."""
         config = self.algorithm_config()
         try:
             check_epsilon_for_rewards(config.epsilon, self.sigma)
+            config.check_rewards(self.sigma)
             threshold = config.threshold(len(self.arms))
         except ParameterError as exc:
             raise Invalid(str(exc)) from None

@@ -165,6 +165,7 @@ def test_create_and_delete_need_the_admin_token(
         ({"algorithm": "central"}, "algorithm"),
         ({"subroutine": "ser4"}, "phi"),  # SER4 needs phi in (0, 1)
         ({"phi": 0.1}, "phi"),  # phi only with ser4
+        ({"subroutine": "kl-se", "sigma": 1.0}, "subroutine"),  # KL bounds: rewards in [0, 1]
         ({"epsilon": -0.1}, "epsilon"),
         ({"eta": "0.9"}, "eta"),  # strict: no strings for numbers
         ({"id": "bad id!"}, "id"),
