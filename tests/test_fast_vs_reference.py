@@ -25,6 +25,7 @@ from common.algorithms import AlgorithmConfig
 from common.environments import Environment
 from common.simulation import SimulationConfig, fast, reference, run_trials
 from common.simulation.config import TrialResult
+from common.subroutines import SUBROUTINES
 from common.votes import is_tied
 
 MEANS = (0.95, 0.3, 0.2, 0.1)
@@ -55,6 +56,13 @@ CASES: dict[str, Case] = {
     "de-se": _case(AlgorithmConfig("de", "se", **BASE)),
     "de-ser3-global": _case(AlgorithmConfig("de", "ser3", **BASE), stop="global"),
     "de-lucb": _case(AlgorithmConfig("de", "lucb", **BASE)),
+    # The SE family with sharper bounds (B_KL, B_STITCHED): SER3's rounds, other checks.
+    "de-kl-se": _case(AlgorithmConfig("de", "kl-se", **BASE)),
+    "de-stitched-se": _case(AlgorithmConfig("de", "stitched-se", **BASE)),
+    "de-stitched-se-gaussian": _case(
+        AlgorithmConfig("de", "stitched-se", every_arm=True, **BASE),
+        env=Environment((1.0, 0.2, 0.0, -0.2), rewards="gaussian", sigma=0.5),
+    ),
     "de-me-every-arm": _case(
         AlgorithmConfig("de", "me", every_arm=True, **{**BASE, "epsilon": 1.0})
     ),
@@ -297,6 +305,17 @@ def test_fast_is_deterministic_per_seed_and_takes_seed_sequences() -> None:
     runs = run_trials(config, trials=3, seed=11, engine="fast")
     again = run_trials(config, trials=3, seed=11, engine="fast")
     assert [r.to_json() for r in runs] == [r.to_json() for r in again]
+
+
+def test_every_subroutine_has_a_fast_code_with_its_order_and_bound() -> None:
+    """A name the registry gains must reach the compiled kernel with the right flags: its code,
+    SER3's reshuffled order (the `shuffle` class flag) and, for the sharper bounds, their own."""
+    assert set(fast._SUB_CODES) == set(SUBROUTINES)
+    for name, cls in SUBROUTINES.items():
+        if fast._SUB_CODES[name] == fast.SUB_SE:
+            assert (name in fast._SHUFFLED) == cls.shuffle  # type: ignore[attr-defined]
+    assert fast._BOUNDS_AND_RULES["kl-se"][0] == fast.B_KL
+    assert fast._BOUNDS_AND_RULES["stitched-se"][0] == fast.B_STITCHED
 
 
 def test_central_counts_n_minus_1_messages_per_activation() -> None:

@@ -12,7 +12,10 @@ import pytest
 from scipy import stats
 
 from common.agent import AgentSpec, LocalAgent
-from common.environments import Environment
+from common.algorithms import AlgorithmConfig
+from common.environments import Environment, problem
+from common.errors import ParameterError
+from common.simulation import SimulationConfig
 from common.subroutines import (
     SUBROUTINES,
     ArmSelection,
@@ -22,6 +25,7 @@ from common.subroutines import (
     restore,
     subroutine_class,
 )
+from common.subroutines.bounds import elimination_level, kl_interval, stitched_radius
 from common.subroutines.radius import (
     dp_elimination_gap,
     dp_epoch_length,
@@ -30,7 +34,8 @@ from common.subroutines.radius import (
     median_elimination_samples,
 )
 
-NAMES = sorted(SUBROUTINES)  # se, ser3, ser4, me, lucb, dp-se
+NAMES = sorted(SUBROUTINES)  # se, ser3, ser4, kl-se, stitched-se, me, lucb, dp-se
+SE_FAMILY = ("se", "ser3", "ser4", "kl-se", "stitched-se")
 MODES = [False, True]  # every_arm: one arm per activation (Feraud) / every arm (Rio)
 EASY = Environment((0.9, 0.5, 0.4, 0.1))
 
@@ -136,7 +141,7 @@ def test_selects_only_active_arms_and_is_done_with_one(name: str, every_arm: boo
         assert len(set(arms)) == len(arms)
         if not every_arm:
             assert len(arms) == 1
-        elif name in ("se", "ser3", "ser4", "dp-se"):
+        elif name in (*SE_FAMILY, "dp-se"):
             assert arms == before  # every arm of the local set, once
         out = sub.observe(arms, EASY.draw(arms, 0, rewards))
         assert set(out) <= set(before)
@@ -462,6 +467,151 @@ def test_single_agent_finds_an_eps_optimal_arm_with_confidence_095(
             step(sub, env, rewards)
         correct += env.eps_optimal(sub.active[0], eps)
     assert correct >= 0.95 * runs
+
+
+# -- SE with sharper bounds: kl-se and stitched-se ---------------------------------------------
+# (their state round trip, activation cycle and restart are checked with every subroutine above)
+def expected_kl_se_out(
+    sub: ArmSelection, before: list[int], rounds: int, eps: float, conf: float
+) -> list[int]:
+    """kl-se's rules, recomputed from the statistics: KL intervals at log(4 K r^2 / conf),
+    U_a <= max_b L_b eliminates a, then the eps-stop on the empirical best h."""
+    level = math.log(4 * sub.initial_arms * rounds**2 / conf)
+    mu = sub.sums / np.maximum(sub.counts, 1)
+    box = {a: kl_interval(float(mu[a]), rounds, level) for a in before}
+    top = max(low for low, _ in box.values())
+    out = {a for a in before if box[a][1] <= top}
+    rest = [a for a in before if a not in out]
+    if len(rest) > 1:
+        h = max(rest, key=lambda a: (mu[a], -a))
+        if max(box[a][1] for a in rest if a != h) - box[h][0] < eps:
+            out |= set(rest) - {h}
+    return sorted(out)
+
+
+def expected_se_out(mu: np.ndarray, before: list[int], radius: float, eps: float) -> list[int]:
+    best = max(mu[a] for a in before)
+    out = {a for a in before if best - mu[a] >= 2 * radius}
+    rest = [a for a in before if a not in out]
+    if radius <= eps / 2 and len(rest) > 1:
+        h = max(rest, key=lambda a: (mu[a], -a))
+        out |= set(rest) - {h}
+    return sorted(out)
+
+
+@pytest.mark.parametrize("every_arm", MODES)
+@pytest.mark.parametrize("name", ["kl-se", "stitched-se"])
+@pytest.mark.parametrize("seed", range(2))
+def test_sharp_se_decides_by_its_rules_at_each_round_end(
+    name: str, every_arm: bool, seed: int
+) -> None:
+    """Every local elimination happens at the end of a round, exactly as the rules say; rounds
+    are SER3's (least-sampled arm first, ties by a fresh random order)."""
+    k, eps, conf = 6, 0.1, 0.3
+    env = Environment((0.9, 0.85, 0.6, 0.5, 0.2, 0.02))
+    sub = make(name, n_arms=k, every_arm=every_arm, epsilon=eps, confidence=conf, seed=seed)
+    rewards = np.random.default_rng(50 + seed)
+    checked = 0
+    while not sub.done:
+        before = list(sub.active)
+        _, out = step(sub, env, rewards)
+        counts = {int(sub.counts[a]) for a in before}
+        if len(counts) != 1:
+            assert out == []
+            continue
+        (rounds,) = counts
+        if name == "kl-se":
+            expected = expected_kl_se_out(sub, before, rounds, eps, conf)
+        else:
+            radius = stitched_radius(rounds, k, conf, None)
+            assert sub.radius(rounds) == radius  # type: ignore[attr-defined]
+            expected = expected_se_out(sub.means(), before, radius, eps)
+        assert out == expected, f"round {rounds}"
+        checked += 1
+    assert checked > 10
+    assert env.eps_optimal(sub.active[0], eps)
+
+
+def test_kl_se_level_and_stitched_radius_use_the_set_at_the_restart() -> None:
+    kl = make("kl-se", n_arms=10, confidence=0.9)
+    st = make("stitched-se", n_arms=10, confidence=0.9)
+    assert kl.level(7) == elimination_level(7, 10, 0.9)  # type: ignore[attr-defined]
+    assert st.radius(7) == stitched_radius(7, 10, 0.9, None)  # type: ignore[attr-defined]
+    kl.restart([2, 5, 7])
+    st.restart([2, 5, 7])
+    assert kl.level(7) == pytest.approx(math.log(4 * 3 * 49 / 0.9))  # type: ignore[attr-defined]
+    assert st.radius(7) == stitched_radius(7, 3, 0.9, None)  # type: ignore[attr-defined]
+    sigma = subroutine_class("stitched-se")(4, LocalParams(sigma=2.0), np.random.default_rng(0))
+    assert sigma.radius(9) == stitched_radius(9, 4, 0.9, 2.0)  # type: ignore[attr-defined]
+    assert sigma.radius(9) == pytest.approx(4 * stitched_radius(9, 4, 0.9, None))  # s = 2 vs 1/2
+
+
+def test_kl_se_rejects_gaussian_rewards() -> None:
+    gaussian = problem("rio-2").environment
+    with pytest.raises(ParameterError) as info:
+        SimulationConfig(gaussian, AlgorithmConfig("de", "kl-se"), n_agents=32)
+    assert info.value.name == "subroutine" and "bounded" in str(info.value)
+    with pytest.raises(ParameterError) as info:
+        AlgorithmConfig("central", "kl-se").local_params(10, 1, 1.0)
+    assert info.value.name == "subroutine"
+    with pytest.raises(ParameterError) as info:
+        subroutine_class("kl-se")(4, LocalParams(sigma=1.0), np.random.default_rng(0))
+    assert info.value.name == "rewards"
+    assert subroutine_class("kl-se").rewards == ("bounded",)
+    # stitched-se takes both; so does the simulation
+    assert set(subroutine_class("stitched-se").rewards) == {"bounded", "sub-gaussian"}
+    SimulationConfig(gaussian, AlgorithmConfig("de", "stitched-se"), n_agents=32)
+
+
+@pytest.mark.parametrize("name", ["kl-se", "stitched-se"])
+def test_sharp_se_state_round_trip_mid_round_after_a_discard(name: str) -> None:
+    """Restored in the middle of a round, after a discard shrank the set (the level and radius
+    keep the K of the restart): the twin continues identically, votes and all."""
+    env = Environment((0.9, 0.85, 0.6, 0.5, 0.2, 0.02))
+    sub = make(name, n_arms=6, epsilon=0.1, confidence=0.3, seed=4)
+    rewards = np.random.default_rng(8)
+    for _ in range(23):
+        step(sub, env, rewards)
+    assert sub.discard([5]) == []
+    for _ in range(4):
+        step(sub, env, rewards)
+    assert not sub.done and len(set(sub.counts[sub.active].tolist())) > 1  # mid-round
+    state = json.loads(json.dumps(sub.to_state()))
+    assert state["initial_arms"] == 6 and 5 not in state["active"]
+    twin = restore(state, copy_rng(sub.rng))
+    twin_rewards = copy_rng(rewards)
+    assert type(twin) is type(sub) and twin.to_state() == sub.to_state()
+    while not sub.done:
+        assert step(sub, env, rewards) == step(twin, env, twin_rewards)
+    assert twin.done and twin.to_state() == sub.to_state()
+
+
+def single_agent_samples(name: str, runs: int) -> tuple[float, int]:
+    """Feraud's problem 1 (0.7, 0.5, 0.3, 0.1 x 7), eps 0.25, conf 0.9, one agent: the mean number
+    of samples to stop, and how many runs kept an eps-optimal arm. Every arm of the set is played
+    at each activation: the same rounds as one arm at a time, in fewer Python calls."""
+    env = problem("feraud-1").environment
+    total = correct = 0
+    for seed in range(runs):
+        sub = make(name, n_arms=env.n_arms, every_arm=True, epsilon=0.25, confidence=0.9, seed=seed)
+        rewards = np.random.default_rng(70_000 + seed)
+        while not sub.done:
+            step(sub, env, rewards)
+        total += int(sub.counts.sum())
+        correct += env.eps_optimal(sub.active[0], 0.25)
+    return total / runs, correct
+
+
+def test_sharp_bounds_need_fewer_samples_than_ser3() -> None:
+    runs = 50  # means about 1,660 (ser3), 740 (kl-se) and 830 (stitched-se)
+    ser3, ser3_ok = single_agent_samples("ser3", runs)
+    kl, kl_ok = single_agent_samples("kl-se", runs)
+    stitched, stitched_ok = single_agent_samples("stitched-se", runs)
+    assert kl < ser3, (kl, ser3)
+    assert stitched < ser3, (stitched, ser3)
+    # conf 0.9 would allow most runs to fail, but every bound here is conservative: (nearly)
+    # every run keeps an eps-optimal arm (all 50 with each, on these seeds)
+    assert min(ser3_ok, kl_ok, stitched_ok) >= runs - 5
 
 
 # -- the local agent ---------------------------------------------------------------------------

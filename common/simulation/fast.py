@@ -27,10 +27,16 @@ from common.simulation.config import (
     honest_outcome,
     tie_outcome,
 )
+from common.simulation.fast_bounds import (
+    elimination_level,
+    kl_lower,
+    kl_upper,
+    stitched_radius,
+)
 from common.votes import Elimination
 
 # Subroutine codes.
-SUB_SE = 0  # SE, SER3, SER4 (shuffle / reset flags below)
+SUB_SE = 0  # SE, SER3, SER4, KL-SE, stitched-SE (shuffle / reset / bound flags below)
 SUB_ME = 1
 SUB_LUCB = 2
 SUB_DP = 3
@@ -38,6 +44,8 @@ _SUB_CODES = {
     "se": SUB_SE,
     "ser3": SUB_SE,
     "ser4": SUB_SE,
+    "kl-se": SUB_SE,
+    "stitched-se": SUB_SE,
     "me": SUB_ME,
     "lucb": SUB_LUCB,
     "dp-se": SUB_DP,
@@ -72,7 +80,12 @@ B_STITCHED = 2
 R_LUCB = 0
 R_UGAPEC = 1
 # Per subroutine name: (the bound, the rule); absent: (B_HOEFFDING, R_LUCB).
-_BOUNDS_AND_RULES: dict[str, tuple[int, int]] = {}
+_BOUNDS_AND_RULES: dict[str, tuple[int, int]] = {
+    "kl-se": (B_KL, R_LUCB),
+    "stitched-se": (B_STITCHED, R_LUCB),
+}
+# The SE family's subroutines whose round-robin order is drawn again every round.
+_SHUFFLED = ("ser3", "ser4", "kl-se", "stitched-se")
 
 # Float parameters (fp).
 F_EPS = 0
@@ -311,9 +324,19 @@ def _se_round(n, rounds, ip, fp, ist, fst, out, rs):
     k = ip[P_K]
     o_act = C_ARMS + 2 * k
     ist[n, C_A] = rounds
-    radius = _elimination_radius(
-        rounds, ist[n, C_INIT], fp[F_CONF], fp[F_SIGMA], ip[P_BOUNDED] != 0
-    )
+    if ip[P_BOUND] == B_KL:
+        nout = _kl_se_check(n, rounds, ip, fp, ist, fst, out)
+        if ip[P_SHUFFLE]:
+            _new_order(n, k, ist, rs)
+        return nout
+    if ip[P_BOUND] == B_STITCHED:
+        radius = stitched_radius(
+            rounds, ist[n, C_INIT], fp[F_CONF], fp[F_SIGMA], ip[P_BOUNDED] != 0
+        )
+    else:
+        radius = _elimination_radius(
+            rounds, ist[n, C_INIT], fp[F_CONF], fp[F_SIGMA], ip[P_BOUNDED] != 0
+        )
     best = -np.inf
     for a in range(k):
         if ist[n, o_act + a]:
@@ -339,6 +362,46 @@ def _se_round(n, rounds, ip, fp, ist, fst, out, rs):
                 nout += _eliminate(n, a, k, ist, out)
     if ip[P_SHUFFLE]:
         _new_order(n, k, ist, rs)
+    return nout
+
+
+@njit(cache=True)
+def _kl_se_check(n, rounds, ip, fp, ist, fst, out):
+    """KLSuccessiveElimination._check: KL intervals at level log(4 K r^2 / conf); eliminate every
+    arm with U_a <= max_b L_b, then keep the empirical best h if max_{a != h} U_a - L_h < eps."""
+    k = ip[P_K]
+    o_act = C_ARMS + 2 * k
+    level = elimination_level(rounds, ist[n, C_INIT], fp[F_CONF])
+    lower = np.empty(k)
+    upper = np.empty(k)
+    top_lower = -np.inf
+    for a in range(k):
+        if ist[n, o_act + a]:
+            mu = _ratio(fst[n, G_ARMS + a], ist[n, C_ARMS + a])
+            lower[a] = kl_lower(mu, rounds, level)
+            upper[a] = kl_upper(mu, rounds, level)
+            top_lower = max(top_lower, lower[a])
+    nout = 0
+    for a in range(k):
+        if ist[n, o_act + a] and upper[a] <= top_lower:
+            nout += _eliminate(n, a, k, ist, out)
+    if ist[n, C_NACT] > 1:
+        keep = -1
+        keep_mu = -np.inf
+        for a in range(k):
+            if ist[n, o_act + a]:
+                mu = _ratio(fst[n, G_ARMS + a], ist[n, C_ARMS + a])
+                if keep < 0 or mu > keep_mu:
+                    keep = a
+                    keep_mu = mu
+        challenger = -np.inf
+        for a in range(k):
+            if ist[n, o_act + a] and a != keep:
+                challenger = max(challenger, upper[a])
+        if challenger - lower[keep] < fp[F_EPS]:
+            for a in range(k):
+                if a != keep:
+                    nout += _eliminate(n, a, k, ist, out)
     return nout
 
 
@@ -967,7 +1030,7 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
     ip[P_N] = 1 if central else n_agents
     ip[P_K] = n_arms
     ip[P_SUB] = _SUB_CODES[sub]
-    ip[P_SHUFFLE] = sub in ("ser3", "ser4")
+    ip[P_SHUFFLE] = sub in _SHUFFLED
     ip[P_SER4] = sub == "ser4" and params.phi > 0
     ip[P_GLOBAL_RESET] = algo.global_reset
     ip[P_VOTING] = voting and not central

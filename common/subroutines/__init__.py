@@ -11,11 +11,21 @@ from common.subroutines.base import ArmSelection, LocalParams
 from common.subroutines.dp import DPSuccessiveElimination
 from common.subroutines.lucb import LUCB
 from common.subroutines.median import MedianElimination
+from common.subroutines.sharp import KLSuccessiveElimination, StitchedSuccessiveElimination
 from common.subroutines.successive import SER3, SER4, SuccessiveElimination
 
 SUBROUTINES: dict[str, type[ArmSelection]] = {
     cls.name: cls
-    for cls in (SuccessiveElimination, SER3, SER4, MedianElimination, LUCB, DPSuccessiveElimination)
+    for cls in (
+        SuccessiveElimination,
+        SER3,
+        SER4,
+        KLSuccessiveElimination,
+        StitchedSuccessiveElimination,
+        MedianElimination,
+        LUCB,
+        DPSuccessiveElimination,
+    )
 }
 # What an experiment may name (--subroutine, DEXP_SUBROUTINE, POST /v1/experiments): all but the
 # ones an algorithm picks by itself.
@@ -57,8 +67,10 @@ __all__ = [
     "USER_SUBROUTINES",
     "ArmSelection",
     "DPSuccessiveElimination",
+    "KLSuccessiveElimination",
     "LocalParams",
     "MedianElimination",
+    "StitchedSuccessiveElimination",
     "SuccessiveElimination",
     "catalog",
     "restore",

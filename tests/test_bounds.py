@@ -1,0 +1,151 @@
+"""The sharper confidence bounds (common.subroutines.bounds) hold, and their compiled mirrors agree.
+
+Coverage is measured by Monte Carlo with fixed seeds. A bound passes when its measured failure
+rate is compatible with its nominal level alpha: the one-sided 99% Clopper-Pearson lower limit of
+the rate must not exceed alpha. Each check is shown able to fail: the same check, on the same
+draws, rejects a deliberately invalid bound (a KL interval at a quarter of the level; for the
+anytime boundary, a radius 0.6 times too small and Hoeffding's fixed-n radius, valid at each n
+but not at every n at once).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from common.simulation import fast_bounds
+from common.subroutines import bounds
+
+DRAWS = 20_000  # binomial samples per (p, n) cell
+PATHS, HORIZON = 2_000, 2_000  # reward paths for the anytime boundary, and their length
+
+
+def compatible(failures: int, trials: int, alpha: float) -> bool:
+    """The 99% one-sided lower confidence limit of the failure rate is <= alpha."""
+    if failures == 0:
+        return True
+    low = stats.binomtest(failures, trials).proportion_ci(0.98, method="exact").low
+    return bool(low <= alpha)
+
+
+# -- (a) KL intervals: each side fails with probability <= exp(-level) ----------------------------
+def kl_misses(p: float, n: int, level: float, seed: int) -> tuple[int, int, float, float]:
+    """Upper-side misses (U < p) and lower-side misses (L > p) among DRAWS samples of n
+    Bernoulli(p) rewards, and the exact probabilities of both (a sum over the binomial law)."""
+    table = np.array([bounds.kl_interval(j / n, n, level) for j in range(n + 1)])
+    sums = np.random.default_rng(seed).binomial(n, p, DRAWS)
+    pmf = stats.binom.pmf(np.arange(n + 1), n, p)
+    return (
+        int((table[sums, 1] < p).sum()),
+        int((table[sums, 0] > p).sum()),
+        float(pmf[table[:, 1] < p].sum()),
+        float(pmf[table[:, 0] > p].sum()),
+    )
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.01])
+@pytest.mark.parametrize("n", [5, 20, 100])
+@pytest.mark.parametrize("p", [0.05, 0.3, 0.5, 0.9])
+def test_kl_interval_covers_at_level_log_one_over_alpha(p: float, n: int, alpha: float) -> None:
+    seed = int(1000 * p) + 7 * n + int(1 / alpha)
+    up, low, exact_up, exact_low = kl_misses(p, n, math.log(1 / alpha), seed)
+    assert compatible(up, DRAWS, alpha), f"U < p in {up}/{DRAWS} draws"
+    assert compatible(low, DRAWS, alpha), f"L > p in {low}/{DRAWS} draws"
+    assert exact_up <= alpha and exact_low <= alpha, (exact_up, exact_low)
+
+
+@pytest.mark.parametrize("n", [20, 100])
+def test_kl_check_rejects_an_interval_at_a_quarter_of_the_level(n: int) -> None:
+    """About half as wide: the same check must catch it (so a real bug would be caught)."""
+    alpha = 0.1
+    up, low, exact_up, exact_low = kl_misses(0.5, n, math.log(1 / alpha) / 4, 500 + n)
+    assert not compatible(up, DRAWS, alpha) and not compatible(low, DRAWS, alpha)
+    assert exact_up > alpha and exact_low > alpha
+
+
+def test_kl_interval_solves_its_equation_and_is_inside_hoeffding() -> None:
+    for mean, n, level in [(0.0, 3, 2.0), (0.2, 50, 4.0), (0.5, 7, 1.0), (0.97, 400, 9.0)]:
+        low, high = bounds.kl_interval(mean, n, level)
+        assert 0.0 <= low <= mean <= high <= 1.0
+        for q in (low, high):
+            if q not in (0.0, 1.0):
+                assert n * bounds.kl_bernoulli(mean, q) == pytest.approx(level, rel=1e-9)
+        width = math.sqrt(level / (2 * n))  # Pinsker: never wider than Hoeffding
+        assert high <= mean + width + 1e-12 and low >= mean - width - 1e-12
+
+
+# -- (b) the stitched boundary: every n at once, each side with probability <= alpha ---------------
+def stitched_crossings(alpha: float, scale: float = 1.0, fixed_n: bool = False) -> tuple[int, int]:
+    """Paths of HORIZON Bernoulli(1/2) rewards whose running mean ever leaves mean +- radius(n),
+    radius(n) = scale * stitched_radius(n, K=1, conf=2 alpha) (alpha per side), or Hoeffding's
+    fixed-n radius sqrt(log(1/alpha) / (2n)). Returns (paths crossing above, below)."""
+    rng = np.random.default_rng(20_250_101)
+    pulls = np.arange(1, HORIZON + 1)
+    deviation = np.cumsum(rng.random((PATHS, HORIZON)) < 0.5, axis=1) / pulls - 0.5
+    if fixed_n:
+        radius = np.sqrt(math.log(1 / alpha) / (2 * pulls))
+    else:
+        radius = scale * np.array(
+            [bounds.stitched_radius(int(n), 1, 2 * alpha, None) for n in pulls]
+        )
+    return int((deviation > radius).any(axis=1).sum()), int((-deviation > radius).any(axis=1).sum())
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.3])
+def test_stitched_boundary_is_crossed_by_at_most_alpha_of_the_paths(alpha: float) -> None:
+    above, below = stitched_crossings(alpha)
+    assert compatible(above, PATHS, alpha), f"{above}/{PATHS} paths crossed above"
+    assert compatible(below, PATHS, alpha), f"{below}/{PATHS} paths crossed below"
+
+
+def test_stitched_check_rejects_a_smaller_radius_and_a_fixed_n_one() -> None:
+    alpha = 0.1
+    for crossed in (stitched_crossings(alpha, scale=0.6), stitched_crossings(alpha, fixed_n=True)):
+        assert not compatible(crossed[0], PATHS, alpha), crossed
+        assert not compatible(crossed[1], PATHS, alpha), crossed
+
+
+def test_stitched_radius_formula() -> None:
+    n, k, conf = 40, 5, 0.2
+    alpha = conf / (2 * k)
+    inner = math.log(math.log(2 * n)) + 0.72 * math.log(5.2 / alpha)
+    assert bounds.stitched_radius(n, k, conf, None) == pytest.approx(0.85 * math.sqrt(inner / n))
+    assert bounds.stitched_radius(n, k, conf, 3.0) == pytest.approx(5.1 * math.sqrt(inner / n))
+
+
+# -- (c) the compiled mirrors ----------------------------------------------------------------------
+MEANS = np.linspace(0.0, 1.0, 21)
+PULLS = (1, 2, 3, 10, 37, 1000, 123_456)
+LEVELS = (0.1, 1.0, math.log(40.0), 12.5)
+
+
+def test_fast_bounds_match_the_reference_on_a_grid() -> None:
+    """Same formulas: equal to 1e-12 (a wrong constant or operation would be far off)."""
+    tol = 1e-12
+    for mean in MEANS:
+        for q in (0.0, 0.01, 0.3, 0.5, 0.99, 1.0):
+            ref = bounds.kl_bernoulli(float(mean), q)
+            got = fast_bounds.kl_bernoulli(float(mean), q)
+            assert ref == got or abs(ref - got) <= tol, (mean, q)
+        for n in PULLS:
+            for level in LEVELS:
+                low, high = bounds.kl_interval(float(mean), n, level)
+                assert abs(fast_bounds.kl_lower(float(mean), n, level) - low) <= tol
+                assert abs(fast_bounds.kl_upper(float(mean), n, level) - high) <= tol
+    for n in PULLS:
+        for k in (1, 2, 10, 1000):
+            for conf in (1e-4, 0.05, 0.5, 0.9):
+                ref = bounds.elimination_level(n, k, conf)
+                assert abs(fast_bounds.elimination_level(n, k, conf) - ref) <= tol
+                ref = bounds.kl_lucb_level(n, k, conf)
+                assert abs(fast_bounds.kl_lucb_level(n, k, conf) - ref) <= tol
+                ref = bounds.stitched_radius(n, k, conf, None)
+                assert abs(fast_bounds.stitched_radius(n, k, conf, 1.0, True) - ref) <= tol
+                ref = bounds.stitched_radius(n, k, conf, 2.5)
+                assert abs(fast_bounds.stitched_radius(n, k, conf, 2.5, False) - ref) <= tol
+        for level in LEVELS:
+            ref = bounds.gaussian_radius(n, level, 0.7)
+            assert abs(fast_bounds.gaussian_radius(n, level, 0.7) - ref) <= tol
