@@ -63,6 +63,11 @@ CASES: dict[str, Case] = {
         AlgorithmConfig("de", "stitched-se", every_arm=True, **BASE),
         env=Environment((1.0, 0.2, 0.0, -0.2), rewards="gaussian", sigma=0.5),
     ),
+    # The explore-then-commit family: UGapEc's rule, LUCB1's rule on KL and stitched bounds.
+    "de-ugapec": _case(AlgorithmConfig("de", "ugapec", **BASE)),
+    "de-ugapec-every-arm": _case(AlgorithmConfig("de", "ugapec", every_arm=True, **BASE)),
+    "de-kl-lucb": _case(AlgorithmConfig("de", "kl-lucb", **BASE)),
+    "de-stitched-lucb": _case(AlgorithmConfig("de", "stitched-lucb", **BASE)),
     "de-me-every-arm": _case(
         AlgorithmConfig("de", "me", every_arm=True, **{**BASE, "epsilon": 1.0})
     ),
@@ -316,6 +321,9 @@ def test_every_subroutine_has_a_fast_code_with_its_order_and_bound() -> None:
             assert (name in fast._SHUFFLED) == cls.shuffle  # type: ignore[attr-defined]
     assert fast._BOUNDS_AND_RULES["kl-se"][0] == fast.B_KL
     assert fast._BOUNDS_AND_RULES["stitched-se"][0] == fast.B_STITCHED
+    assert fast._BOUNDS_AND_RULES["ugapec"] == (fast.B_HOEFFDING, fast.R_UGAPEC)
+    assert fast._BOUNDS_AND_RULES["kl-lucb"] == (fast.B_KL, fast.R_LUCB)
+    assert fast._BOUNDS_AND_RULES["stitched-lucb"] == (fast.B_STITCHED, fast.R_LUCB)
 
 
 def test_central_counts_n_minus_1_messages_per_activation() -> None:

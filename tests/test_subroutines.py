@@ -614,6 +614,125 @@ def test_sharp_bounds_need_fewer_samples_than_ser3() -> None:
     assert min(ser3_ok, kl_ok, stitched_ok) >= runs - 5
 
 
+# -- explore-then-commit: ugapec, kl-lucb, stitched-lucb ---------------------------------------
+def etc_intervals(sub: ArmSelection, name: str) -> dict[int, tuple[float, float]]:
+    """Each arm's [L, U] at a decision, recomputed from the statistics by the papers' formulas."""
+    k, conf, time = sub.initial_arms, sub.params.confidence, max(1, int(sub.counts.sum()))
+    mu = sub.sums / np.maximum(sub.counts, 1)
+    box: dict[int, tuple[float, float]] = {}
+    for a in sub.active:
+        n = int(sub.counts[a])
+        if name == "kl-lucb":
+            box[a] = kl_interval(float(mu[a]), n, math.log(405.5 * k * time**1.1 / conf))
+            continue
+        if name == "ugapec":
+            rad = math.sqrt(math.log(4 * k * max(time - 1, 1) ** 3 / conf) / (2 * n))
+        else:
+            alpha = conf / (2 * k)
+            inner = math.log(math.log(2 * n)) + 0.72 * math.log(5.2 / alpha)
+            rad = 1.7 * 0.5 * math.sqrt(inner / n)
+        box[a] = (float(mu[a]) - rad, float(mu[a]) + rad)
+    return box
+
+
+def expected_etc(
+    sub: ArmSelection, name: str, eps: float, every_arm: bool
+) -> tuple[int | None, list[int]]:
+    """(the arm kept if the rule stops, else None; the arms queued to play)."""
+    box = etc_intervals(sub, name)
+    arms = list(sub.active)
+    mu = sub.sums / np.maximum(sub.counts, 1)
+    if name == "ugapec":
+        gap = {k: max(box[i][1] for i in arms if i != k) - box[k][0] for k in arms}
+        j = min(arms, key=lambda k: (gap[k], k))
+        if gap[j] < eps:
+            return j, []
+        u = max((i for i in arms if i != j), key=lambda i: (box[i][1], -i))
+        if every_arm:
+            return None, [j, u]
+        wider = box[u][1] - box[u][0] > box[j][1] - box[j][0]
+        return None, [u if wider else j]
+    h = max(arms, key=lambda a: (mu[a], -a))
+    challenger = max((a for a in arms if a != h), key=lambda a: (box[a][1], -a))
+    if box[challenger][1] - box[h][0] < eps:
+        return h, []
+    return None, [h, challenger]
+
+
+@pytest.mark.parametrize("every_arm", MODES)
+@pytest.mark.parametrize("name", ["ugapec", "kl-lucb", "stitched-lucb"])
+@pytest.mark.parametrize("seed", range(2))
+def test_explore_commit_decides_by_its_rule_at_each_decision(
+    name: str, every_arm: bool, seed: int
+) -> None:
+    """Every decision (empty queue, every arm seen) is replayed from the statistics: the queue the
+    rule asks for, or the stop with the arm it keeps and every other arm eliminated."""
+    eps, conf = 0.2, 0.5
+    env = Environment((0.8, 0.6, 0.45, 0.2))
+    sub = make(name, n_arms=4, every_arm=every_arm, epsilon=eps, confidence=conf, seed=seed)
+    rewards = np.random.default_rng(300 + seed)
+    decisions = 0
+    for _ in range(100_000):
+        before = list(sub.active)
+        arms = sub.select()
+        sub._record(arms, [float(rewards.random() < env.means[a]) for a in arms])
+        sub.queue = [a for a in sub.queue if a not in arms]  # type: ignore[attr-defined]
+        deciding = not sub.queue and all(sub.counts[a] > 0 for a in before)  # type: ignore[attr-defined]
+        expected = expected_etc(sub, name, eps, every_arm) if deciding else (None, [])
+        out = sub._decide()  # type: ignore[attr-defined]
+        if not deciding:
+            assert out == []
+            continue
+        decisions += 1
+        kept, queued = expected
+        if kept is not None:
+            assert sub.active == [kept] and sorted(out) == [a for a in before if a != kept]
+            break
+        assert out == [] and sub.queue == queued  # type: ignore[attr-defined]
+    assert sub.done and decisions > 3
+
+
+@pytest.mark.parametrize("name", ["ugapec", "kl-lucb", "stitched-lucb"])
+def test_explore_commit_plays_only_its_queue(name: str) -> None:
+    """One arm per activation: UGapEc queues one arm per decision, LUCB1's rule two."""
+    sub = make(name, n_arms=4, every_arm=False, epsilon=0.05, confidence=0.5, seed=1)
+    env, rewards = Environment((0.6, 0.55, 0.5, 0.2)), np.random.default_rng(7)
+    for _ in range(4):  # every arm once
+        step(sub, env, rewards)
+    for _ in range(50):
+        if sub.done:
+            break
+        queue = list(sub.queue)  # type: ignore[attr-defined]
+        assert len(queue) == (1 if name == "ugapec" else 2)
+        for arm in queue:  # one per activation, in order; the decision after the last
+            assert sub.select() == [arm]
+            sub.observe([arm], [float(rewards.random() < env.means[arm])])
+    assert int(sub.counts.sum()) > 4 + 20
+
+
+def test_kl_lucb_rejects_gaussian_rewards_and_the_others_take_them() -> None:
+    gaussian = problem("rio-2").environment
+    with pytest.raises(ParameterError) as info:
+        SimulationConfig(gaussian, AlgorithmConfig("de", "kl-lucb"), n_agents=32)
+    assert info.value.name == "subroutine" and "bounded" in str(info.value)
+    with pytest.raises(ParameterError) as info:
+        subroutine_class("kl-lucb")(4, LocalParams(sigma=1.0), np.random.default_rng(0))
+    assert info.value.name == "rewards"
+    for name in ("ugapec", "stitched-lucb"):
+        assert set(subroutine_class(name).rewards) == {"bounded", "sub-gaussian"}
+        SimulationConfig(gaussian, AlgorithmConfig("de", name), n_agents=32)
+
+
+def test_explore_commit_with_sharper_bounds_needs_fewer_samples_than_lucb() -> None:
+    runs = 25  # means about 1,000 (lucb), 440 (kl-lucb) and 220 (stitched-lucb)
+    lucb, lucb_ok = single_agent_samples("lucb", runs)
+    for name in ("kl-lucb", "stitched-lucb"):
+        samples, ok = single_agent_samples(name, runs)
+        assert samples < 0.8 * lucb, (name, samples, lucb)
+        assert ok >= runs - 3, (name, ok)
+    assert lucb_ok >= runs - 3
+
+
 # -- the local agent ---------------------------------------------------------------------------
 def se_agent(k: int = 4, vote_drop: float = 0.0, seed: int = 0, name: str = "se") -> LocalAgent:
     params = LocalParams(epsilon=0.5, confidence=0.9, every_arm=True)

@@ -30,6 +30,7 @@ from common.simulation.config import (
 from common.simulation.fast_bounds import (
     elimination_level,
     kl_lower,
+    kl_lucb_level,
     kl_upper,
     stitched_radius,
 )
@@ -48,6 +49,9 @@ _SUB_CODES = {
     "stitched-se": SUB_SE,
     "me": SUB_ME,
     "lucb": SUB_LUCB,
+    "ugapec": SUB_LUCB,
+    "kl-lucb": SUB_LUCB,
+    "stitched-lucb": SUB_LUCB,
     "dp-se": SUB_DP,
 }
 
@@ -83,6 +87,9 @@ R_UGAPEC = 1
 _BOUNDS_AND_RULES: dict[str, tuple[int, int]] = {
     "kl-se": (B_KL, R_LUCB),
     "stitched-se": (B_STITCHED, R_LUCB),
+    "ugapec": (B_HOEFFDING, R_UGAPEC),
+    "kl-lucb": (B_KL, R_LUCB),
+    "stitched-lucb": (B_STITCHED, R_LUCB),
 }
 # The SE family's subroutines whose round-robin order is drawn again every round.
 _SHUFFLED = ("ser3", "ser4", "kl-se", "stitched-se")
@@ -441,8 +448,18 @@ def _me_end_round(n, ip, fp, ist, fst, out):
 
 
 @njit(cache=True)
+def _ugapec_beta(pulls, time, n_arms, confidence, sigma, bounded):
+    log_term = np.log(4.0 * n_arms * float(max(time - 1, 1)) ** 3 / confidence)
+    if bounded:
+        return np.sqrt(log_term / (2.0 * pulls))
+    return sigma * np.sqrt(2.0 * log_term / pulls)
+
+
+@njit(cache=True)
 def _lucb_decide(n, ip, fp, ist, fst, out):
-    """With an empty queue and every arm seen: stop (keep the empirical best) or queue (h, l)."""
+    """With an empty queue and every arm seen: the intervals by ip[P_BOUND], then the rule by
+    ip[P_RULE]: LUCB1 (stop, keeping the empirical best, or queue (h, l)) or UGapEc (stop,
+    keeping J, or queue the less known of J and u; both in the every-arm model)."""
     k = ip[P_K]
     o_act = C_ARMS + 2 * k
     if ist[n, C_NACT] <= 1 or ist[n, C_A] > 0:
@@ -454,30 +471,77 @@ def _lucb_decide(n, ip, fp, ist, fst, out):
         time += ist[n, C_ARMS + a]
     time = max(1, time)
     bounded = ip[P_BOUNDED] != 0
+    bound = ip[P_BOUND]
+    rule = ip[P_RULE]
+    lower = np.empty(k)
+    upper = np.empty(k)
     best = -1
     best_mu = -np.inf
+    level = 0.0
+    if bound == B_KL:
+        level = kl_lucb_level(time, ist[n, C_INIT], fp[F_CONF])
     for a in range(k):
         if ist[n, o_act + a]:
-            mu = _ratio(fst[n, G_ARMS + a], ist[n, C_ARMS + a])
+            pulls = ist[n, C_ARMS + a]
+            mu = _ratio(fst[n, G_ARMS + a], pulls)
+            if bound == B_KL:
+                lower[a] = kl_lower(mu, pulls, level)
+                upper[a] = kl_upper(mu, pulls, level)
+            else:
+                if bound == B_STITCHED:
+                    rad = stitched_radius(pulls, ist[n, C_INIT], fp[F_CONF], fp[F_SIGMA], bounded)
+                elif rule == R_UGAPEC:
+                    rad = _ugapec_beta(
+                        pulls, time, ist[n, C_INIT], fp[F_CONF], fp[F_SIGMA], bounded
+                    )
+                else:
+                    rad = _lucb_radius(
+                        pulls, time, ist[n, C_INIT], fp[F_CONF], fp[F_SIGMA], bounded
+                    )
+                lower[a] = mu - rad
+                upper[a] = mu + rad
             if best < 0 or mu > best_mu:
                 best = a
                 best_mu = mu
-    ch = -1
-    ch_ucb = -np.inf
-    for a in range(k):
-        if ist[n, o_act + a] and a != best:
-            rad = _lucb_radius(
-                ist[n, C_ARMS + a], time, ist[n, C_INIT], fp[F_CONF], fp[F_SIGMA], bounded
-            )
-            ucb = _ratio(fst[n, G_ARMS + a], ist[n, C_ARMS + a]) + rad
-            if ch < 0 or ucb > ch_ucb:
-                ch = a
-                ch_ucb = ucb
-    best_rad = _lucb_radius(
-        ist[n, C_ARMS + best], time, ist[n, C_INIT], fp[F_CONF], fp[F_SIGMA], bounded
-    )
     nout = 0
-    if ch_ucb - (best_mu - best_rad) < fp[F_EPS]:
+    if rule == R_UGAPEC:
+        chosen = -1
+        chosen_gap = np.inf
+        for a in range(k):
+            if ist[n, o_act + a]:
+                top = -np.inf
+                for i in range(k):
+                    if ist[n, o_act + i] and i != a:
+                        top = max(top, upper[i])
+                gap = top - lower[a]
+                if chosen < 0 or gap < chosen_gap:
+                    chosen = a
+                    chosen_gap = gap
+        if chosen_gap < fp[F_EPS]:
+            for a in range(k):
+                if a != chosen:
+                    nout += _eliminate(n, a, k, ist, out)
+            return nout
+        rival = -1
+        for a in range(k):
+            if ist[n, o_act + a] and a != chosen and (rival < 0 or upper[a] > upper[rival]):
+                rival = a
+        if ip[P_EVERY_ARM]:
+            ist[n, C_A] = 2
+            ist[n, C_B] = chosen
+            ist[n, C_C] = rival
+        else:
+            ist[n, C_A] = 1
+            if upper[rival] - lower[rival] > upper[chosen] - lower[chosen]:
+                ist[n, C_B] = rival
+            else:
+                ist[n, C_B] = chosen
+        return nout
+    ch = -1
+    for a in range(k):
+        if ist[n, o_act + a] and a != best and (ch < 0 or upper[a] > upper[ch]):
+            ch = a
+    if upper[ch] - lower[best] < fp[F_EPS]:
         for a in range(k):
             if a != best:
                 nout += _eliminate(n, a, k, ist, out)

@@ -9,6 +9,7 @@ import numpy as np
 from common.errors import ParameterError
 from common.subroutines.base import ArmSelection, LocalParams
 from common.subroutines.dp import DPSuccessiveElimination
+from common.subroutines.explore_commit import KLLUCB, StitchedLUCB, UGapEc
 from common.subroutines.lucb import LUCB
 from common.subroutines.median import MedianElimination
 from common.subroutines.sharp import KLSuccessiveElimination, StitchedSuccessiveElimination
@@ -24,6 +25,9 @@ SUBROUTINES: dict[str, type[ArmSelection]] = {
         StitchedSuccessiveElimination,
         MedianElimination,
         LUCB,
+        UGapEc,
+        KLLUCB,
+        StitchedLUCB,
         DPSuccessiveElimination,
     )
 }

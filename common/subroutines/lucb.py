@@ -48,23 +48,29 @@ class LUCB(ArmSelection):
     def _decide(self) -> list[int]:
         if self.done or self.queue or any(self.counts[a] == 0 for a in self.active):
             return []
-        mu = self.means()
         time = max(1, int(self.counts.sum()))
-        radius = {
-            a: lucb_radius(
-                int(self.counts[a]),
-                time,
-                self.initial_arms,
-                self.params.confidence,
-                self.params.sigma,
-            )
-            for a in self.active
-        }
-        best = max(self.active, key=lambda a: (mu[a], -a))
-        challenger = max(
-            (a for a in self.active if a != best), key=lambda a: (mu[a] + radius[a], -a)
+        bounds = {a: self.interval(a, time) for a in self.active}
+        return self._rule(bounds)
+
+    def interval(self, arm: int, time: int) -> tuple[float, float]:
+        """[L, U] for `arm` after `time` samples in all: LUCB1's Hoeffding radius."""
+        radius = lucb_radius(
+            int(self.counts[arm]),
+            time,
+            self.initial_arms,
+            self.params.confidence,
+            self.params.sigma,
         )
-        if (mu[challenger] + radius[challenger]) - (mu[best] - radius[best]) < self.params.epsilon:
+        mean = float(self.means()[arm])
+        return mean - radius, mean + radius
+
+    def _rule(self, bounds: dict[int, tuple[float, float]]) -> list[int]:
+        """LUCB1: h the empirical best, l the other arm of highest U; stop when U_l - L_h < eps
+        (keep h), else play h and l."""
+        mu = self.means()
+        best = max(self.active, key=lambda a: (mu[a], -a))
+        challenger = max((a for a in self.active if a != best), key=lambda a: (bounds[a][1], -a))
+        if bounds[challenger][1] - bounds[best][0] < self.params.epsilon:
             return self._keep_only(best)
         self.queue = [best, challenger]
         return []
