@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from common.simulation import fast_bounds
+from common.simulation import fast as fast_bounds
 from common.subroutines import bounds
 
 DRAWS = 20_000  # binomial samples per (p, n) cell

@@ -27,12 +27,15 @@ from common.simulation.config import (
     honest_outcome,
     tie_outcome,
 )
-from common.simulation.fast_bounds import (
-    elimination_level,
-    kl_lower,
-    kl_lucb_level,
-    kl_upper,
-    stitched_radius,
+from common.subroutines.bounds import (
+    KL_EDGE,
+    KL_ITERATIONS,
+    KL_LUCB_ALPHA,
+    KL_LUCB_K1,
+    KL_TOLERANCE,
+    STITCH_ALPHA,
+    STITCH_LOGLOG,
+    STITCH_SCALE,
 )
 from common.votes import Elimination
 
@@ -165,6 +168,75 @@ def _laplace(rs, scale):
             return -scale * np.log(2.0 - u - u)
         if u > 0.0:
             return scale * np.log(u + u)
+
+
+# -- sharper bounds (common.subroutines.bounds, same formulas). They live in this file because
+# numba's cache is invalidated by changes to the cached function's own file only: a kernel cached
+# with a callee from another module would keep the callee's old code.
+@njit(cache=True)
+def kl_bernoulli(p, q):
+    out = 0.0
+    if p > 0.0:
+        out += p * np.log(p / q) if q > 0.0 else np.inf
+    if p < 1.0:
+        out += (1.0 - p) * np.log((1.0 - p) / (1.0 - q)) if q < 1.0 else np.inf
+    return out
+
+
+@njit(cache=True)
+def kl_upper(mean, pulls, level):
+    mean = min(max(mean, 0.0), 1.0)
+    if mean >= 1.0:
+        return 1.0
+    if mean <= 0.0:
+        return -np.expm1(-level / pulls)
+    q = min(mean + np.sqrt(level / (2.0 * pulls)), 1.0 - KL_EDGE)
+    for _ in range(KL_ITERATIONS):
+        g = pulls * kl_bernoulli(mean, q) - level
+        if g <= KL_TOLERANCE:
+            break
+        q -= g / (pulls * (q - mean) / (q * (1.0 - q)))
+    return q
+
+
+@njit(cache=True)
+def kl_lower(mean, pulls, level):
+    mean = min(max(mean, 0.0), 1.0)
+    if mean <= 0.0:
+        return 0.0
+    if mean >= 1.0:
+        return np.exp(-level / pulls)
+    q = max(mean - np.sqrt(level / (2.0 * pulls)), KL_EDGE)
+    for _ in range(KL_ITERATIONS):
+        g = pulls * kl_bernoulli(mean, q) - level
+        if g <= KL_TOLERANCE:
+            break
+        q -= g / (pulls * (q - mean) / (q * (1.0 - q)))
+    return q
+
+
+@njit(cache=True)
+def elimination_level(rounds, n_arms, confidence):
+    return np.log(4.0 * n_arms * rounds * rounds / confidence)
+
+
+@njit(cache=True)
+def kl_lucb_level(time, n_arms, confidence):
+    return np.log(KL_LUCB_K1 * n_arms * float(time) ** KL_LUCB_ALPHA / confidence)
+
+
+@njit(cache=True)
+def stitched_radius(pulls, n_arms, confidence, sigma, bounded):
+    scale = 0.5 if bounded else sigma
+    alpha = confidence / (2.0 * n_arms)
+    n = float(pulls)
+    inner = np.log(np.log(2.0 * n)) + STITCH_LOGLOG * np.log(STITCH_ALPHA / alpha)
+    return STITCH_SCALE * scale * np.sqrt(inner / n)
+
+
+@njit(cache=True)
+def gaussian_radius(pulls, level, sigma):
+    return sigma * np.sqrt(2.0 * level / pulls)
 
 
 # -- radii and round sizes (same formulas, same float operations as subroutines/radius.py) ---------
