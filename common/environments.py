@@ -109,6 +109,20 @@ PROBLEMS: dict[str, Problem] = {
             "Problem 2 (Rio 2023): Gaussian arms 11, 10.8, 10.4 x 8, sigma 1",
         ),
         Problem(
+            "spread-20",
+            Environment(tuple(round(0.9 - 0.04 * i, 2) for i in range(20))),
+            Activation("uniform"),
+            "20 Bernoulli arms evenly spread from 0.9 down to 0.14 (not from a paper; nobody tuned "
+            "for it): at eps = 0.25 the arms down to 0.66 are eps-optimal",
+        ),
+        Problem(
+            "gauss-8",
+            Environment((1.0, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.0), rewards="gaussian", sigma=0.5),
+            Activation("groups", (0.5, 0.8)),
+            "8 Gaussian arms 1.0, 0.7, 0.6, ..., 0.0, sigma 0.5, Problem 2's skewed agents (not "
+            "from a paper): at eps = 0.25 only arm 0 is eps-optimal",
+        ),
+        Problem(
             "power-law",
             Environment(_FERAUD_MEANS),
             Activation("power", (0.0, 0.8)),

@@ -196,8 +196,9 @@ def summary_json(results: list[TrialResult]) -> dict[str, Any]:
 
 
 TIE_MEANING = (
-    "tie: the votes can remove none of the remaining arms (the candidates). With probability "
-    ">= 1 - delta the best arm is among them, unless another arm is within eps of it (then "
+    "tie: the votes can remove none of the remaining arms (the candidates). The best arm is "
+    "among them unless M agents voted it out by error (delta bounds that for M given agents; "
+    "C(N, M) delta over N agents, docs/SUBROUTINES.md) or another arm is within eps of it (then "
     "either may have been voted out without error); nothing is said about how they compare. "
     "best arm = the candidate with the fewest votes; correct = every candidate is eps-optimal."
 )

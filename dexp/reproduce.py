@@ -21,7 +21,7 @@ import numpy as np
 from common.errors import ParameterError
 from common.simulation import SimulationConfig, TrialResult, trial_seeds
 from common.simulation.config import DEFAULT_BUDGET
-from common.stats import describe
+from common.stats import describe, proportion_interval
 from dexp.engines import check_engine, trial_function
 from dexp.experiments import Experiment, Series
 
@@ -65,6 +65,9 @@ SUMMARY_COLUMNS = (
     "messages_ci95_low",
     "messages_ci95_high",
     "failure_rate",
+    "failures",
+    "failure_ci95_low",
+    "failure_ci95_high",
     "stopped_by",
 )
 
@@ -260,6 +263,8 @@ def summary_row(exp: Experiment, p: Point) -> dict[str, Any]:
     results = p.trial_results()
     sample = describe([r.sample_complexity for r in results])
     messages = describe([r.messages for r in results])
+    failures = sum(not r.correct for r in results)
+    failure_ci = proportion_interval(failures, len(results)) if results else (np.nan, np.nan)
     return {
         "experiment": exp.name,
         "series": p.series.label,
@@ -276,6 +281,9 @@ def summary_row(exp: Experiment, p: Point) -> dict[str, Any]:
         "messages_ci95_low": messages.ci95_low,
         "messages_ci95_high": messages.ci95_high,
         "failure_rate": float(np.mean([not r.correct for r in results])) if results else np.nan,
+        "failures": failures,
+        "failure_ci95_low": failure_ci[0],
+        "failure_ci95_high": failure_ci[1],
         "stopped_by": stopped_by_text(results),
     }
 

@@ -300,6 +300,10 @@ def test_reproduce_tiny_feraud(tmp_path: Path) -> None:
         high = float(r["sample_complexity_ci95_high"])
         assert low <= float(r["sample_complexity_mean"]) <= high
         assert 0.0 <= float(r["failure_rate"]) <= 1.0
+        assert int(r["failures"]) == round(float(r["failure_rate"]) * int(r["trials"]))
+        failure_low, failure_high = float(r["failure_ci95_low"]), float(r["failure_ci95_high"])
+        assert 0.0 <= failure_low <= float(r["failure_rate"]) <= failure_high <= 1.0
+        assert failure_high > 0.0  # two trials cannot show a failure rate of 0
 
     for png in ("feraud-fig1_sample_complexity.png", "feraud-fig1_messages.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -103,7 +103,9 @@ def test_dser4_resets_and_messages_per_epoch_reference() -> None:
 
 
 # -- statistical: fast engine ------------------------------------------------------------------
-@pytest.mark.parametrize("subroutine", ["ser3"])
+@pytest.mark.parametrize(
+    "subroutine", ["ser3", "ugapec", "kl-se", "stitched-se", "kl-lucb", "stitched-lucb"]
+)
 @pytest.mark.slow
 def test_de_returns_an_eps_optimal_arm_with_probability_1_minus_delta(subroutine: str) -> None:
     config = SimulationConfig(FERAUD_1, AlgorithmConfig(subroutine=subroutine), n_agents=32)

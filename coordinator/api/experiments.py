@@ -430,8 +430,8 @@ async def create_experiment(
 ) -> ExperimentPublic:
     """Admin token. The threshold is M + f: M from delta and eta (beta for DP-MASE), f the
     `tolerance`. With at most f lying agents, any arm that leaves had at least M honest votes
-    against it, so the guarantee of the algorithm (the best arm kept with probability >= 1 - delta)
-    holds as without liars; eliminating the other arms then needs M + f honest voters."""
+    against it, so the liars add nothing to what honest errors could do (what that certifies:
+    docs/SUBROUTINES.md, section 3); eliminating the other arms then needs M + f honest voters."""
     config = body.checked_config(settings)
     sigma = None if body.sigma is None else float(body.sigma)
     return _public(await store.create(body.id, body.arms, config, sigma))
