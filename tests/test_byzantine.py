@@ -16,7 +16,7 @@ in every configuration measured no honest agent ever did, so f < M attackers fai
 without tolerance too. What they do break is the certificate (eta^(M - f) instead of eta^M); that
 is reported, not hidden.
 
-Fast engine, 200 trials per row, fixed seeds; `pytest -s tests/test_byzantine.py` (or -rA) prints the
+Fast engine, 100 trials per row, fixed seeds; `pytest -s tests/test_byzantine.py` (or -rA) prints the
 table of measured failure rates.
 """
 
@@ -36,7 +36,7 @@ from common.errors import ParameterError
 from common.simulation import SimulationConfig, TrialResult, run_trials
 
 DELTA = 0.05
-TRIALS = 200
+TRIALS = 100
 SEED = 2024
 FERAUD_1 = problem("feraud-1").environment
 HARD = Environment((0.6, 0.45, 0.3, 0.2))  # eps = 0.1: only arm 0 is eps-optimal

@@ -32,6 +32,16 @@ def test_demo_identifies_an_eps_optimal_arm() -> None:
     assert [e["votes"] for e in summary.eliminations] == [29] * 9
 
 
+def test_demo_runs_the_sharpest_subroutine_in_the_services() -> None:
+    """The agent service runs any subroutine of the registry: DE with stitched-LUCB on Problem 1
+    (about a sixth of SER3's activations in simulation, docs/RESULTS.md section 8)."""
+    config = AlgorithmConfig(subroutine="stitched-lucb")
+    summary = run_demo("feraud-1", config, agents=32, processes=2, seed=7, max_seconds=240)
+    assert summary.status == "identified" and summary.correct is True
+    assert summary.identified_arm in (0, 1)  # both are eps-optimal at eps = 0.25
+    assert [e["votes"] for e in summary.eliminations] == [29] * 9
+
+
 def test_agents_send_only_arm_indices() -> None:
     """Every request the coordinator receives from agents: enrollment, reading the global set, or
     a vote whose body is exactly an arm index (and the reset epoch). No reward, no mean.
