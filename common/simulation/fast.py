@@ -184,13 +184,7 @@ def kl_bernoulli(p, q):
 
 
 @njit(cache=True)
-def kl_upper(mean, pulls, level):
-    mean = min(max(mean, 0.0), 1.0)
-    if mean >= 1.0:
-        return 1.0
-    if mean <= 0.0:
-        return -np.expm1(-level / pulls)
-    q = min(mean + np.sqrt(level / (2.0 * pulls)), 1.0 - KL_EDGE)
+def _kl_newton(mean, pulls, level, q):
     for _ in range(KL_ITERATIONS):
         g = pulls * kl_bernoulli(mean, q) - level
         if g <= KL_TOLERANCE:
@@ -200,19 +194,23 @@ def kl_upper(mean, pulls, level):
 
 
 @njit(cache=True)
+def kl_upper(mean, pulls, level):
+    mean = min(max(mean, 0.0), 1.0)
+    if mean >= 1.0:
+        return 1.0
+    if mean <= 0.0:
+        return -np.expm1(-level / pulls)
+    return _kl_newton(mean, pulls, level, min(mean + np.sqrt(level / (2.0 * pulls)), 1.0 - KL_EDGE))
+
+
+@njit(cache=True)
 def kl_lower(mean, pulls, level):
     mean = min(max(mean, 0.0), 1.0)
     if mean <= 0.0:
         return 0.0
     if mean >= 1.0:
         return np.exp(-level / pulls)
-    q = max(mean - np.sqrt(level / (2.0 * pulls)), KL_EDGE)
-    for _ in range(KL_ITERATIONS):
-        g = pulls * kl_bernoulli(mean, q) - level
-        if g <= KL_TOLERANCE:
-            break
-        q -= g / (pulls * (q - mean) / (q * (1.0 - q)))
-    return q
+    return _kl_newton(mean, pulls, level, max(mean - np.sqrt(level / (2.0 * pulls)), KL_EDGE))
 
 
 @njit(cache=True)
@@ -398,6 +396,21 @@ def _restart(n, remaining, ip, fp, ist, fst, rs):
 
 
 @njit(cache=True)
+def _empirical_best(n, k, ist, fst):
+    """The active arm of highest mean, the lowest index on ties (ArmSelection._empirical_best)."""
+    o_act = C_ARMS + 2 * k
+    keep = -1
+    keep_mu = -np.inf
+    for a in range(k):
+        if ist[n, o_act + a]:
+            mu = _ratio(fst[n, G_ARMS + a], ist[n, C_ARMS + a])
+            if keep < 0 or mu > keep_mu:
+                keep = a
+                keep_mu = mu
+    return keep
+
+
+@njit(cache=True)
 def _se_round(n, rounds, ip, fp, ist, fst, out, rs):
     """The check at the end of round r: gap elimination, then the eps-stop; then a new order."""
     k = ip[P_K]
@@ -428,14 +441,7 @@ def _se_round(n, rounds, ip, fp, ist, fst, out, rs):
         ):
             nout += _eliminate(n, a, k, ist, out)
     if radius <= fp[F_EPS] / 2.0 and ist[n, C_NACT] > 1:
-        keep = -1
-        keep_mu = -np.inf
-        for a in range(k):
-            if ist[n, o_act + a]:
-                mu = _ratio(fst[n, G_ARMS + a], ist[n, C_ARMS + a])
-                if keep < 0 or mu > keep_mu:
-                    keep = a
-                    keep_mu = mu
+        keep = _empirical_best(n, k, ist, fst)
         for a in range(k):
             if a != keep:
                 nout += _eliminate(n, a, k, ist, out)
@@ -465,14 +471,7 @@ def _kl_se_check(n, rounds, ip, fp, ist, fst, out):
         if ist[n, o_act + a] and upper[a] <= top_lower:
             nout += _eliminate(n, a, k, ist, out)
     if ist[n, C_NACT] > 1:
-        keep = -1
-        keep_mu = -np.inf
-        for a in range(k):
-            if ist[n, o_act + a]:
-                mu = _ratio(fst[n, G_ARMS + a], ist[n, C_ARMS + a])
-                if keep < 0 or mu > keep_mu:
-                    keep = a
-                    keep_mu = mu
+        keep = _empirical_best(n, k, ist, fst)
         challenger = -np.inf
         for a in range(k):
             if ist[n, o_act + a] and a != keep:

@@ -44,6 +44,17 @@ def kl_bernoulli(p: float, q: float) -> float:
     return out
 
 
+def _newton(mean: float, pulls: int, level: float, q: float) -> float:
+    """Newton steps on pulls kl(mean, q) = level from a q outside the root, until within
+    KL_TOLERANCE: convexity keeps every iterate outside, a valid bound."""
+    for _ in range(KL_ITERATIONS):
+        g = pulls * kl_bernoulli(mean, q) - level
+        if g <= KL_TOLERANCE:
+            break
+        q -= g / (pulls * (q - mean) / (q * (1.0 - q)))
+    return q
+
+
 def kl_upper(mean: float, pulls: int, level: float) -> float:
     """The largest q in [mean, 1] with pulls * kl(mean, q) <= level.
 
@@ -55,13 +66,7 @@ def kl_upper(mean: float, pulls: int, level: float) -> float:
         return 1.0
     if mean <= 0.0:
         return -math.expm1(-level / pulls)  # kl(0, q) = -log(1 - q)
-    q = min(mean + math.sqrt(level / (2.0 * pulls)), 1.0 - KL_EDGE)
-    for _ in range(KL_ITERATIONS):
-        g = pulls * kl_bernoulli(mean, q) - level
-        if g <= KL_TOLERANCE:
-            break
-        q -= g / (pulls * (q - mean) / (q * (1.0 - q)))
-    return q
+    return _newton(mean, pulls, level, min(mean + math.sqrt(level / (2.0 * pulls)), 1.0 - KL_EDGE))
 
 
 def kl_lower(mean: float, pulls: int, level: float) -> float:
@@ -72,13 +77,7 @@ def kl_lower(mean: float, pulls: int, level: float) -> float:
         return 0.0
     if mean >= 1.0:
         return math.exp(-level / pulls)  # kl(1, q) = -log(q)
-    q = max(mean - math.sqrt(level / (2.0 * pulls)), KL_EDGE)
-    for _ in range(KL_ITERATIONS):
-        g = pulls * kl_bernoulli(mean, q) - level
-        if g <= KL_TOLERANCE:
-            break
-        q -= g / (pulls * (q - mean) / (q * (1.0 - q)))
-    return q
+    return _newton(mean, pulls, level, max(mean - math.sqrt(level / (2.0 * pulls)), KL_EDGE))
 
 
 def kl_interval(mean: float, pulls: int, level: float) -> tuple[float, float]:
