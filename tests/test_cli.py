@@ -454,3 +454,17 @@ def test_subroutines_lists_every_selectable_one_as_the_api_accepts_them() -> Non
         assert SUBROUTINES[entry["name"]].selectable
     table = CliRunner().invoke(app, ["subroutines"])
     assert table.exit_code == 0 and all(name in table.output for name in names)
+
+
+def test_subroutines_widths_compares_the_bounds_and_refuses_bad_arguments() -> None:
+    """The table docs/SUBROUTINES.md quotes: at K = 10, eta = 0.9 and 200 samples the stitched
+    radius is 0.137 against SE's 0.190; KL is asymmetric near 0 (below / above the mean)."""
+    result = CliRunner().invoke(app, ["subroutines", "--widths"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if "│" in line}
+    assert "0.190" in rows["se (Hoeffding, union over rounds)"]
+    assert "0.137" in rows["stitched (anytime)"]
+    assert "0.077 / 0.149" in rows["kl-se (KL, union over rounds)"]
+    for args, needle in ((["--eta", "1.5"], "eta=1.5 is invalid"), (["--arms", "1"], "arms=1")):
+        bad = CliRunner().invoke(app, ["subroutines", "--widths", *args])
+        _assert_one_line_error(bad.exit_code, bad.stdout, bad.stderr, needle)

@@ -332,7 +332,8 @@ def test_readable_summary_counts_ties_next_to_failures() -> None:
     for needle in ("failure rate", "tie rate", "(3/3)", "tie candidates", "{0,1} 3", "candidates"):
         assert needle in out, out
     words = " ".join(out.split())  # rich wraps the note at the terminal's width
-    assert "best arm is among them, unless another arm is within eps" in words
+    assert "best arm is among them unless M agents voted it out by error" in words
+    assert "C(N, M) delta over N agents" in words and "or another arm is within eps" in words
 
 
 def test_no_tie_warning_with_enough_agents() -> None:
