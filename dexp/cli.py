@@ -31,6 +31,7 @@ from typer.core import TyperGroup
 from common.algorithms import ALGORITHMS, USER_SUBROUTINES, AlgorithmConfig
 from common.environments import build_problem
 from common.errors import ParameterError
+from common.hillel import HILLEL_ALGORITHMS, HillelConfig
 from common.simulation import ENGINES, SimulationConfig, TrialResult, run_trials, summarize
 from common.simulation.config import DEFAULT_BUDGET
 from common.simulation.runner import simulation_warnings
@@ -218,9 +219,13 @@ def simulate(
     drift: DriftOption = None,
     agents: Annotated[int, typer.Option(help="Number of agents N.")] = 32,
     activation: ActivationOption = None,
-    algorithm: Annotated[str, typer.Option(help=" | ".join(ALGORITHMS))] = "de",
+    algorithm: Annotated[
+        str, typer.Option(help=" | ".join((*ALGORITHMS, *HILLEL_ALGORITHMS)))
+    ] = "de",
     subroutine: Annotated[str, typer.Option(help=" | ".join(USER_SUBROUTINES))] = "ser3",
-    epsilon: Annotated[float, typer.Option(help="Target accuracy eps.")] = 0.25,
+    epsilon: Annotated[
+        float, typer.Option(help="Target accuracy eps (hillel-*: 0 = the best arm).")
+    ] = 0.25,
     delta: Annotated[float, typer.Option(help="Global failure probability.")] = 0.05,
     eta: Annotated[
         float,
@@ -249,6 +254,19 @@ def simulate(
     seed: Annotated[
         int, typer.Option(help="Seed; trial i uses SeedSequence(seed).spawn(T)[i].")
     ] = 0,
+    horizon: Annotated[
+        int | None,
+        typer.Option(help="hillel-one-round: T, pulls per agent of one run (required)."),
+    ] = None,
+    repeats: Annotated[
+        int | None,
+        typer.Option(
+            help="hillel-one-round: runs in parallel, majority answer (default from delta)."
+        ),
+    ] = None,
+    max_time: Annotated[
+        int | None, typer.Option(help="hillel-multi-round: most pulls per agent (default none).")
+    ] = None,
     workers: WorkersOption = 1,
     engine: EngineOption = "fast",
     as_json: Annotated[
@@ -274,6 +292,13 @@ def simulate(
     check_at_least("workers", workers, 1)
     check_at_least("seed", seed, 0)
     check_at_least("agents", agents, 1)
+    if algorithm in HILLEL_ALGORITHMS:
+        _simulate_hillel(built, name, algorithm, agents, epsilon, delta, horizon, repeats,
+                         max_time, trials, seed, as_json, per_trial)  # fmt: skip
+        return
+    for option, value in (("horizon", horizon), ("repeats", repeats), ("max_time", max_time)):
+        if value is not None:
+            raise ParameterError(option, value, "is for the hillel-* algorithms only")
     check_engine(engine)
     algo = AlgorithmConfig(
         algorithm=algorithm,
@@ -360,6 +385,37 @@ def simulate(
     print_simulation(
         config, {**config_json, "replaced": replaced}, results, summary, show_per_trial
     )
+
+
+def _simulate_hillel(
+    built: Any,
+    name: str | None,
+    algorithm: str,
+    agents: int,
+    epsilon: float,
+    delta: float,
+    horizon: int | None,
+    repeats: int | None,
+    max_time: int | None,
+    trials: int,
+    seed: int,
+    as_json: bool,
+    per_trial: bool | None,
+) -> None:
+    """Hillel et al.'s synchronous players (dexp/hillel.py): no activation process, no votes."""
+    from dexp.hillel import simulate as simulate_hillel
+
+    config = HillelConfig(
+        environment=built.environment,
+        algorithm=algorithm,
+        n_agents=agents,
+        epsilon=epsilon,
+        delta=delta,
+        horizon=horizon,
+        repeats=repeats,
+        max_time=max_time,
+    )
+    simulate_hillel(config, name, trials, seed, as_json, per_trial)
 
 
 def _fmt(x: float) -> str:
@@ -591,6 +647,15 @@ def print_experiments() -> None:
         "all-agents",
         "DE, CE xi=0.1, DE at CE's M, DP-MASE eps_dp=0.1",
     )
+    table.add_row(
+        "hillel-speedup",
+        "Hillel et al. NIPS 2013",
+        "32 arms: 0.7, 0.5 x 31",
+        "k = 1 .. 1024",
+        "200",
+        "synchronous",
+        "one-round (smallest T at 2/3), multi-round (delta 0.05)",
+    )
     out.print(table)
 
 
@@ -661,6 +726,26 @@ def reproduce_privacy_frontier(
     _console().print(f"wrote {', '.join(str(f) for f in outcome.files)} in {outcome.elapsed:.1f} s")
 
 
+def reproduce_hillel_speedup(
+    out_dir: Path | None, trials: int | None, seed: int, agents: str | None, plots: bool
+) -> None:
+    """Hillel et al.'s speed-up against k (dexp/hillel.py)."""
+    from dexp.hillel import SPEEDUP_AGENTS, print_speedup, run_speedup
+
+    if out_dir is None:
+        raise UsageProblem("missing option --out DIR (the directory for the output files)")
+    counts = parse_ints("agents", agents) if agents is not None else SPEEDUP_AGENTS
+    n_trials = 200 if trials is None else check_at_least("trials", trials, 3)
+    err = _console(stderr=True)
+    outcome = run_speedup(
+        out_dir, n_trials, seed, counts, plots, on_point=lambda label: err.print(label)
+    )
+    print_speedup(outcome, n_trials, seed)
+    _console().print(
+        f"wrote {', '.join(str(f) for f in outcome['files'])} in {outcome['elapsed']:.1f} s"
+    )
+
+
 @app.command()
 def reproduce(
     name: Annotated[
@@ -699,6 +784,9 @@ def reproduce(
         raise UsageProblem("missing experiment NAME (dexp reproduce --list shows them)")
     if name == "privacy-frontier":
         reproduce_privacy_frontier(out_dir, trials, seed, workers, agents, engine, plots)
+        return
+    if name == "hillel-speedup":
+        reproduce_hillel_speedup(out_dir, trials, seed, agents, plots)
         return
     exp = experiment(name)
     if out_dir is None:
