@@ -38,6 +38,8 @@ from common.simulation.runner import simulation_warnings
 from common.stats import describe, proportion_interval
 from dexp.admin import AdminError, tickets_app
 from dexp.audit import audit_app
+from dexp.dubey import DEFAULT_TRIALS as DUBEY_TRIALS
+from dexp.dubey import DUBEY_EXPERIMENTS, regret_app
 from dexp.engines import EngineUnavailable, check_engine, trial_function
 from dexp.manage import experiments_app
 from dexp.options import (
@@ -656,6 +658,16 @@ def print_experiments() -> None:
         "synchronous",
         "one-round (smallest T at 2/3), multi-round (delta 0.05)",
     )
+    for dubey_name, dubey_description in DUBEY_EXPERIMENTS.items():
+        table.add_row(
+            dubey_name,
+            "Dubey & Pentland AAMAS 2020" if dubey_name != "dubey-liars" else "ours",
+            dubey_description,
+            "200",
+            str(DUBEY_TRIALS[dubey_name]),
+            "horizon T = 1000",
+            "group regret",
+        )
     out.print(table)
 
 
@@ -726,6 +738,23 @@ def reproduce_privacy_frontier(
     _console().print(f"wrote {', '.join(str(f) for f in outcome.files)} in {outcome.elapsed:.1f} s")
 
 
+def reproduce_dubey_experiment(
+    name: str, out_dir: Path | None, trials: int | None, seed: int, plots: bool
+) -> None:
+    """Dubey & Pentland's Figure 1 and the liar-fraction experiment (dexp/dubey.py)."""
+    from dexp.dubey import print_dubey, reproduce_dubey
+
+    if out_dir is None:
+        raise UsageProblem("missing option --out DIR (the directory for the output files)")
+    if trials is not None:
+        check_at_least("trials", trials, 2)
+    err = _console(stderr=True)
+    outcome = reproduce_dubey(name, out_dir, trials, seed, plots, on_point=err.print)
+    print_dubey(name, outcome, seed)
+    files = ", ".join(str(f) for f in outcome["files"])
+    _console().print(f"wrote {files} in {outcome['elapsed']:.1f} s")
+
+
 def reproduce_hillel_speedup(
     out_dir: Path | None, trials: int | None, seed: int, agents: str | None, plots: bool
 ) -> None:
@@ -787,6 +816,9 @@ def reproduce(
         return
     if name == "hillel-speedup":
         reproduce_hillel_speedup(out_dir, trials, seed, agents, plots)
+        return
+    if name in DUBEY_EXPERIMENTS:
+        reproduce_dubey_experiment(name, out_dir, trials, seed, plots)
         return
     exp = experiment(name)
     if out_dir is None:
@@ -934,6 +966,7 @@ app.add_typer(tickets_app, name="tickets")
 app.add_typer(experiments_app, name="experiments")
 app.command("watch")(watch)
 app.add_typer(audit_app, name="audit")
+app.add_typer(regret_app, name="regret")
 
 
 def main() -> None:
