@@ -46,6 +46,7 @@ from coordinator.api.experiments import ExperimentCreate
 from coordinator.app import create_app
 from coordinator.settings import Settings
 from load_generator.settings import LoadSettings
+from tests.prerequisites import missing
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "deploy" / "kubernetes"
@@ -309,10 +310,12 @@ def test_one_image_everywhere_named_by_the_kustomization() -> None:
     assert "docker build -t REGISTRY/dexp-app:TAG ." in readme
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not on PATH")
 def test_kubectl_kustomize_renders_the_same_objects() -> None:
-    """Where kubectl is installed, its built-in kustomize (offline: local files) builds the
-    directory into the same objects, in the namespace, with the image of `images:`."""
+    """kubectl's built-in kustomize (offline: local files) builds the directory into the same
+    objects, in the namespace, with the image of `images:`. scripts/test installs kubectl (Debian's
+    kubernetes-client) where it is missing."""
+    if shutil.which("kubectl") is None:
+        missing("kubectl not on PATH (apt-get install kubernetes-client)")
     out = subprocess.run(
         ["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, timeout=30, check=True
     ).stdout

@@ -22,6 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.prerequisites import missing
+
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "dexp-e2e"
 PRODUCTION_PROJECT = "dexp-e2e-production"
@@ -168,6 +170,31 @@ def test_an_operator_runs_a_second_experiment_from_the_readme(
     assert state["agents"] == 32 and state["remaining_arms"] == [1]
     demo = httpx.get(f"{url}/v1/experiments/demo", timeout=10).json()
     assert demo["status"] == "identified" and demo["load_generator"] is None
+
+
+def test_redis_asks_for_a_password_and_publishes_no_port(
+    stack: tuple[dict[str, str], str],
+) -> None:
+    """What docs/RELIABILITY.md promises of Redis in the stack: no port of it reaches the host, and
+    a client inside the stack's network without the password is refused (NOAUTH)."""
+    env, _ = stack
+    (redis_container,) = [c for c in _containers(env) if c["Service"] == "redis"]
+    publishers = redis_container.get("Publishers") or []
+    assert all(not p.get("PublishedPort") for p in publishers), publishers  # type: ignore[union-attr]
+    probe = (
+        "import redis\n"
+        "try:\n"
+        "    redis.Redis(host='redis', socket_timeout=5).ping()\n"
+        "    print('answered without a password')\n"
+        "except redis.AuthenticationError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    result = subprocess.run(
+        ["docker", "compose", "-p", PROJECT, "exec", "-T", "coordinator", "python", "-c", probe],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("refused: Authentication required"), result.stdout
 
 
 def test_scaling_adds_agents(stack: tuple[dict[str, str], str]) -> None:
@@ -325,7 +352,7 @@ class ProductionLauncher:
 def launcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProductionLauncher]:
     problem = _docker_problem()
     if problem is not None:
-        pytest.skip(f"Docker engine unavailable here: {problem}")
+        missing(f"Docker engine unavailable here: {problem}")
     launcher = ProductionLauncher(tmp_path_factory.mktemp("production"))
     try:
         yield launcher

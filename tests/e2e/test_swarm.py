@@ -18,9 +18,9 @@ The routing mesh and service virtual IPs need IPVS in the host's kernel. Where t
 deploy/swarm/no-ipvs.yml: DNS round robin over the replicas, no mesh. Where it has IPVS, the stack
 file is deployed alone and the published port is checked too.
 
-Runs where a Docker engine answers, like test_compose.py (skipped otherwise, CI included). It
-initializes a swarm when the engine is in none, and leaves it at the end only then; it skips when
-the engine is a swarm worker or cannot make a swarm."""
+Runs where a Docker engine answers, like test_compose.py (skipped otherwise, failed under CI). It
+initializes a swarm when the engine is in none, and leaves it at the end only then; it skips (fails
+under CI) when the engine is a swarm worker or cannot make a swarm."""
 
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+
+from tests.prerequisites import missing
 
 from .test_compose import _docker_problem
 
@@ -190,7 +192,7 @@ def _swarm_state() -> tuple[str, bool]:
 def stack() -> Iterator[Stack]:
     problem = _docker_problem()
     if problem is not None:
-        pytest.skip(f"Docker engine unavailable here: {problem}")
+        missing(f"Docker engine unavailable here: {problem}")
     state, manager = _swarm_state()
     initialized = state == "inactive"
     if initialized:
@@ -199,9 +201,9 @@ def stack() -> Iterator[Stack]:
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         if init.returncode != 0:
-            pytest.skip(f"this Docker engine cannot make a swarm: {init.stderr.strip()[:300]}")
+            missing(f"this Docker engine cannot make a swarm: {init.stderr.strip()[:300]}")
     elif state != "active" or not manager:
-        pytest.skip(f"this engine is in a swarm as {state}, not a manager: stacks deploy from one")
+        missing(f"this engine is in a swarm as {state}, not a manager: stacks deploy from one")
     name = f"dexp-swarm-{uuid.uuid4().hex[:6]}"
     mesh = _kernel_has_ipvs()
     port = _free_port()

@@ -1,5 +1,6 @@
 """A TCP proxy in front of the coordinator that injects network faults (tc netem does not work
-here): a fixed latency on every request, or an outage (connections reset, new ones refused).
+here): a fixed latency on every request, an outage (connections reset, new ones refused), or a
+hold (requests accepted and kept, none forwarded, until released).
 
 It forwards bytes, so what passes is the agents' real HTTP/1.1 traffic, keep-alive included. The
 latency is applied to the client-to-server direction, chunk by chunk, each chunk released `latency`
@@ -30,6 +31,7 @@ class FaultProxy:
     _thread: threading.Thread | None = None
     _server: asyncio.AbstractServer | None = None
     _writers: set[asyncio.StreamWriter] = field(default_factory=set)
+    _released: asyncio.Event | None = None  # set while requests flow; cleared by hold()
 
     def start(self, upstream: str) -> str:
         parts = urlsplit(upstream)
@@ -38,6 +40,8 @@ class FaultProxy:
             sock.bind(("127.0.0.1", 0))
             self._port = int(sock.getsockname()[1])
         self._loop = asyncio.new_event_loop()
+        self._released = asyncio.Event()
+        self._released.set()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self._call(self._listen())
@@ -51,6 +55,15 @@ class FaultProxy:
     def restore(self) -> None:
         """End the outage: listen again on the same port."""
         self._call(self._listen())
+
+    def hold(self) -> None:
+        """Keep every request from here on (bytes from the clients) until `release`: the clients'
+        calls hang as if the coordinator were slow, with nothing lost or reordered."""
+        self._call(self._set_released(False))
+
+    def release(self) -> None:
+        """Forward what was held, in order, and everything after it."""
+        self._call(self._set_released(True))
 
     def stop(self) -> None:
         if self._loop is None:
@@ -81,6 +94,13 @@ class FaultProxy:
                     raise
                 await asyncio.sleep(0.05)
 
+    async def _set_released(self, flowing: bool) -> None:
+        assert self._released is not None
+        if flowing:
+            self._released.set()
+        else:
+            self._released.clear()
+
     async def _cut(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -101,8 +121,8 @@ class FaultProxy:
         self._writers.update((client, upstream))
         try:
             await asyncio.gather(
-                self._pipe(client_reader, upstream, self.latency),
-                self._pipe(upstream_reader, client, 0.0),
+                self._pipe(client_reader, upstream, self.latency, held=True),
+                self._pipe(upstream_reader, client, 0.0, held=False),
             )
         except (OSError, asyncio.IncompleteReadError):
             pass
@@ -112,7 +132,11 @@ class FaultProxy:
                 writer.transport.abort()
 
     async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, latency: float
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        latency: float,
+        held: bool,
     ) -> None:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
@@ -122,6 +146,8 @@ class FaultProxy:
                 due, data = await queue.get()
                 if (wait := due - loop.time()) > 0:
                     await asyncio.sleep(wait)
+                if held and self._released is not None:
+                    await self._released.wait()
                 if not data:
                     with contextlib.suppress(OSError):
                         writer.write_eof()

@@ -4,7 +4,7 @@ Debian's chromium, driven by Playwright, loads the page from the coordinator fix
 real HTTP) while the test votes over HTTP: the page must follow without a reload, render data as
 text (an arm named like an HTML tag), fit a phone, and say when the coordinator stops answering.
 Where the browser or the playwright package is missing the browser tests are skipped with the
-reason, except under CI (env CI set), whose setup installs chromium: there they fail.
+reason, except under CI (env CI set), where they fail (scripts/test installs chromium).
 Screenshots go to DEXP_SCREENSHOT_DIR (default: the test's tmp_path).
 """
 
@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+
+from tests.prerequisites import missing
 
 from .helpers import Agent, ThreadedCoordinator, create_experiment, enroll_agents
 
@@ -57,9 +59,7 @@ def browser() -> Iterator[Browser]:
     """One chromium for the module; every test opens its own context (no shared state)."""
     reason = browser_missing()
     if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI installs chromium for the dashboard's browser tests, but: {reason}")
-        pytest.skip(reason)
+        missing(reason)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

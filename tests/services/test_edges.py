@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from coordinator.server import trusted_proxies
+from tests.prerequisites import missing
 
 from .helpers import (
     ADMIN_TOKEN,
@@ -152,7 +153,7 @@ def coordinator_process(
 ) -> Iterator[Process]:
     """`python -m coordinator` with its default limits, configured by DEXP_* variables only."""
     if not Path("/proc/self/status").exists():
-        pytest.skip("peak RSS is read from /proc (Linux)")
+        missing("peak RSS is read from /proc (Linux)")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEXP_")}
     env.update(

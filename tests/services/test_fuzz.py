@@ -39,6 +39,7 @@ from common import redis_keys as keys
 from .helpers import (
     ADMIN_TOKEN,
     ENROLLMENT_SECRET,
+    ThreadedCoordinator,
     admin_headers,
     create_experiment,
     enroll_agents,
@@ -169,6 +170,24 @@ def with_credentials(case: Case, credential: str, world: dict[str, Any]) -> None
     case.headers = headers
 
 
+@pytest.fixture(scope="module")
+def census(coordinator_server: ThreadedCoordinator) -> Iterator[None]:
+    """After the module, the generated cases per operation (printed: `pytest -rA` or `-s` shows
+    them), checked: every operation of the schema was fuzzed, each with at least 10 cases. It is
+    a teardown of test_fuzz's own fixture, so it runs exactly when test_fuzz did."""
+    yield
+    paths = httpx.get(coordinator_server.url + "/openapi.json", timeout=10).json()["paths"]
+    operations = {f"{method.upper()} {path}" for path, item in paths.items() for method in item}
+    for operation, count in sorted(CASES.items()):
+        statuses = ", ".join(f"{s}: {n}" for s, n in sorted(STATUSES[operation].items()))
+        print(f"fuzz {operation}: {count} cases ({statuses})")
+    print(f"fuzz: {sum(CASES.values())} generated cases over {len(CASES)} operations")
+    print("fuzz credentials: " + ", ".join(f"{c}: {n}" for c, n in sorted(CREDENTIAL_USE.items())))
+    assert set(CASES) == operations, sorted(operations ^ set(CASES))
+    thin = {operation: n for operation, n in CASES.items() if n < 10}
+    assert not thin, f"operations fuzzed with fewer than 10 cases: {thin}"
+
+
 @schema.parametrize()
 @settings(
     max_examples=MAX_EXAMPLES,
@@ -176,7 +195,7 @@ def with_credentials(case: Case, credential: str, world: dict[str, Any]) -> None
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-def test_fuzz(case: Case, world: dict[str, Any]) -> None:
+def test_fuzz(case: Case, world: dict[str, Any], census: None) -> None:
     if world["redis"].exists(keys.meta(EXPERIMENT), keys.meta("other")) < 2:
         build_world(world["url"], world)  # a fuzzed DELETE with the admin token removed one
     credential = credential_of(case)
@@ -208,16 +227,3 @@ def test_fuzz(case: Case, world: dict[str, Any]) -> None:
         assert len(response.request.body or b"") > MAX_BODY_BYTES
         excluded.append(negative_data_rejection)
     case.validate_response(response, excluded_checks=excluded)
-
-
-def test_fuzz_case_count() -> None:
-    """The number of generated cases, per operation and in all (run after test_fuzz)."""
-    if not CASES:
-        pytest.skip("test_fuzz did not run in this session")
-    for operation, count in sorted(CASES.items()):
-        statuses = ", ".join(f"{s}: {n}" for s, n in sorted(STATUSES[operation].items()))
-        print(f"fuzz {operation}: {count} cases ({statuses})")
-    total = sum(CASES.values())
-    print(f"fuzz: {total} generated cases over {len(CASES)} operations")
-    print("fuzz credentials: " + ", ".join(f"{c}: {n}" for c, n in sorted(CREDENTIAL_USE.items())))
-    assert len(CASES) >= 10 and total >= 10 * len(CASES)

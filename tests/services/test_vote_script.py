@@ -415,18 +415,32 @@ def settling_sequence(
     return sequence
 
 
-@pytest.mark.parametrize("seed", range(20))
+SETTLING_SEEDS = range(20)
+
+
+def settling_case(seed: int) -> tuple[int, int, int, list[tuple[int, int | None]]]:
+    """(threshold, arms, agents, sequence) of one seed: fewer than 2M - 1 agents, ties possible."""
+    rng = np.random.default_rng(1000 + seed)
+    threshold = int(rng.integers(2, 6))
+    n_arms = int(rng.integers(3, 6))
+    n_agents = int(rng.integers(threshold, 2 * threshold))
+    return threshold, n_arms, n_agents, settling_sequence(rng, n_arms, n_agents)
+
+
+def status_of(reference: GlobalState, n_agents: int) -> str:
+    if len(reference.remaining) == 1:
+        return "identified"
+    return "tied" if reference.tied(n_agents) else "exploring"
+
+
+@pytest.mark.parametrize("seed", SETTLING_SEEDS)
 def test_store_agrees_with_global_state_on_settled_messages_and_ties(
     clean_redis: str, seed: int
 ) -> None:
     """The vote and settled scripts keep the settled set as GlobalState does (an elimination
     keeps only the settled agents that voted against the arm), and the store's status is tied
     exactly when GlobalState.tied holds, after every message."""
-    rng = np.random.default_rng(1000 + seed)
-    threshold = int(rng.integers(2, 6))
-    n_arms = int(rng.integers(3, 6))
-    n_agents = int(rng.integers(threshold, 2 * threshold))  # below 2M - 1: ties possible
-    sequence = settling_sequence(rng, n_arms, n_agents)
+    threshold, n_arms, n_agents, sequence = settling_case(seed)
     exp = f"settle-{seed}"
 
     async def body(store: ExperimentStore) -> tuple[list[str], list[dict[str, Any]]]:
@@ -446,7 +460,6 @@ def test_store_agrees_with_global_state_on_settled_messages_and_ties(
 
     ids, seen = run(clean_redis, body)
     reference = GlobalState(n_arms=n_arms, threshold=threshold)
-    statuses: list[str] = []
     for (a, arm), got in zip(sequence, seen, strict=True):
         if arm is None:
             reference.settle(ids[a])
@@ -461,26 +474,23 @@ def test_store_agrees_with_global_state_on_settled_messages_and_ties(
             reference.ignored,
             reference.version,
         )
-        expected = (
-            "identified"
-            if len(reference.remaining) == 1
-            else "tied"
-            if reference.tied(n_agents)
-            else "exploring"
-        )
-        assert got["status"] == expected
-        statuses.append(expected)
-    TIE_STATUSES.update(statuses)
-
-
-TIE_STATUSES: set[str] = set()
+        assert got["status"] == status_of(reference, n_agents)
 
 
 def test_the_agreement_sequences_reach_ties_and_identifications() -> None:
-    """The sequences above are not vacuous: they reached both ends (run after them)."""
-    if not TIE_STATUSES:
-        pytest.skip("run with the agreement tests above")
-    assert {"exploring", "tied", "identified"} <= TIE_STATUSES
+    """The sequences of the agreement test above are not vacuous: replayed through GlobalState
+    alone (no Redis, no order between tests), they pass through every status."""
+    statuses = set()
+    for seed in SETTLING_SEEDS:
+        threshold, n_arms, n_agents, sequence = settling_case(seed)
+        reference = GlobalState(n_arms=n_arms, threshold=threshold)
+        for a, arm in sequence:
+            if arm is None:
+                reference.settle(str(a))
+            else:
+                reference.vote(str(a), arm)
+            statuses.add(status_of(reference, n_agents))
+    assert statuses == {"exploring", "tied", "identified"}
 
 
 def test_a_reset_clears_the_settled_agents_and_a_stale_settled_message_is_ignored(
