@@ -17,7 +17,10 @@ without tolerance too. What they do break is the certificate (eta^(M - f) instea
 is reported, not hidden.
 
 Fast engine, 100 trials per row, fixed seeds; `pytest -s tests/test_byzantine.py` (or -rA) prints the
-table of measured failure rates.
+table of measured failure rates. "Within delta" is the one-sided binomial rule of tests/stats.py at
+level delta: at most ACCEPTED = 13 failures of 100, which a configuration failing at rate delta
+passes with probability >= 1 - 1e-3; "broken" is its rejection. The attacks fail every trial, so the
+rule's power against them is 1 (0.997 against a rate of 0.25).
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ from common.algorithms import AlgorithmConfig
 from common.environments import Environment, problem
 from common.errors import ParameterError
 from common.simulation import SimulationConfig, TrialResult, run_trials
+from tests.stats import ALPHA, max_failures
 
 DELTA = 0.05
 TRIALS = 100
 SEED = 2024
+ACCEPTED = max_failures(TRIALS, DELTA, ALPHA)
 FERAUD_1 = problem("feraud-1").environment
 HARD = Environment((0.6, 0.45, 0.3, 0.2))  # eps = 0.1: only arm 0 is eps-optimal
 
@@ -120,6 +125,12 @@ def results(name: str) -> tuple[TrialResult, ...]:
 
 def failure_rate(name: str) -> float:
     return float(np.mean([not r.correct for r in results(name)]))
+
+
+def within_delta(name: str) -> bool:
+    """The rule: failures <= ACCEPTED (recorded in the table as well)."""
+    record(name)
+    return sum(not r.correct for r in results(name)) <= ACCEPTED
 
 
 def attackers_caught(name: str) -> float:
@@ -240,8 +251,8 @@ def test_attackers_are_the_most_active_agents_and_target_the_best_arm() -> None:
 def test_m_attackers_break_de_and_tolerance_m_restores_delta() -> None:
     """feraud-1, eps = 0.1: without tolerance 29 attackers remove the only eps-optimal arm in
     every trial; with tolerance 29 (threshold 58) the failure rate is back within delta."""
-    assert record("de-m-attackers-f0") > DELTA
-    assert record("de-m-attackers-f29") <= DELTA
+    assert not within_delta("de-m-attackers-f0")
+    assert within_delta("de-m-attackers-f29")
     for r in results("de-m-attackers-f0"):
         assert r.best_arm != 0 and 0 in {e.arm for e in r.eliminations}
         # the attackers won: their votes do not contradict the outcome, they are not suspects
@@ -256,14 +267,14 @@ def test_m_attackers_break_de_and_tolerance_m_restores_delta() -> None:
 def test_at_the_default_eps_removing_the_best_arm_is_not_a_failure() -> None:
     """eps = 0.25: arm 1 (0.5) is eps-optimal, so the same attack removes arm 0 and yet every
     trial is eps-correct: the eps = 0.1 rows are the ones that show the attack."""
-    assert record("de-m-attackers-eps0.25") <= DELTA
+    assert within_delta("de-m-attackers-eps0.25")
     assert all(0 in {e.arm for e in r.eliminations} for r in results("de-m-attackers-eps0.25"))
 
 
 @pytest.mark.slow
 def test_skewed_activation_attack_by_the_most_active_agents() -> None:
-    assert record("de-skewed-f0") > DELTA
-    assert record("de-skewed-f29") <= DELTA
+    assert not within_delta("de-skewed-f0")
+    assert within_delta("de-skewed-f29")
     assert attackers_caught("de-skewed-f29") == 1.0
 
 
@@ -271,29 +282,32 @@ def test_skewed_activation_attack_by_the_most_active_agents() -> None:
 @pytest.mark.parametrize(("algorithm", "f"), [("ce", 11), ("dp-mase", 5)])
 def test_ce_and_dp_mase_with_m_attackers(algorithm: str, f: int) -> None:
     """CE (M = 11, eta_xi) and DP-MASE (M = 5, beta): the same contrast with A = M attackers."""
-    assert record(f"{algorithm}-f0") > DELTA
-    assert record(f"{algorithm}-f{f}") <= DELTA
+    assert not within_delta(f"{algorithm}-f0")
+    assert within_delta(f"{algorithm}-f{f}")
     assert attackers_caught(f"{algorithm}-f{f}") == 1.0
 
 
 @pytest.mark.slow
 def test_fewer_than_m_attackers_on_a_harder_problem() -> None:
     """M = 5 (eta = 0.5), A = M // 2 = 2 and A = M - 1 = 4. Without tolerance the certificate is
-    eta^(M - A) (0.125 and 0.5, both > delta); the measured failure rate is nevertheless 0,
-    because no honest agent ever voted against the best arm: the attackers never get the votes
-    they are missing. With tolerance f = A: <= delta, and every attacker is a suspect."""
+    eta^(M - A) (0.125 and 0.5, both > delta). With tolerance f = A: within delta, and every
+    attacker is a suspect. Without it, a SEED REGRESSION, not a guarantee: on these seeds no
+    honest agent ever votes against the best arm, so the attackers never get the votes they are
+    missing and no trial fails (0 of 100 at A = 2 and 4, and at A = 0); the theory promises only
+    the certificates above. A change here means the random stream or the subroutine changed."""
     config = CASES["hard-a0-f0"][0]
     m = config.threshold
     assert m == 5
     eta = config.algorithm.eta
-    assert record("hard-a0-f0") <= DELTA
+    assert within_delta("hard-a0-f0")
     for a in (2, 4):
         assert eta ** (m - a) > DELTA  # the certificate without tolerance is gone
-        without = record(f"hard-a{a}-f0")
-        assert record(f"hard-a{a}-f{a}") <= DELTA
+        assert within_delta(f"hard-a{a}-f{a}")
         assert attackers_caught(f"hard-a{a}-f{a}") == 1.0
-        # the measured fact that makes `without` small: the best arm's only voters are attackers
+        record(f"hard-a{a}-f0")
+        # the seed regression: the best arm's only voters are attackers, and nothing fails
         for r in results(f"hard-a{a}-f0"):
             assert r.agent_votes is not None
             assert not r.agent_votes[a:, 0].any()
-        assert without <= DELTA
+        assert failure_rate(f"hard-a{a}-f0") == 0.0
+    assert failure_rate("hard-a0-f0") == 0.0

@@ -104,7 +104,16 @@ F_SIGMA = 2
 F_PHI = 3
 F_DP_EPS = 4
 F_DROP = 5
-F_SIZE = 6
+F_RADIUS = 6  # RADIUS_SCALE at the call
+F_SIZE = 7
+
+# Every confidence radius of the local subroutines is multiplied by this (KL levels by its square,
+# DP-SE's elimination gap by it; ME has no radius and is left alone). 1.0 is the product, bit for
+# bit (x * 1.0 == x). The guarantee tests set it below 1, a
+# deliberately broken engine, to show that they reject it (tests/test_guarantees.py). Read by
+# `run_trial` at each call and passed in `fp`: numba freezes a global at compile time and its
+# cache would keep the frozen value, so the kernel never reads this name.
+RADIUS_SCALE = 1.0
 
 # Per-agent state: one int64 row and one float64 row per agent, so that a helper call passes few
 # arrays (numba reference-counts every array argument of a call, atomically).
@@ -429,6 +438,7 @@ def _se_round(n, rounds, ip, fp, ist, fst, out, rs):
         radius = _elimination_radius(
             rounds, ist[n, C_INIT], fp[F_CONF], fp[F_SIGMA], ip[P_BOUNDED] != 0
         )
+    radius *= fp[F_RADIUS]
     best = -np.inf
     for a in range(k):
         if ist[n, o_act + a]:
@@ -456,7 +466,7 @@ def _kl_se_check(n, rounds, ip, fp, ist, fst, out):
     arm with U_a <= max_b L_b, then keep the empirical best h if max_{a != h} U_a - L_h < eps."""
     k = ip[P_K]
     o_act = C_ARMS + 2 * k
-    level = elimination_level(rounds, ist[n, C_INIT], fp[F_CONF])
+    level = elimination_level(rounds, ist[n, C_INIT], fp[F_CONF]) * fp[F_RADIUS] ** 2
     lower = np.empty(k)
     upper = np.empty(k)
     top_lower = -np.inf
@@ -550,7 +560,7 @@ def _lucb_decide(n, ip, fp, ist, fst, out):
     best_mu = -np.inf
     level = 0.0
     if bound == B_KL:
-        level = kl_lucb_level(time, ist[n, C_INIT], fp[F_CONF])
+        level = kl_lucb_level(time, ist[n, C_INIT], fp[F_CONF]) * fp[F_RADIUS] ** 2
     for a in range(k):
         if ist[n, o_act + a]:
             pulls = ist[n, C_ARMS + a]
@@ -569,6 +579,7 @@ def _lucb_decide(n, ip, fp, ist, fst, out):
                     rad = _lucb_radius(
                         pulls, time, ist[n, C_INIT], fp[F_CONF], fp[F_SIGMA], bounded
                     )
+                rad *= fp[F_RADIUS]
                 lower[a] = mu - rad
                 upper[a] = mu + rad
             if best < 0 or mu > best_mu:
@@ -643,7 +654,7 @@ def _dp_end_epoch(n, ip, fp, ist, fst, out, rs):
             noisy[a] = fst[n, G_ARMS + a] / rounds + _laplace(rs, scale)
             top = max(top, noisy[a])
     epoch = ist[n, C_B]
-    gap = _dp_gap(epoch, rounds, ist[n, C_C], fp[F_CONF], fp[F_DP_EPS])
+    gap = _dp_gap(epoch, rounds, ist[n, C_C], fp[F_CONF], fp[F_DP_EPS]) * fp[F_RADIUS]
     nout = 0
     for a in range(k):
         if ist[n, o_act + a] and top - noisy[a] > gap:
@@ -1185,6 +1196,7 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
     fp[F_PHI] = params.phi
     fp[F_DP_EPS] = params.dp_epsilon
     fp[F_DROP] = algo.vote_drop
+    fp[F_RADIUS] = RADIUS_SCALE
     mu0 = np.asarray(env.means, dtype=np.float64)
     drift = env.drift_array.astype(np.float64)
     base = np.ones(1) if central else np.asarray(config.probabilities(), dtype=np.float64)
