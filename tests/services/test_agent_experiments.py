@@ -317,6 +317,7 @@ def test_among_many_streams_the_played_experiments_are_read_and_the_others_swept
         make_experiment(client, experiment)
     service = AgentService(settings(coordinator_url, redis_url, "played,cold,quiet"))
     sweeps: list[float] = []  # per sweep, the next one's earliest time (its start + SWEEP_SECONDS)
+    complete: list[int] = []  # the sweeps done (their numbers, from 1)
     # per read of new entries: the experiments it names, its block, the sweep it is part of (its
     # number, from 1; 0 for a blocking read), and the streams it got entries of
     reads: list[tuple[set[str], int | None, int, set[str], set[str]]] = []
@@ -324,9 +325,12 @@ def test_among_many_streams_the_played_experiments_are_read_and_the_others_swept
     real = service.redis.xreadgroup
 
     def sweep_or_turn(streams: list[str], start: str, block: int | None) -> list[Any]:
-        if start == ">" and block is None:  # AgentService._turn: only a sweep reads so
-            sweeps.append(service.next_sweep)
-        return real_xread(streams, start, block)
+        if start != ">" or block is not None:
+            return real_xread(streams, start, block)
+        sweeps.append(service.next_sweep)  # AgentService._turn: only a sweep reads so
+        reply = real_xread(streams, start, block)
+        complete.append(len(sweeps))
+        return reply
 
     def recorded(group: str, consumer: str, streams: dict[str, str], **options: Any) -> Any:
         reply = real(group, consumer, streams, **options)
@@ -347,12 +351,11 @@ def test_among_many_streams_the_played_experiments_are_read_and_the_others_swept
         feed(redis_url, client, ["played"])
         blocking = [e for e, block, *_ in reads if block is not None]
         assert blocking and all(e == {"played"} for e in blocking), blocking[:5]
-        # the quiet experiment's streams are named only by sweeps, and each sweep (but the one
-        # under way) names every stream, in chunks
+        # the quiet experiment's streams are named only by sweeps; each sweep names every
+        # stream, in chunks; sweeps start SWEEP_SECONDS apart at least
+        until(lambda: len(complete) >= 2, "two sweeps")
         assert all(block is None for e, block, *_ in reads if "quiet" in e)
-        done = len(sweeps) - 1
-        assert done >= 1, sweeps
-        for sweep in range(1, done + 1):
+        for sweep in list(complete):
             named = set().union(*(names for *_, n, names, _ in reads if n == sweep))
             assert named == every, sweep
         assert all(b - a >= service_module.SWEEP_SECONDS for a, b in itertools.pairwise(sweeps))
