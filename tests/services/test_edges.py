@@ -44,7 +44,7 @@ ATTACK = 100 * MB
 LIMIT = 4096  # DEXP_MAX_BODY_BYTES of the ThreadedCoordinator servers (the process: the default)
 HEADER_TIMEOUT = 1.0
 SLACK = 2.0  # generous: a timeout must fire within its time plus this, never much later
-CLOCK = 0.001  # the event loop may fire a timer this much early (its clock's resolution, rounded)
+CLOCK = 0.001  # uvloop counts a timer in whole ms from a truncated now: up to 1 ms early
 
 
 # -- raw HTTP ----------------------------------------------------------------------------------
