@@ -155,6 +155,11 @@ class CoordinatorClient:
         for client in self._clients:
             client.close()
 
+    def cool_off_ends(self, url: str) -> float:
+        """The time.monotonic() at which `url`'s cool-off ends (0.0: it never failed, or its last
+        request succeeded): a caller can wait for the moment the client goes back to it."""
+        return self._avoid_until[self.urls.index(url)]
+
     def _pick(self, now: float) -> int:
         """The home URL unless it cools off, else the next one after it that does not, else the
         one whose cool-off ends first."""

@@ -9,7 +9,9 @@ import time
 
 import httpx
 import pytest
+import redis
 
+from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
 from common.params import corrupted_local_confidence
 from common.votes import tie_certificate
@@ -98,6 +100,14 @@ def test_too_few_agents_is_rejected_plainly(agents: int) -> None:
 
 
 # -- runs that end without one arm: ties, and stalls -------------------------------------------
+def read(raw: redis.Redis, stream: str) -> bool:
+    """Whether an agent reads `stream`: its consumer group has a consumer (XREADGROUP made it)."""
+    try:
+        return bool(raw.xinfo_consumers(stream, keys.ACTIVATION_GROUP))
+    except redis.ResponseError:  # no stream or no group yet
+        return False
+
+
 def test_two_equal_arms_and_too_few_agents_end_tied() -> None:
     """0.8, 0.8, 0.2 with M = 10 and 10 agents (< 2M - 1 = 19): arm 2 leaves, then each agent
     keeps arm 0 or arm 1 and votes against the other, and neither can reach 10 votes (unless all
@@ -155,11 +165,21 @@ def test_a_killed_agent_process_stalls_the_run_and_the_load_generator_says_so() 
     config = AlgorithmConfig(delta=0.2, eta=0.5)  # M = 3
     arms = ["arm-0", "arm-1", "arm-2"]
     with local_stack(config, arms, 4, 2, seed=2) as stack:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a safety net
         while httpx.get(f"{stack.coordinator_url}/v1/experiments/demo").json()["agents"] < 4:
             assert time.monotonic() < deadline, "the agents did not enroll"
             time.sleep(0.1)
-        time.sleep(0.5)  # the consumer groups exist and are being read
+        # Every agent's stream is being read (its consumer exists): the killed ones' streams then
+        # fill up unread, which the load generator tells from streams nobody ever read.
+        raw = redis.Redis.from_url(stack.redis_url)
+        try:
+            ids = [a.decode() for a in raw.zrange(keys.agents("demo"), 0, -1)]
+            streams = [keys.activations("demo", agent) for agent in ids]
+            while not all(read(raw, stream) for stream in streams):
+                assert time.monotonic() < deadline, "the agents do not read their streams"
+                time.sleep(0.05)
+        finally:
+            raw.close()
         stack.kill("agent-1")
         settings = LoadSettings(
             coordinator_url=stack.coordinator_url,
@@ -173,10 +193,9 @@ def test_a_killed_agent_process_stalls_the_run_and_the_load_generator_says_so() 
             stall_seconds=2,
         )
         out = io.StringIO()
-        started = time.monotonic()
         with LoadGenerator(settings, out=out) as generator:
             summary = generator.run()
-    assert time.monotonic() - started < 30
+    # stalled (exit 5), not run to its deadline (max_seconds: "timeout", exit 1)
     assert summary.status == "stalled" and exit_code(summary) == 5
     assert "s (DEXP_STALL_SECONDS=2) while " in summary.stall[0]
     assert summary.stall[0].endswith("are pending")

@@ -80,7 +80,8 @@ def running(service: AgentService) -> Iterator[AgentService]:
     assert not thread.is_alive() and not errors, errors
 
 
-def until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+def until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Wait for `check`; the timeout is a safety net, never the expected wait."""
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"{what}: not after {timeout:g} s"
@@ -103,7 +104,7 @@ def hosted_ids(service: AgentService) -> dict[str, list[str]]:
 
 
 def feed(
-    redis_url: str, client: httpx.Client, experiments: list[str], timeout: float = 15.0
+    redis_url: str, client: httpx.Client, experiments: list[str], timeout: float = 60.0
 ) -> None:
     """Activations for every agent of `experiments` (Bernoulli rewards, MEANS), with a bounded
     backlog, until each experiment is identified."""
@@ -169,15 +170,27 @@ def test_star_follows_experiments_created_and_deleted(
 ) -> None:
     caplog.set_level(logging.INFO, logger="dexp")
     make_experiment(client, "first")
-    with running(AgentService(settings(coordinator_url, redis_url, "*"))) as service:
+    service = AgentService(settings(coordinator_url, redis_url, "*"))
+    discoveries = [0]  # rounds of discovery completed
+    real_discover = service._discover
+
+    def counted(report: bool = True) -> dict[str, str]:
+        found = real_discover(report)
+        discoveries[0] += 1
+        return found
+
+    service._discover = counted  # type: ignore[method-assign]
+    with running(service):
         assert agents(client, "first") == PER_EXPERIMENT  # enrolled at start
         make_experiment(client, "later")  # as an operator does with the CLI
         until(lambda: agents(client, "later") == PER_EXPERIMENT, "agents of the new experiment")
         until(lambda: set(service.hosted) == {"first", "later"}, "both hosted")
         assert client.delete("/v1/experiments/first", headers=admin_headers()).status_code == 204
         until(lambda: set(service.hosted) == {"later"}, "the deleted experiment dropped")
+        dropped = discoveries[0]
         feed(redis_url, client, ["later"])  # the other one keeps working
-        time.sleep(0.5)  # a few more rounds of discovery and reads
+        # rounds of discovery since the drop, and the loop's reads between them
+        until(lambda: discoveries[0] >= dropped + 2, "two rounds of discovery since the drop")
         r = redis.Redis.from_url(redis_url)
         try:  # nothing of the deleted experiment came back (no stream recreated, no agent)
             # its own slot {first} and its streams' shard tags {first~s<k>}
@@ -296,44 +309,68 @@ def test_among_many_streams_the_played_experiments_are_read_and_the_others_swept
 ) -> None:
     """Beyond READ_CHUNK streams (here 4: 3 experiments x 3 agents), the turns between sweeps
     read only the hot experiment's streams, every non-blocking read names READ_CHUNK streams at
-    most, and an activation of a cold experiment is read at the next sweep."""
+    most, a sweep reads every stream, sweeps start SWEEP_SECONDS apart at least, and an activation
+    of a cold experiment is read at the next sweep. Sweeps are told apart by the service's own
+    bookkeeping (the next sweep's time, set as one starts), not by the time between reads."""
     monkeypatch.setattr(service_module, "READ_CHUNK", 4)
     for experiment in ("played", "cold", "quiet"):
         make_experiment(client, experiment)
     service = AgentService(settings(coordinator_url, redis_url, "played,cold,quiet"))
-    reads: list[tuple[set[str], int | None, float]] = []
+    sweeps: list[float] = []  # per sweep, the next one's earliest time (its start + SWEEP_SECONDS)
+    complete: list[int] = []  # the sweeps done (their numbers, from 1)
+    # per read of new entries: the experiments it names, its block, the sweep it is part of (its
+    # number, from 1; 0 for a blocking read), and the streams it got entries of
+    reads: list[tuple[set[str], int | None, int, set[str], set[str]]] = []
+    real_xread = service._xread
     real = service.redis.xreadgroup
 
-    def recorded(group: str, consumer: str, streams: dict[str, str], **options: Any) -> Any:
-        if ">" in streams.values():
-            experiments = {service.streams[s][0].experiment for s in streams}
-            reads.append((experiments, options.get("block"), time.monotonic()))
-            assert options.get("block") is not None or len(streams) <= 4, len(streams)
-        return real(group, consumer, streams, **options)
+    def sweep_or_turn(streams: list[str], start: str, block: int | None) -> list[Any]:
+        if start != ">" or block is not None:
+            return real_xread(streams, start, block)
+        sweeps.append(service.next_sweep)  # AgentService._turn: only a sweep reads so
+        reply = real_xread(streams, start, block)
+        complete.append(len(sweeps))
+        return reply
 
+    def recorded(group: str, consumer: str, streams: dict[str, str], **options: Any) -> Any:
+        reply = real(group, consumer, streams, **options)
+        if ">" in streams.values():
+            block = options.get("block")
+            assert block is not None or len(streams) <= 4, len(streams)
+            experiments = {service.streams[s][0].experiment for s in streams}
+            got = {
+                s.decode() if isinstance(s, bytes) else s for s, entries in reply or [] if entries
+            }
+            reads.append((experiments, block, 0 if block else len(sweeps), set(streams), got))
+        return reply
+
+    service._xread = sweep_or_turn  # type: ignore[method-assign]
     service.redis.xreadgroup = recorded  # type: ignore[method-assign]
+    every = set(service.streams)
     with running(service):
-        started = time.monotonic()
         feed(redis_url, client, ["played"])
-        played_for = time.monotonic() - started
-        blocking = [e for e, block, _ in reads if block is not None]
+        blocking = [e for e, block, *_ in reads if block is not None]
         assert blocking and all(e == {"played"} for e in blocking), blocking[:5]
-        # The quiet experiment's streams are named only by sweeps (each in chunks, read within
-        # a few ms of each other), a sweep a second.
-        quiet = [t for e, block, t in reads if "quiet" in e]
-        assert all(block is None for e, block, _ in reads if "quiet" in e)
-        sweeps = [t for i, t in enumerate(quiet) if i == 0 or t - quiet[i - 1] > 0.1]
-        gaps = [b - a for a, b in itertools.pairwise(sweeps)]
-        assert 1 <= len(sweeps) <= played_for / service_module.SWEEP_SECONDS + 2, sweeps
-        assert all(gap > 0.9 * service_module.SWEEP_SECONDS for gap in gaps), gaps
-        # One activation for an agent of the cold experiment: read at the next sweep.
+        # the quiet experiment's streams are named only by sweeps; each sweep names every
+        # stream, in chunks; sweeps start SWEEP_SECONDS apart at least
+        until(lambda: len(complete) >= 2, "two sweeps")
+        assert all(block is None for e, block, *_ in reads if "quiet" in e)
+        for sweep in list(complete):
+            named = set().union(*(names for *_, n, names, _ in reads if n == sweep))
+            assert named == every, sweep
+        assert all(b - a >= service_module.SWEEP_SECONDS for a, b in itertools.pairwise(sweeps))
+        # One activation for an agent of the cold experiment: read at the next sweep (or at the
+        # one under way, if it had not read that stream yet), and by a sweep only.
         r = redis.Redis.from_url(redis_url)
         try:
             stream = next(s for s in service.hosted["cold"].agents)
+            under_way = len(sweeps)
             r.xadd(stream, {"t": 0, "r": encode_rewards(np.array([[1.0, 0.0, 0.0]]), True)[0]})
-            until(lambda: r.xlen(stream) == 0, "the cold activation read and acknowledged", 3)
+            until(lambda: r.xlen(stream) == 0, "the cold activation read and acknowledged")
         finally:
             r.close()
+        [(block, sweep)] = [(block, n) for _, block, n, _, got in reads if stream in got]
+        assert block is None and under_way <= sweep <= under_way + 1, (sweep, under_way)
 
 
 def test_redis_retries_are_noted_so_that_lost_replies_are_read_again(redis_url: str) -> None:
@@ -346,14 +383,18 @@ def test_redis_retries_are_noted_so_that_lost_replies_are_read_again(redis_url: 
         retry = r.get_retry()
         assert isinstance(retry, NotedRetry) and r.ping() and not retry.retried
         with ThreadPoolExecutor(1) as pool:
-            waiting = pool.submit(r.blpop, ["nothing"], 1)  # a blocking command in flight
+            # a blocking command in flight (its 60 s are a safety net: an entry ends it)
+            waiting = pool.submit(r.blpop, ["nothing"], 60)
 
             def blocked() -> list[str]:
                 return [c["id"] for c in admin.client_list() if c.get("cmd") == "blpop"]
 
             until(lambda: len(blocked()) == 1, "the command sent")
-            admin.client_kill_filter(_id=blocked()[0])  # its connection breaks
-            assert waiting.result(timeout=10) is None  # sent again, answered all the same
+            [first] = blocked()
+            admin.client_kill_filter(_id=first)  # its connection breaks
+            until(lambda: blocked() not in ([], [first]), "the command sent again")
+            admin.rpush("nothing", "entry")
+            assert waiting.result(timeout=30) == (b"nothing", b"entry")  # answered all the same
         assert retry.retried
     finally:
         r.close()

@@ -2,8 +2,10 @@
 processes (uvicorn) on one real Redis: requests spread over the coordinators; one killed with
 SIGKILL, the next request succeeds on another with no error surfaced, logged once; back, it is used
 again; a coordinator answering 503 (its Redis gone) is left for another; every coordinator down,
-the request waits with back-off until one is back. Each coordinator's own vote counter (/metrics)
-says which one received what.
+the request waits with back-off until one is back (with an agent's defaults, through an 8 s
+outage). Each coordinator's own vote counter (/metrics) says which one received what. Nothing waits
+for a span of time and hopes: each step waits for the condition it needs (a cool-off's end, which
+the client exposes; a coordinator answering; a request's result), under a generous deadline.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import logging
 import random
 import re
 import sys
-import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -22,6 +24,7 @@ import pytest
 import redis
 
 from agent.client import CoordinatorClient, coordinator_urls
+from agent.settings import AgentSettings
 from common.algorithms import AlgorithmConfig
 from dexp.demo import LocalStack, distinct_free_port
 
@@ -32,6 +35,7 @@ ARMS = ["a", "b", "c", "d"]
 CONFIG = AlgorithmConfig(delta=0.05, eta=0.9)  # M = 29: no arm leaves with the votes below
 CLIENTS = 12
 COUNTED = re.compile(r'^dexp_votes_total\{outcome="counted"\} ([\d.]+)$', re.MULTILINE)
+WAIT = re.compile(r"; retrying in ([\d.]+)s$")  # the client's line before a back-off wait
 
 
 def coordinator_env(redis_url: str, port: int) -> dict[str, str]:
@@ -129,13 +133,19 @@ def test_requests_spread_fail_over_when_one_is_killed_and_come_back(
             assert client.vote(EXPERIMENT, token, 2, 0)["counted"]  # no error surfaced
             assert client.url == urls[1]
             assert client.failovers == (client.home == 0)
+        # the clients that moved, and only they, avoid coordinator-0 for a while
+        cool_off_ends = [client.cool_off_ends(urls[0]) for client in clients]
+        assert [end > 0 for end in cool_off_ends] == [home == 0 for home in homes]
         assert counted(urls[1]) == on[1] + CLIENTS  # every second vote went to coordinator-1
         lines = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
         assert len(lines) == on[0], lines  # one line per client that moved
         assert all(f"coordinator {urls[0]} failed (" in line for line in lines), lines
         assert all(f"sent to {urls[1]} instead" in line for line in lines), lines
 
-        stack.restart("coordinator-0")  # waits until it answers; its cool-off (0.5 s) is over
+        stack.restart("coordinator-0")  # waits until it answers
+        # A client goes home at its first request after its cool-off (0.5 s from its failure)
+        # ends, not when the restart is done (0.4 s on an idle machine): wait for that moment.
+        time.sleep(max(0.0, max(cool_off_ends) - time.monotonic()))
         for client, token in zip(clients, tokens, strict=True):
             assert client.vote(EXPERIMENT, token, 3, 0)["counted"]
             assert client.url == urls[client.home]  # back home
@@ -163,61 +173,95 @@ def test_a_coordinator_answering_503_is_left_for_another(stack: LocalStack, tmp_
     assert httpx.get(f"{third}/v1/experiments/{EXPERIMENT}", timeout=10).status_code == 503
     client = CoordinatorClient(f"{third},{stack.coordinators['coordinator-1']}", start=0)
     try:
-        started = time.monotonic()
         assert client.experiment(EXPERIMENT)["id"] == EXPERIMENT
-        took = time.monotonic() - started
     finally:
         client.close()
         stack.kill("coordinator-2")
         del stack.coordinators["coordinator-2"]
     assert client.failovers == 1 and client.url == stack.coordinators["coordinator-1"]
-    assert took < 1.0  # at once: no back-off, no Retry-After wait
+    # at once: the failover is the request's only retry (a back-off or a Retry-After wait would
+    # be another one)
+    assert (client.retries, client.rate_limited) == (1, 0)
 
 
 def test_a_dead_coordinator_is_retried_after_its_cool_off_and_logged_once(
     stack: LocalStack, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Cool-off 0.05 s: a client homed on the dead coordinator tries it again at its requests
-    after each cool-off (doubled per failure in a row) and fails over each time, every request
-    answered; one warning line about it (FAILOVER_LOG_SECONDS)."""
+    """Cool-off 0.05 s: a client homed on the dead coordinator tries it again at its first request
+    after each cool-off (doubled per failure in a row), never sooner, and fails over each time,
+    every request answered; one warning line about it (FAILOVER_LOG_SECONDS)."""
     urls = stack.coordinator_urls
     stack.kill("coordinator-0")
     caplog.set_level(logging.WARNING, logger="dexp.agent.client")
     client = CoordinatorClient(",".join(urls), start=0, cool_off_seconds=0.05)
+    ends: list[float] = []  # the cool-off's end after each failover
+    deadline = time.monotonic() + 30  # a safety net: the cool-offs add up to 0.35 s
     try:
-        started = time.monotonic()
-        while time.monotonic() - started < 1.0:
+        while client.failovers < 4:
+            assert time.monotonic() < deadline, f"{client.failovers} failovers"
             assert client.experiment(EXPERIMENT)["id"] == EXPERIMENT
             assert client.url == urls[1]
+            if client.failovers > len(ends):
+                ends.append(client.cool_off_ends(urls[0]))
             time.sleep(0.02)
     finally:
         client.close()
-    assert client.failovers >= 3  # 0.05 + 0.1 + 0.2 + 0.4 s of cool-off in 1 s: 4 or 5 tries
+    assert len(ends) == client.failovers == 4
+    # each try came after the previous cool-off ended, and started a cool-off twice as long
+    for k in range(1, 4):
+        assert ends[k] - ends[k - 1] >= 0.05 * 2**k - 1e-9, (k, ends)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"coordinator {urls[0]} failed (ConnectError")
 
 
-def test_every_coordinator_down_waits_until_one_is_back(coordinators: LocalStack) -> None:
-    """Both killed: the request retries with back-off over both URLs and succeeds once
-    coordinator-1 is back; with give_up_after and nobody back, ConnectionError as with one URL."""
+OUTAGE_SECONDS = 8.0  # docs/RELIABILITY.md: the agents' default back-off rides out such an outage
+
+
+def test_every_coordinator_down_waits_until_one_is_back(
+    coordinators: LocalStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both killed: with give_up_after and nobody back, ConnectionError as with one URL. With an
+    agent's defaults (no give-up; back-off from 0.05 s, doubled up to DEXP_RETRY_MAX_SECONDS,
+    5 s), a request rides out an 8 s outage of both: it retries over both URLs, its waits double up
+    to the cap, and it succeeds once coordinator-1 is back. The restart comes once the outage has
+    lasted 8 s and the client waits at its cap, whatever the machine's speed."""
     stack = coordinators  # as they are: both are killed anyway
     urls = stack.coordinator_urls
     stack.kill("coordinator-0")
     stack.kill("coordinator-1")
+    down_since = time.monotonic()
     quick = CoordinatorClient(",".join(urls), give_up_after=0.5, retry_max_seconds=0.2)
     try:
         with pytest.raises(ConnectionError, match="coordinator unreachable"):
             quick.experiment(EXPERIMENT)
     finally:
         quick.close()
-    client = CoordinatorClient(",".join(urls), start=0, retry_max_seconds=0.5, give_up_after=30)
-    back = threading.Timer(1.0, lambda: stack.restart("coordinator-1", wait=False))
+
+    cap = AgentSettings.model_fields["retry_max_seconds"].default
+    caplog.set_level(logging.WARNING, logger="dexp.agent.client")
+    caplog.clear()  # the quick client's lines
+    client = CoordinatorClient(",".join(urls), start=0)  # as agent/service.py builds it
+    assert (client.retry_max_seconds, client.give_up_after) == (cap, None)
+
+    def waits() -> list[str]:
+        """The back-off waits the client logged, in order ("0.05", ...)."""
+        found = (WAIT.search(r.getMessage()) for r in list(caplog.records))
+        return [m.group(1) for m in found if m]
+
     try:
-        back.start()
-        assert client.experiment(EXPERIMENT)["id"] == EXPERIMENT
+        with ThreadPoolExecutor(1) as pool:
+            request = pool.submit(client.experiment, EXPERIMENT)
+            deadline = time.monotonic() + 60  # a safety net: the cap is reached after 6.35 s
+            while time.monotonic() - down_since < OUTAGE_SECONDS or f"{cap:.2f}" not in waits():
+                assert not request.done(), request.result()
+                assert time.monotonic() < deadline, waits()
+                time.sleep(0.05)
+            stack.restart("coordinator-1")  # waits until it answers
+            assert request.result(timeout=60)["id"] == EXPERIMENT
     finally:
-        back.join()
         client.close()
     assert client.url == urls[1]
-    assert client.retries >= 3
+    logged = waits()
+    assert logged == [f"{min(0.05 * 2**k, cap):.2f}" for k in range(len(logged))], logged
+    assert logged.count(f"{cap:.2f}") >= 1  # the cap was reached, and the request still waited

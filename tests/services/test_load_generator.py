@@ -35,9 +35,11 @@ ARMS = ["A", "B", "C"]
 M3 = {"delta": 0.2, "eta": 0.5}  # DE: M = 3
 M5 = {"delta": 0.05, "eta": 0.5}  # DE: M = ceil(log 0.05 / log 0.5) = 5
 MEANS = "0.9,0.5,0.1"
-# DEXP_LEASE_SECONDS here: a newcomer waits 1 + 1 s before it gives up. Not much shorter: the
-# holder renews every TTL/4 from a thread, which a loaded CI machine may delay.
+# DEXP_LEASE_SECONDS of a newcomer here: it waits 1 + 1 s before it gives up. A holder's lease is
+# HELD_LEASE long (renewed every second from a thread): no stall of a loaded machine lets it lapse
+# while a newcomer waits, so the newcomer meets a lease that is held, not one that expired.
 LEASE = 1.0
+HELD_LEASE = 30.0
 PUBLIC_FIELDS = {
     "run",
     "host",
@@ -116,7 +118,7 @@ def agent_process(coordinator_url: str, clean_redis: str) -> Iterator[Callable[[
             stdin=subprocess.DEVNULL,
         )
         processes.append(process)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a safety net: a loaded machine starts them slowly
         with httpx.Client(base_url=coordinator_url, timeout=5, trust_env=False) as http:
             while experiment(http, exp)["agents"] < n:
                 assert process.poll() is None, "the agent process ended"
@@ -147,21 +149,25 @@ def test_a_second_generator_is_refused_while_the_first_completes(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The first generator holds the lease while it settles and plays; a second one on the same
-    experiment waits out the lease's TTL (plus a second), then exits 6 with one line naming the
-    first run. The first completes, with figures of its own, and its live figures are in the
-    coordinator's experiment document while it runs (without the pid), null after."""
+    """The first generator holds the lease while it waits for agents and plays; a second one on
+    the same experiment waits out its own lease's TTL (plus a second), then exits 6 with one line
+    naming the first run. The first completes, with figures of its own, and its live figures are
+    in the coordinator's experiment document while it runs (without the pid), null after.
+
+    The first cannot finish before the second gave up, whatever the machine's speed: its agents
+    are started only then."""
     create_experiment(client, id="two", arms=ARMS, **M3)
-    agent_process("two", 3)
     first = LoadGenerator(
-        # it settles longer than the newcomer waits (LEASE + 1 s), so it still holds the lease
-        settings(coordinator_url, clean_redis, "two", settle_seconds=LEASE + 3.0),
+        settings(
+            coordinator_url, clean_redis, "two", lease_seconds=HELD_LEASE, agent_wait_seconds=60
+        ),
         out=io.StringIO(),
     )
     with first, ThreadPoolExecutor(1) as pool:
         running = pool.submit(first.run)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while experiment(client, "two")["load_generator"] is None:
+            assert not running.done(), running.result()
             assert time.monotonic() < deadline, "the first generator took no lease"
             time.sleep(0.02)
         live = experiment(client, "two")["load_generator"]
@@ -174,8 +180,11 @@ def test_a_second_generator_is_refused_while_the_first_completes(
         started = time.monotonic()
         assert load_generator_main([]) == 6
         waited = time.monotonic() - started
-        summary = running.result(timeout=30)
-    assert LEASE + 1 <= waited < LEASE + 15  # upper bound: it does give up, load aside
+        assert not running.done()  # the first still waits for its agents, lease held
+        agent_process("two", 3)
+        summary = running.result(timeout=60)
+    # it waited its own DEXP_LEASE_SECONDS + 1 s, not the holder's lease (30 s)
+    assert LEASE + 1 <= waited < HELD_LEASE
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert re.fullmatch(
         rf"error: another load generator \(run {first.lease.run} on host "
@@ -227,7 +236,7 @@ def test_a_lease_left_by_a_killed_holder_is_waited_out_then_taken(
     }
     raw = redis.Redis.from_url(clean_redis)
     try:
-        raw.set(keys.load_generator("dead"), json.dumps(lease), px=20_000)
+        raw.set(keys.load_generator("dead"), json.dumps(lease), px=int(HELD_LEASE * 1000))
         generator_env(monkeypatch, settings(coordinator_url, clean_redis, "dead"))
         assert load_generator_main([]) == 6
         assert capsys.readouterr().err.strip() == (
@@ -237,10 +246,13 @@ def test_a_lease_left_by_a_killed_holder_is_waited_out_then_taken(
         )
         assert raw.get(keys.load_generator("dead")) is not None  # not its to delete
 
-        raw.set(keys.load_generator("dead"), json.dumps(lease), px=800)  # a killed holder's
+        # A killed holder's lease, 0.8 s left; the newcomer may wait far longer (HELD_LEASE + 1 s):
+        # it takes the lease once it expired, and not before.
+        monkeypatch.setenv("DEXP_LEASE_SECONDS", str(HELD_LEASE))
         started = time.monotonic()
+        raw.set(keys.load_generator("dead"), json.dumps(lease), px=800)
         assert load_generator_main([]) == 0
-        assert 0.7 <= time.monotonic() - started < LEASE + 15
+        assert time.monotonic() - started >= 0.75  # 0.8 s by Redis's clock, in whole ms
         assert raw.get(keys.load_generator("dead")) is None  # taken, then released
     finally:
         raw.close()
@@ -321,7 +333,7 @@ def test_after_a_reset_the_summary_counts_messages_per_epoch(
     reset_at: dict[str, Any] = {}
 
     def reset_after_the_first_elimination() -> None:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a safety net: a loaded machine starts them slowly
         with httpx.Client(base_url=coordinator_url, timeout=5, trust_env=False) as http:
             while time.monotonic() < deadline:
                 state = experiment(http, "rs")

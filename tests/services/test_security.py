@@ -8,7 +8,9 @@ count, arm or version (only the message counters and the agent's rate-limit stat
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import re
 import subprocess
 import sys
 import time
@@ -18,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from pydantic import ValidationError
 
 from common import redis_keys as keys
@@ -120,10 +123,11 @@ def test_a_replayed_vote_is_a_duplicate_and_changes_no_count(
 # -- forged votes ------------------------------------------------------------------------------
 def forged_tokens(a: Agent, b: Agent, outsider: Agent) -> dict[str, tuple[str, int]]:
     secret_a = a.token.split(".", 1)[1]
+    changed = "y" if secret_a.endswith("x") else "x"  # its last character, changed (1 in 64 is x)
     return {
         "A's secret under B's id": (f"{b.agent_id}.{secret_a}", 401),
         "A's secret under a made-up id": (f"rf-0000000000.{secret_a}", 401),
-        "A's id with a changed secret": (f"{a.agent_id}.{secret_a[:-1]}x", 401),
+        "A's id with a changed secret": (f"{a.agent_id}.{secret_a[:-1]}{changed}", 401),
         "A's id alone": (a.agent_id, 401),
         "A's token with a suffix": (a.token + "x", 401),
         "a token of another experiment": (outsider.token, 403),
@@ -164,6 +168,66 @@ def test_votes_for_a_missing_arm_or_experiment_change_nothing(
 
 
 # -- rate limits -------------------------------------------------------------------------------
+def redis_clock(raw: redis.Redis) -> float:
+    """Redis's own clock (TIME), in seconds: the one its rate limits read (lua/gcra.lua)."""
+    seconds, micros = raw.time()
+    return float(seconds) + micros / 1e6
+
+
+RETRY_IN = re.compile(r"; retry in ([\d.]+) s$")
+
+
+@pytest.mark.parametrize("route", [False, True], ids=["fast-path", "route"])
+def test_votes_beyond_an_agents_rate_are_429_and_change_nothing(
+    client: httpx.Client, clean_redis: str, redis_state: RedisState, route: bool
+) -> None:
+    """The coordinator's default vote limits (docs/RELIABILITY.md: DEXP_VOTE_RATE 20/s,
+    DEXP_VOTE_BURST 50), as the settings give them, on the real vote path. An agent voting as fast
+    as it can: its first 50 votes pass (new votes and replays alike count), and never more than 50
+    plus 20 a second of the flood, timed by Redis's clock, the limit's own; the first refused is a
+    429 with Retry-After, waits one interval (50 ms) at most, and changes nothing, not even the
+    message count; another agent is not limited; that interval later the agent's votes pass again,
+    within the same bound. Nothing here bets on the machine's speed but one: a loop of votes
+    faster than 20 a second."""
+    settings = coordinator_settings(clean_redis)  # as the session's coordinator was given
+    rate, burst = settings.vote_rate, settings.vote_burst
+    assert (rate, burst) == (20.0, 50)
+    create_experiment(client, id="rl", arms=[f"a{i}" for i in range(8)])
+    a, b = enroll_agents(client, "rl", 2)
+    raw = redis.Redis.from_url(clean_redis)
+
+    def flood(checked_from: int) -> tuple[int, httpx.Response]:
+        """A's votes one after another until one is refused: how many passed, and the refusal,
+        which changed nothing (checked from vote `checked_from` on)."""
+        passed, deadline = 0, time.monotonic() + 60  # a safety net
+        while True:
+            assert time.monotonic() < deadline, f"{passed} votes passed, none refused"
+            before = redis_state() if passed >= checked_from else None
+            response = vote(client, "rl", a.token, passed % 8, route=route)
+            if response.status_code == 429:
+                assert before is not None, f"refused after {passed} votes"
+                assert redis_state() == before  # a refused vote is not even a message
+                return passed, response
+            assert response.status_code == 200, response.text
+            passed += 1
+
+    try:
+        started = redis_clock(raw)
+        first, refused = flood(checked_from=burst)
+        assert burst <= first <= burst + rate * (redis_clock(raw) - started)
+        assert retry_after(refused) == 1
+        says = detail(refused)
+        assert f"votes too fast: at most {rate:g} votes per second (burst {burst})" in says
+        found = RETRY_IN.search(says)
+        assert found is not None and 0 <= float(found.group(1)) <= 1 / rate, says
+        assert vote(client, "rl", b.token, 5, route=route).status_code == 200  # per agent
+        time.sleep(2 / rate)  # beyond the refusal's wait: one vote at least passes again
+        again, _ = flood(checked_from=0)
+        assert again >= 1 and first + again <= burst + rate * (redis_clock(raw) - started)
+    finally:
+        raw.close()
+
+
 # 2 votes or enrollments per second, 3 at once; a client may enroll 4 agents per experiment.
 LIMITS = {
     "vote_rate": 2.0,
@@ -191,65 +255,68 @@ def retry_after(response: httpx.Response) -> int:
     return int(response.headers["retry-after"])
 
 
-@pytest.mark.parametrize("route", [False, True], ids=["fast-path", "route"])
-def test_votes_beyond_an_agents_rate_are_429_and_change_nothing(
-    limited: httpx.Client, redis_state: RedisState, route: bool
-) -> None:
-    create_experiment(limited, id="rl", arms=[f"a{i}" for i in range(8)])
-    a, b = enroll_agents(limited, "rl", 2)
-    for arm in range(3):  # the burst: new votes and replays alike count
-        assert vote(limited, "rl", a.token, min(arm, 1), route=route).status_code == 200
-    before = redis_state()
-    refused = vote(limited, "rl", a.token, 5, route=route)
-    assert retry_after(refused) == 1
-    assert "too fast" in detail(refused) and "2 votes per second" in detail(refused)
-    assert redis_state() == before  # a refused vote is not even a message
-    assert vote(limited, "rl", b.token, 5, route=route).status_code == 200  # per agent
-    time.sleep(0.6)  # one interval (0.5 s) later, one more vote passes
-    assert vote(limited, "rl", a.token, 5, route=route).json()["outcome"] == "counted"
-    assert retry_after(vote(limited, "rl", a.token, 6, route=route)) >= 1
-
-
 def test_the_agent_client_waits_out_a_429(limited: httpx.Client) -> None:
+    """The agent's client votes beyond its burst (3 at 2 a second): a 429 is waited out, as long
+    as Retry-After asks at least, and the vote is sent again and answered, never raised."""
     from agent.client import CoordinatorClient
 
     create_experiment(limited, id="rc", arms=[f"a{i}" for i in range(8)])
     (a,) = enroll_agents(limited, "rc", 1)
     client = CoordinatorClient(str(limited.base_url), retry_max_seconds=2.0, give_up_after=20)
+    outcomes = []
     try:
-        outcomes = [client.vote("rc", a.token, arm, 0)["outcome"] for arm in range(5)]
+        while client.rate_limited == 0:  # the burst, then as many as it takes to be refused
+            assert len(outcomes) < 50, "never refused"  # a safety net: 4 in 0.5 s are enough
+            outcomes.append(client.vote("rc", a.token, len(outcomes) % 8, 0)["outcome"])
     finally:
         client.close()
-    assert outcomes == ["counted"] * 5
-    assert client.retries >= 1  # at least one 429, retried after Retry-After
+    assert len(outcomes) > LIMITS["vote_burst"]
+    assert outcomes == ["counted" if i < 8 else "duplicate" for i in range(len(outcomes))]
+    assert client.retries == client.rate_limited >= 1  # only 429s were retried
+    assert client.rate_limited_seconds >= client.rate_limited * 1.0  # Retry-After: 1 s
 
 
 def test_enrollments_beyond_a_clients_rate_or_cap_are_refused(
-    limited: httpx.Client, redis_state: RedisState
+    limited: httpx.Client, clean_redis: str, redis_state: RedisState
 ) -> None:
-    create_experiment(limited, id="re", arms=ARMS)
-    create_experiment(limited, id="re2", arms=ARMS)
-    enroll_agents(limited, "re", 3)  # the burst
-    before = redis_state()
-    refused = limited.post(
-        "/v1/agents", json={"experiment": "re"}, headers=bearer(ENROLLMENT_SECRET)
-    )
+    """Open enrollment from one address: 3 at once, then 2 a second, per experiment; 4 agents at
+    most per experiment, checked before the rate. A refused enrollment changes nothing. The
+    refusal beyond the burst is certain only if the burst and the next one land within one refill
+    interval (0.5 s) by Redis's clock: a try that a loaded machine stretched beyond it (the
+    fourth then passes) is made again on a fresh experiment."""
+    interval = 1 / LIMITS["enroll_rate"]
+    raw = redis.Redis.from_url(clean_redis)
+    try:
+        for attempt in itertools.count():
+            exp = f"re{attempt}"
+            create_experiment(limited, id=exp, arms=ARMS)
+            started = redis_clock(raw)
+            enroll_agents(limited, exp, 3)  # the burst
+            before = redis_state()
+            refused = limited.post(
+                "/v1/agents", json={"experiment": exp}, headers=bearer(ENROLLMENT_SECRET)
+            )
+            if refused.status_code == 429:
+                break
+            assert refused.status_code == 201, refused.text
+            assert redis_clock(raw) - started >= interval  # only a refill lets the fourth in
+            assert attempt < 10, "no burst within one refill interval in 10 tries"
+    finally:
+        raw.close()
     assert retry_after(refused) == 1 and "too many enrollments" in detail(refused)
     assert redis_state() == before
-    enroll_agents(limited, "re2", 1)  # per experiment
-    time.sleep(0.6)
-    enroll_agents(limited, "re", 1)  # the fourth, the client's maximum in "re"
-    time.sleep(0.6)
+    create_experiment(limited, id="other", arms=ARMS)
+    enroll_agents(limited, "other", 1)  # per experiment
+    time.sleep(interval + 0.01)  # a refill since the third (Redis's clock is not quite ours)
+    enroll_agents(limited, exp, 1)  # the fourth, the client's maximum in exp
     before = redis_state()
-    capped = limited.post(
-        "/v1/agents", json={"experiment": "re"}, headers=bearer(ENROLLMENT_SECRET)
-    )
-    assert capped.status_code == 403, capped.text
+    capped = limited.post("/v1/agents", json={"experiment": exp}, headers=bearer(ENROLLMENT_SECRET))
+    assert capped.status_code == 403, capped.text  # the cap, whatever the rate
     assert "maximum of 4 agents" in detail(capped) and "DEXP_MAX_AGENTS_PER_CLIENT" in detail(
         capped
     )
     assert redis_state() == before
-    assert limited.get("/v1/experiments/re").json()["agents"] == 4
+    assert limited.get(f"/v1/experiments/{exp}").json()["agents"] == 4
 
 
 def test_an_experiment_takes_at_most_max_agents_from_all_clients(clean_redis: str) -> None:

@@ -488,11 +488,23 @@ def test_the_load_generator_exits_3_when_ce_cannot_finish_in_expectation(
 
 
 @pytest.fixture
-def readers(clean_redis: str) -> Iterator[Any]:
+def readers(clean_redis: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Starts fake agents on streams: one that reads (never acknowledging), one that read once
-    and stopped. Yields a function taking the three agent ids (reading, stopped, never)."""
+    and stopped. Yields a function taking the experiment and those two agent ids. The reading one
+    reads every 0.2 s, and at the moment a load generator looks who reads (its Redis view of the
+    streams, LoadGenerator._stream_readers): its last read is then fresh by any stall limit,
+    where a thread's 0.2 s against a 1 s limit would bet on a loaded machine's scheduling."""
     stop = threading.Event()
     threads: list[threading.Thread] = []
+    reads: list[Any] = []
+    real_stream_readers = LoadGenerator._stream_readers
+
+    def stream_readers(self: LoadGenerator, streams: list[str]) -> list[dict[str, Any]]:
+        for read in reads:
+            read()
+        return real_stream_readers(self, streams)
+
+    monkeypatch.setattr(LoadGenerator, "_stream_readers", stream_readers)
 
     def start(exp: str, reading: str, stopped: str) -> None:
         client = redis.Redis.from_url(clean_redis)
@@ -509,10 +521,14 @@ def readers(clean_redis: str) -> Iterator[Any]:
         client.xdel(gone, entry)
 
         def read() -> None:
-            while not stop.wait(0.2):
-                client.xreadgroup(group, consumer, {keys.activations(exp, reading): ">"}, count=5)
+            client.xreadgroup(group, consumer, {keys.activations(exp, reading): ">"}, count=5)
 
-        thread = threading.Thread(target=read, daemon=True)
+        def keep_reading() -> None:
+            while not stop.wait(0.2):
+                read()
+
+        reads.append(read)
+        thread = threading.Thread(target=keep_reading, daemon=True)
         thread.start()
         threads.append(thread)
 
@@ -531,15 +547,16 @@ def test_a_stalled_run_says_what_it_sees_and_exits_5(
 ) -> None:
     """Three agents enrolled: one reads its stream but never acknowledges, one read once and
     stopped (its process gone), one is hosted by no process. Nothing is consumed: the load
-    generator stops after DEXP_STALL_SECONDS and says so, instead of running to its deadline."""
+    generator stops after DEXP_STALL_SECONDS and says so (exit 5), instead of running to its
+    deadline (DEXP_MAX_SECONDS, exit 1)."""
     create_experiment(client, id="stall", arms=ARMS, **M3)
     reading, stopped, never = enroll_agents(client, "stall", 3)
     readers("stall", reading.agent_id, stopped.agent_id)
-    time.sleep(1.0)  # the stopped one's last read is at least this old at the end
+    # The stopped one's last read is older than the stall limit at the end: it came before the
+    # run, which stalls DEXP_STALL_SECONDS (1 s) at least; this is margin for Redis's whole ms.
+    time.sleep(0.2)
     monkeypatch.setenv("DEXP_EXPERIMENT", "stall")
-    started = time.monotonic()
     assert load_generator_main([]) == 5
-    assert time.monotonic() - started < 15
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "experiment        stall: stalled"
     stall = out[out.index(next(line for line in out if line.startswith("stalled:"))) :]
@@ -559,13 +576,17 @@ def test_a_stalled_run_says_what_it_sees_and_exits_5(
 
 
 def test_a_run_whose_coordinator_stops_answering_ends_stalled(clean_redis: str) -> None:
-    """The coordinator goes away mid-run: after DEXP_UNREACHABLE_SECONDS of retries the run ends
-    stalled, says so, and reads nothing more from it (no second wait)."""
+    """The coordinator goes away mid-run (once the run delivered activations: it plays): after
+    DEXP_UNREACHABLE_SECONDS of retries the run ends stalled, says so, and asks nothing more of
+    the coordinator through its retrying client (no second wait): the request that gave up is
+    the last one."""
     server = ThreadedCoordinator(coordinator_settings(clean_redis, experiment="")).start()
+    raw = redis.Redis.from_url(clean_redis)
     try:
         with httpx.Client(base_url=server.url, timeout=10.0, trust_env=False) as client:
             create_experiment(client, id="gone", arms=ARMS, **M3)
-            enroll_agents(client, "gone", 3)
+            agents = enroll_agents(client, "gone", 3)
+        streams = [keys.activations("gone", a.agent_id) for a in agents]
         load = LoadSettings(
             coordinator_url=server.url,
             redis_url=clean_redis,
@@ -577,16 +598,47 @@ def test_a_run_whose_coordinator_stops_answering_ends_stalled(clean_redis: str) 
             unreachable_seconds=1,
             stall_seconds=60,
         )
+
+        played: list[bool] = []
+
+        def stop_once_playing() -> None:
+            deadline = time.monotonic() + 30  # a safety net
+            while not any(raw.xlen(stream) for stream in streams):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            else:
+                played.append(True)
+            server.stop()
+
         with LoadGenerator(load, out=io.StringIO()) as generator:
-            threading.Timer(0.5, server.stop).start()
-            started = time.monotonic()
-            summary = generator.run()
-            assert time.monotonic() - started < 10
+            answered: list[bool] = []  # per request through the retrying client: answered?
+            real_request = generator.client.request
+
+            def request(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    reply = real_request(method, path, *args, **kwargs)
+                except ConnectionError:
+                    answered.append(False)
+                    raise
+                answered.append(True)
+                return reply
+
+            generator.client.request = request  # type: ignore[method-assign]
+            stopper = threading.Thread(target=stop_once_playing)
+            stopper.start()
+            try:
+                summary = generator.run()
+            finally:
+                stopper.join()
     finally:
+        raw.close()
         server.stop()
+    assert played, "the run delivered no activation in 30 s"
     assert summary.status == "stalled" and exit_code(summary) == 5
     assert summary.stall[0].startswith(
         "stalled: the coordinator did not answer for 1 s (DEXP_UNREACHABLE_SECONDS): "
     )
     assert summary.stall[1].startswith(f"coordinator: {server.url} does not answer (")
+    assert answered[-1] is False and answered.count(False) == 1, answered
     assert "stalled" in format_summary(summary, as_json=False)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
+from redis.asyncio.client import PubSub
 
 from common import redis_keys as keys
 from common.votes import GlobalState, VoteOutcome
@@ -48,6 +49,13 @@ async def setup(
     return [await store.enroll(exp) for _ in range(n_agents)]
 
 
+async def next_message(pubsub: PubSub, deadline: float = 30.0) -> dict[str, Any]:
+    """The next message of `pubsub`, however long it takes to arrive (`deadline`: a safety net)."""
+    message = await asyncio.wait_for(pubsub.get_message(timeout=None), deadline)
+    assert message is not None
+    return dict(message)
+
+
 def test_second_vote_by_the_same_agent_is_ignored(clean_redis: str) -> None:
     async def body(store: ExperimentStore) -> None:
         a, b = await setup(store, threshold=3, n_agents=2)
@@ -72,7 +80,7 @@ def test_threshold_of_distinct_votes_eliminates_and_publishes(clean_redis: str) 
         agents = await setup(store, threshold=4, n_agents=4)
         pubsub = store.redis.pubsub()
         await pubsub.subscribe(keys.events(EXP))
-        assert (await pubsub.get_message(timeout=1.0))["type"] == "subscribe"
+        assert (await next_message(pubsub))["type"] == "subscribe"
         outcomes = [(await store.vote(EXP, agent.token, 2, 0)).outcome for agent in agents[:3]]
         assert outcomes == [VoteOutcome.COUNTED] * 3
         assert (await store.get(EXP, voters=True))["remaining_arms"] == [0, 1, 2]
@@ -83,8 +91,9 @@ def test_threshold_of_distinct_votes_eliminates_and_publishes(clean_redis: str) 
             4,
             1,
         )
-        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2.0)
-        assert message is not None and int(message["data"]) == 1
+        message = await next_message(pubsub)
+        assert message["type"] == "message" and int(message["data"]) == 1
+        assert await pubsub.get_message(timeout=0) is None  # published once
         await pubsub.aclose()
         state = await store.get(EXP, voters=True)
         assert state["remaining_arms"] == [0, 1]
