@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """How long each part of the suite takes, from a pytest JUnit XML report.
 
-    scripts/test --junitxml=suite.xml && python3 scripts/suite_times.py suite.xml
+    scripts/test --junitxml=suite.xml && python3 scripts/suite_times.py suite.xml [--files]
 
 A part is a folder of tests/ (services, e2e, faults, cluster) or, for the files at the top of
-tests/, the file itself. Times are pytest's own (setup, call and teardown of each test), so their
+tests/, the file itself; with --files, every file is a part. Times are pytest's own (setup, call and teardown of each test), so their
 sum is a little below the wall time of the run, which adds collection and start-up.
 """
 
@@ -15,32 +15,36 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 
-def part(classname: str) -> str:
-    """'tests.services.test_api' -> 'tests/services/'; 'tests.test_votes' -> 'tests/test_votes.py'."""
+def part(classname: str, files: bool = False) -> str:
+    """'tests.services.test_api' -> 'tests/services/' (or the file, with `files`);
+    'tests.test_votes' -> 'tests/test_votes.py'."""
     words = classname.split(".")
     module = next((i for i, w in enumerate(words) if w.startswith("test_")), len(words) - 1)
-    if module >= 2:
+    if module >= 2 and not files:
         return "/".join(words[:module]) + "/"
     return "/".join(words[: module + 1]) + ".py"
 
 
-def main(path: str) -> int:
+def main(path: str, files: bool = False) -> int:
     seconds: dict[str, float] = defaultdict(float)
     tests: dict[str, int] = defaultdict(int)
     for case in ET.parse(path).getroot().iter("testcase"):
-        name = part(case.get("classname", ""))
+        name = part(case.get("classname", ""), files)
         seconds[name] += float(case.get("time", 0))
         tests[name] += 1
     total = sum(seconds.values())
-    print(f"{'part':<40} {'tests':>6} {'seconds':>8} {'share':>6}")
+    print(f"{'part':<46} {'tests':>6} {'seconds':>8} {'share':>6}")
     for name, secs in sorted(seconds.items(), key=lambda kv: -kv[1]):
-        print(f"{name:<40} {tests[name]:>6} {secs:>8.1f} {secs / total:>6.1%}")
-    print(f"{'all':<40} {sum(tests.values()):>6} {total:>8.1f}")
+        print(f"{name:<46} {tests[name]:>6} {secs:>8.1f} {secs / total:>6.1%}")
+    print(f"{'all':<46} {sum(tests.values()):>6} {total:>8.1f}")
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print("usage: suite_times.py REPORT.xml (from pytest --junitxml)", file=sys.stderr)
+    args = [a for a in sys.argv[1:] if a != "--files"]
+    if len(args) != 1 or any(a.startswith("-") for a in args):
+        print(
+            "usage: suite_times.py REPORT.xml [--files] (from pytest --junitxml)", file=sys.stderr
+        )
         sys.exit(2)
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(args[0], files="--files" in sys.argv[1:]))

@@ -124,6 +124,7 @@ TWO_EPS = 0.39  # arm 1 (0.3) is not eps-optimal: 0.7 - 0.3 > 0.39
 BROKEN = 0.5  # fast.RADIUS_SCALE of the negative controls
 SUBROUTINES = ["ser3", "ugapec", "kl-se", "stitched-se", "kl-lucb", "stitched-lucb"]
 POWER_ROWS: list[str] = []
+NOTES: list[str] = []
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -133,6 +134,8 @@ def power_table() -> Iterator[None]:
         print(f"\nGuarantee tests on two arms (fast engine), alpha = {ALPHA}")
         print(f"{'test':<22} {'trials':>6} {'level':>9} {'c':>3} {'control':<22} {'rate':>6} power")
         print("\n".join(POWER_ROWS))
+    if NOTES:
+        print("\n".join(NOTES))
 
 
 def check_two_arms(config: SimulationConfig, result: TrialResult) -> None:
@@ -258,6 +261,14 @@ def test_ce_on_two_arms_fails_at_most_its_proven_bound(xi: float) -> None:
     all of it the tie by dropped votes; c = 4 and 7 of 400."""
     config, level = ce_two_arms(xi)
     assert failures(config, CE_TRIALS, seed=2023) <= max_failures(CE_TRIALS, level, ALPHA)
+    m = config.threshold
+    assert m is not None
+    fewest = math.ceil(m / (1 - xi) - 1e-9)  # the fewest agents CE accepts
+    tie = float(binom.cdf(m - 1, fewest, 1 - xi))
+    NOTES.append(
+        f"ce-xi{xi}: M = {m}; at N = ceil(M / (1 - xi)) = {fewest} a tie by dropped votes has "
+        f"probability {tie:.3f}; the test runs N = {config.n_agents}"
+    )
 
 
 @pytest.mark.parametrize("xi", [0.1, 0.05])
