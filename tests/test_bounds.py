@@ -11,13 +11,14 @@ but not at every n at once).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from common.simulation import fast as fast_bounds
-from common.subroutines import bounds
+from common.subroutines import LocalParams, bounds, subroutine_class
 
 DRAWS = 20_000  # binomial samples per (p, n) cell
 PATHS, HORIZON = 2_000, 2_000  # reward paths for the anytime boundary, and their length
@@ -67,7 +68,13 @@ def test_kl_check_rejects_an_interval_at_a_quarter_of_the_level(n: int) -> None:
 
 
 def test_kl_interval_solves_its_equation_and_is_inside_hoeffding() -> None:
-    for mean, n, level in [(0.0, 3, 2.0), (0.2, 50, 4.0), (0.5, 7, 1.0), (0.97, 400, 9.0)]:
+    for mean, n, level in [
+        (0.0, 3, 2.0),
+        (0.2, 50, 4.0),
+        (0.5, 7, 1.0),
+        (0.97, 400, 9.0),
+        (1.0, 5, 3.0),  # the upper end is 1 itself, never below the mean
+    ]:
         low, high = bounds.kl_interval(mean, n, level)
         assert 0.0 <= low <= mean <= high <= 1.0
         for q in (low, high):
@@ -75,6 +82,50 @@ def test_kl_interval_solves_its_equation_and_is_inside_hoeffding() -> None:
                 assert n * bounds.kl_bernoulli(mean, q) == pytest.approx(level, rel=1e-9)
         width = math.sqrt(level / (2 * n))  # Pinsker: never wider than Hoeffding
         assert high <= mean + width + 1e-12 and low >= mean - width - 1e-12
+
+
+def at_state(name: str, n_arms: int, confidence: float, mean: float, pulls: int) -> Any:
+    """Subroutine `name` after `pulls` samples of every arm, each arm's mean `mean`."""
+    params = LocalParams(confidence=confidence)
+    sub = subroutine_class(name)(n_arms, params, np.random.default_rng(0))
+    sub.counts[:] = pulls
+    sub.sums[:] = mean * pulls
+    return sub
+
+
+@pytest.mark.parametrize(("n_arms", "confidence"), [(2, 0.9), (10, 0.9), (10, 0.05)])
+@pytest.mark.parametrize(("mean", "pulls"), [(0.5, 1), (0.3, 40), (0.95, 1000)])
+def test_the_widths_table_is_what_the_subroutines_use(
+    n_arms: int, confidence: float, mean: float, pulls: int
+) -> None:
+    """`dexp subroutines --widths` (docs/SUBROUTINES.md's table) prints each subroutine's own
+    interval at t = K * pulls, not a formula of its own."""
+    widths = bounds.half_widths(n_arms, confidence, mean, pulls)
+    time = n_arms * pulls
+
+    def sides(low: float, high: float) -> tuple[float, float]:
+        return mean - low, high - mean
+
+    for name in ("se", "stitched-se"):
+        radius = at_state(name, n_arms, confidence, mean, pulls).radius(pulls)
+        own = (radius, radius)
+        key = "se (Hoeffding, union over rounds)" if name == "se" else "stitched (anytime)"
+        assert widths[key] == pytest.approx(own, rel=1e-12), name
+    kl_se = at_state("kl-se", n_arms, confidence, mean, pulls)
+    assert widths["kl-se (KL, union over rounds)"] == pytest.approx(
+        sides(*kl_se.intervals(pulls)[0]),
+        rel=1e-9,
+        abs=1e-12,
+    )
+    for name, key in [
+        ("lucb", "lucb (LUCB1)"),
+        ("ugapec", "ugapec (UGapEc)"),
+        ("stitched-lucb", "stitched (anytime)"),
+        ("kl-lucb", "kl-lucb (KL, KL-LUCB's rate)"),
+    ]:
+        sub = at_state(name, n_arms, confidence, mean, pulls)
+        own = sides(*sub.interval(0, time))
+        assert widths[key] == pytest.approx(own, rel=1e-9, abs=1e-12), name
 
 
 # -- (b) the stitched boundary: every n at once, each side with probability <= alpha ---------------

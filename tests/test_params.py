@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -13,10 +14,17 @@ from common.algorithms import AlgorithmConfig
 from common.environments import Environment, problem
 from common.errors import ParameterError
 from common.params import (
+    check_agents_for_dropped_votes,
+    check_agents_for_threshold,
     check_arms,
+    check_epsilon,
+    check_epsilon_for_rewards,
+    check_open_unit,
+    check_tolerance,
     corrupted_local_confidence,
     corrupted_threshold,
     max_vote_drop,
+    tie_warning,
     vote_threshold,
 )
 from common.simulation import SimulationConfig
@@ -254,3 +262,104 @@ def test_power_law_formula() -> None:
 def test_problem_two_is_skewed() -> None:
     p = problem("feraud-2").activation.probabilities(32)
     assert p[:16].sum() == pytest.approx(0.8)
+
+
+# -- the validators at their boundaries ----------------------------------------------------------
+def rejected(call: Callable[[], object]) -> ParameterError:
+    with pytest.raises(ParameterError) as info:
+        call()
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("call", "name", "value", "fragment"),
+    [
+        (lambda: check_open_unit("beta", 1.0), "beta", 1.0, "(0, 1)"),
+        (lambda: check_epsilon(0.0), "epsilon", 0.0, "> 0"),
+        (lambda: check_arms(1), "arms", 1, "at least 2"),
+        (lambda: vote_threshold(0.0, 0.9), "delta", 0.0, "(0, 1)"),
+        (lambda: vote_threshold(0.9, 0.5), "delta", 0.9, "< eta=0.5"),
+        (lambda: corrupted_local_confidence(1.2, 0.1, 10), "eta", 1.2, "(0, 1)"),
+        (lambda: corrupted_local_confidence(0.9, -0.1, 10), "xi", -0.1, "[0, 1)"),
+        (lambda: corrupted_local_confidence(0.9, 1.0, 10), "xi", 1.0, "[0, 1)"),
+        (lambda: corrupted_local_confidence(0.9, 1.5, 10), "xi", 1.5, "[0, 1)"),
+        (lambda: corrupted_local_confidence(0.9, "0.1", 10), "xi", "0.1", "[0, 1)"),
+        (lambda: corrupted_local_confidence(0.9, 0.3, 10), "xi", 0.3, "0.2257"),
+        (lambda: corrupted_threshold(0.0, 0.9, 0.1, 10), "delta", 0.0, "(0, 1)"),
+        (lambda: corrupted_threshold(0.8, 0.9, 0.1, 10), "delta", 0.8, "< eta_xi=0.7419"),
+        (lambda: check_tolerance(-1), "tolerance", -1, ">= 0"),
+        (lambda: check_tolerance(1.5), "tolerance", 1.5, ">= 0"),
+        (lambda: check_tolerance(True), "tolerance", True, ">= 0"),
+        (lambda: check_epsilon_for_rewards(1.5, None), "epsilon", 1.5, "(0, 1]"),
+        (lambda: check_agents_for_threshold(28, 29), "agents", 28, "M=29"),
+    ],
+)
+def test_a_rejected_value_is_named_with_the_value_and_its_valid_range(
+    call: Callable[[], object], name: str, value: object, fragment: str
+) -> None:
+    err = rejected(call)
+    assert (err.name, err.value) == (name, value)
+    assert str(err).startswith(f"{name}={value!r} is invalid")
+    assert fragment in err.valid, err.valid
+
+
+def test_the_validators_accept_their_boundaries() -> None:
+    assert check_epsilon_for_rewards(1.0, None) == 1.0  # (0, 1] is closed at 1
+    assert check_epsilon_for_rewards(1.5, 0.5) == 1.5  # sub-Gaussian rewards: no upper limit
+    assert [check_tolerance(f) for f in (0, 3)] == [0, 3]
+    assert check_agents_for_threshold(29, 29) == 29  # N = M agents can remove an arm
+
+
+@pytest.mark.parametrize("eta", [0.3, 0.7, 0.9, 0.99])
+def test_ce_without_drops_is_de_exactly(eta: float) -> None:
+    """xi = 0 gives eta itself, not 1 - (1 - eta): in floating point that is 0.30000000000000004
+    for 0.3, and CE without drops would not be DE to the bit."""
+    assert corrupted_local_confidence(eta, 0.0, 10) == eta
+    assert corrupted_threshold(0.01, eta, 0.0, 10) == vote_threshold(0.01, eta)
+
+
+def test_ce_vote_drop_exactly_at_the_limit_is_rejected() -> None:
+    """K = 2 and xi = eta: eta_xi = 1 - (1 - eta) / (1 - xi) is 0 exactly."""
+    err = rejected(lambda: corrupted_local_confidence(0.9, max_vote_drop(0.9, 2), 2))
+    assert err.name == "xi"
+
+
+def test_ce_threshold_needs_delta_strictly_below_eta_xi() -> None:
+    eta_xi = corrupted_local_confidence(0.9, 0.1, 10)
+    assert rejected(lambda: corrupted_threshold(eta_xi, 0.9, 0.1, 10)).name == "delta"
+    assert corrupted_threshold(eta_xi * 0.9, 0.9, 0.1, 10) == 2
+
+
+@pytest.mark.parametrize(("threshold", "xi"), [(5, 0.5), (3, 0.25), (11, 0.1), (29, 0.2)])
+def test_ce_dropped_votes_need_agents_and_the_message_says_how_many(
+    threshold: int, xi: float
+) -> None:
+    """N (1 - xi) >= M is required (equality included), and the message names the smallest N."""
+    err = rejected(lambda: check_agents_for_dropped_votes(1, threshold, xi))
+    assert (err.name, err.value) == ("agents", 1)
+    found = re.search(r"at least (\d+) agents", err.valid)
+    assert found, err.valid
+    needed = int(found.group(1))
+    assert (needed - 1) * (1 - xi) < threshold <= needed * (1 - xi)
+    assert check_agents_for_dropped_votes(needed, threshold, xi) == needed
+    assert rejected(lambda: check_agents_for_dropped_votes(needed - 1, threshold, xi)).value == (
+        needed - 1
+    )
+
+
+def test_too_few_agents_for_m_plus_f_names_both() -> None:
+    err = rejected(lambda: check_agents_for_threshold(10, 12, tolerance=1))
+    assert (err.name, err.value) == ("agents", 10)
+    assert "M + f = 11 + 1 = 12 (tolerance f=1)" in err.valid
+    assert "M + f" not in rejected(lambda: check_agents_for_threshold(10, 12)).valid
+
+
+@pytest.mark.parametrize("threshold", [2, 5, 29])
+def test_tie_warning_from_fewer_than_2m_minus_1_agents(threshold: int) -> None:
+    """With N >= 2M - 1 two arms cannot both stay short of M votes; below, they can."""
+    assert tie_warning(2 * threshold - 1, threshold) is None
+    assert tie_warning(10 * threshold, threshold) is None
+    n_agents = 2 * threshold - 2
+    warning = tie_warning(n_agents, threshold)
+    assert warning is not None
+    assert warning.startswith(f"{n_agents} agents < 2 x threshold - 1 = {2 * threshold - 1}:")

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from common.votes import GlobalState, VoteOutcome, decide_vote
+from common.votes import (
+    GlobalState,
+    VoteOutcome,
+    decide_vote,
+    is_tied,
+    reachable_votes,
+    tie_certificate,
+)
 
 V = VoteOutcome
 
@@ -111,9 +120,9 @@ def test_state_late_votes_are_messages_that_change_nothing() -> None:
 
 def test_state_rejects_an_unknown_arm_without_counting_it() -> None:
     state = GlobalState(3, threshold=2)
-    with pytest.raises(ValueError, match="arm=3"):
+    with pytest.raises(ValueError, match=r"arm=3 .*\[0, 2\]"):  # the valid range is stated
         state.vote("a", 3)
-    with pytest.raises(ValueError, match="arm=-1"):
+    with pytest.raises(ValueError, match=r"arm=-1 .*\[0, 2\]"):
         state.vote("a", -1)
     assert state.messages == 0
 
@@ -142,6 +151,82 @@ def test_elimination_order_restarts_with_the_epoch() -> None:
     state.vote("a", 2)
     assert state.eliminations[-1].order == 1
     assert [e.epoch for e in state.eliminations] == [0, 1]
+
+
+def test_vote_many_records_the_clock_it_is_given() -> None:
+    state = GlobalState(3, threshold=2)
+    state.vote_many("a", [0, 1], time=5)
+    state.vote_many("b", [2, 0], time=9)
+    assert [(e.arm, e.time) for e in state.eliminations] == [(0, 9)]
+
+
+# -- settled agents and ties (CE's "settled" message) -------------------------------------------
+def test_an_elimination_keeps_only_the_settled_agents_that_voted_against_the_arm() -> None:
+    """A settled agent that did not vote against the arm that left may have held it: it restarts,
+    so its flag goes; one that voted against it keeps its flag; voters that never said they
+    settled do not become settled."""
+    state = GlobalState(3, threshold=2)
+    state.settle("a")
+    state.settle("b")
+    assert state.settled == {"a", "b"}
+    assert state.messages == 2  # a settled message is a message
+    state.vote("a", 1)
+    assert state.vote("c", 1) is V.ELIMINATED
+    assert state.settled == {"a"}
+    assert state.messages == 4
+
+
+def test_tied_follows_votes_and_settled_messages() -> None:
+    """Two agents, M = 2, three arms: each vote leaves every arm short of M while agents can still
+    vote; the experiment is tied once neither agent can vote any more."""
+    state = GlobalState(3, threshold=2)
+    assert not state.tied(2)
+    state.vote("a", 0)
+    state.vote("b", 1)
+    assert not state.tied(2)  # both can still vote against arm 2
+    state.settle("a")  # a says it settled (its local set holds one arm, 1 or 2)
+    assert not state.tied(2)  # b can still give arm 0 its second vote
+    state.settle("b")
+    assert state.tied(2)
+    assert not state.tied(3)  # a third agent could still vote
+
+
+def test_reachable_votes_reads_an_arm_missing_from_the_voters_as_having_none() -> None:
+    """The coordinator's Redis holds no voter set for an arm without votes."""
+    assert reachable_votes({0, 1, 2}, {1: {"a"}}, set(), 3) == {0: 3, 1: 3, 2: 3}
+    assert reachable_votes({0, 1}, {}, {"a"}, 3) == {0: 2, 1: 2}
+    assert is_tied({0, 1}, {0: {"a"}}, {"a", "b"}, 2, threshold=2)
+    assert not is_tied({0, 1}, {}, set(), 2, threshold=2)
+
+
+# -- what a tie certifies ------------------------------------------------------------------------
+def test_tie_certificate_states_m_delta_and_the_union_over_the_agents() -> None:
+    plain = tie_certificate(0.05)
+    assert "unless M agents voted it out" in plain
+    assert "delta = 0.05 bounds the first" in plain
+    assert "within epsilon" in plain  # the best arm may leave without error
+    assert plain.endswith("nothing is certified about the differences between the candidates")
+    assert "union" not in plain and "f =" not in plain
+    # N > M: the union C(N, M) delta; C(4, 3) 0.2 = 0.8 < 1 certifies something
+    small = tie_certificate(0.2, threshold=3, agents=4)
+    assert "unless M = 3 agents" in small
+    assert "N = 4 agents the union C(N, M) delta = 0.8;" in small
+    assert "certifies nothing" not in small
+    assert small.endswith("nothing is certified about the differences between the candidates")
+    # the union reaching 1 exactly (C(4, 3) 0.25) certifies nothing
+    assert "delta = 1, which certifies nothing;" in tie_certificate(0.25, threshold=3, agents=4)
+    big = tie_certificate(0.05, threshold=29, agents=40)
+    assert f"delta = {math.comb(40, 29) * 0.05:.3g}, which certifies nothing" in big
+    # N = M (or N unknown): no union to state
+    assert "union" not in tie_certificate(0.05, threshold=3, agents=3)
+    assert "union" not in tie_certificate(0.05, threshold=3)
+
+
+def test_tie_certificate_with_liars_says_how_many_it_tolerates() -> None:
+    honest = tie_certificate(0.2, threshold=3, agents=4)
+    lying = tie_certificate(0.2, tolerance=2, threshold=3, agents=4)
+    assert lying == f"while at most f = 2 agents lie, {honest}"
+    assert not honest.startswith("while")
 
 
 def test_fewest_votes_arm() -> None:
