@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from agent.client import CoordinatorClient, CoordinatorError
 from agent.state import Acknowledged, AgentRecord
+from clients.coordinator import CoordinatorClient, CoordinatorError
 from common.agent import AgentSpec, LocalAgent
 from common.algorithms import AlgorithmConfig
 

@@ -28,7 +28,7 @@ is spread so that a process sends at most DEXP_POLL_RATE of them a second. A pro
   enrolled so far are hosted and do their work, the others are not asked for again by this process
   (waiting does not lift a limit), and one log line names the limit and the fix (tickets, which
   the per-address limit does not apply to, or a higher limit on the coordinator, then a restart);
-- rate-limited (429): the request waits as Retry-After asks and is sent again (agent/client.py);
+- rate-limited (429): the request waits as Retry-After asks and is sent again (clients/coordinator.py);
   a 429 never stops anything, it only slows it down;
 - any other refusal (4xx) of one of its requests (a vote refused with 401: the coordinator does not
   know the agents' tokens): its agents pause for DEXP_DISCOVER_SECONDS, one log line names the
@@ -113,10 +113,10 @@ from redis.exceptions import (
 )
 from redis.retry import Retry
 
-from agent.client import CoordinatorClient, CoordinatorError
 from agent.library import Agent, GlobalView
 from agent.settings import AgentSettings, ticket_experiment
 from agent.state import AgentRecord, StateDir
+from clients.coordinator import CoordinatorClient, CoordinatorError
 from common import redis_keys as keys
 from common.wire import decode_rewards
 

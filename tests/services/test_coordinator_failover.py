@@ -1,4 +1,4 @@
-"""The agents' client with several coordinators (agent/client.py), against real coordinator
+"""The agents' client with several coordinators (clients/coordinator.py), against real coordinator
 processes (uvicorn) on one real Redis: requests spread over the coordinators; one killed with
 SIGKILL, the next request succeeds on another with no error surfaced, logged once; back, it is used
 again; a coordinator answering 503 (its Redis gone) is left for another; every coordinator down,
@@ -23,8 +23,8 @@ import httpx
 import pytest
 import redis
 
-from agent.client import CoordinatorClient, coordinator_urls
 from agent.settings import AgentSettings
+from clients.coordinator import CoordinatorClient, coordinator_urls
 from common.algorithms import AlgorithmConfig
 from dexp.demo import LocalStack, distinct_free_port
 

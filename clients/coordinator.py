@@ -1,4 +1,5 @@
-"""The coordinator's HTTP API as the agents use it: keep-alive, retries with capped back-off.
+"""The client of the coordinator's HTTP API, for all who call it: the agents (agent/), the load
+generator and the CLI (dexp/). Keep-alive, retries with capped back-off, failover.
 
 A retried vote is harmless: the coordinator ignores a second vote by the same agent on the same arm.
 Client errors (4xx) are not retried: they mean the request itself is wrong, or a limit that waiting
@@ -43,6 +44,7 @@ from typing import Any
 
 import httpx
 
+# The name its log lines always had (operators filter on it), whoever uses the client.
 log = logging.getLogger("dexp.agent.client")
 RATE_LIMIT_LOG_SECONDS = 10.0  # at most one warning line per this long about 429 waits
 FAILOVER_STATUSES = frozenset({502, 503, 504})  # a proxy's or a coordinator's "not now": next URL

@@ -1,0 +1,5 @@
+"""How the services and the CLI reach the servers they depend on.
+
+`clients.coordinator` is the client of the coordinator's HTTP API (failover between coordinators,
+back-off, rate limits) that the agents, the load generator and the CLI share.
+"""
