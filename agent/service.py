@@ -103,20 +103,19 @@ from typing import Any
 import numpy as np
 import redis
 from pydantic import ValidationError
-from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff, NoBackoff
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.exceptions import (
     ClusterDownError,
-    RedisClusterException,
     SlotNotCoveredError,
     TryAgainError,
 )
-from redis.retry import Retry
 
 from agent.library import Agent, GlobalView
 from agent.settings import AgentSettings, ticket_experiment
 from agent.state import AgentRecord, StateDir
 from clients.coordinator import CoordinatorClient, CoordinatorError
+from clients.redis import NotedRetry, connect_redis
 from common import redis_keys as keys
 from common.wire import decode_rewards
 
@@ -132,10 +131,6 @@ REDIS_DOWN = (
     TryAgainError,
     SlotNotCoveredError,
 )
-# The cluster client's own attempts at a command (each after reading the topology again; a
-# CLUSTERDOWN reply waits 0.25 s first) before the error reaches the caller: about 5 s of a
-# failover ridden out inside one call.
-CLUSTER_ATTEMPTS = 20
 # On a cluster the read does not block (see AgentService._read_cluster): with nothing to read, the
 # loop waits this long, doubling up to the second figure while nothing comes.
 CLUSTER_IDLE_WAIT = (0.005, 0.1)
@@ -149,28 +144,6 @@ HOT_SECONDS = 2.0
 # The pending entries of every stream are read again when a read may have lost its reply (a Redis
 # error, a retry by redis-py), and, as a safety net, this often.
 DRAIN_SECONDS = 30.0
-SyncRedis = redis.Redis | RedisCluster  # a single Redis, or a cluster (DEXP_REDIS_CLUSTER)
-
-
-class NotedRetry(Retry):
-    """redis-py's retry that notes when it had to retry: a read sent again after its reply was
-    lost leaves the entries of the lost reply pending, and only a read of the pending entries
-    finds them (AgentService._drain_pending). The connections of a pool share it (a pool copies
-    its connections' arguments)."""
-
-    def __init__(self, backoff: AbstractBackoff, retries: int) -> None:
-        super().__init__(backoff, retries)
-        self.retried = False
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> NotedRetry:
-        return self
-
-    def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
-        def noted(*failure: Any) -> Any:
-            self.retried = True
-            return fail(*failure)
-
-        return super().call_with_retry(do, noted, *args, **kwargs)
 
 
 class EnrollmentFailed(RuntimeError):
@@ -243,40 +216,6 @@ def ticket_label(ticket: str) -> str:
     """What a log may show of a ticket: `ticket.<id>.<secret>` without its secret."""
     head, _, secret = ticket.rpartition(".")
     return f"{head}.…" if head and secret else "(malformed ticket)"
-
-
-def connect_redis(
-    url: str, attempts: int = 120, delay: float = 0.5, cluster: bool = False
-) -> SyncRedis:
-    """A client of DEXP_REDIS_URL that answered PING, retried while Redis is not there yet. With
-    `cluster` (DEXP_REDIS_CLUSTER) redis-py's cluster client, from any node's URL: it reads the
-    topology at construction, which is retried the same way."""
-    if not cluster:
-        # redis-py's default policy (10 retries, 10 ms doubling to 1 s, jittered), noted
-        client = redis.Redis.from_url(
-            url, retry=NotedRetry(ExponentialWithJitterBackoff(base=0.01, cap=1), 10)
-        )
-        for attempt in range(attempts):
-            try:
-                client.ping()
-                return client
-            except redis.ConnectionError as exc:
-                if attempt == attempts - 1:
-                    raise
-                log.warning("redis not ready (%s); retrying", exc)
-                time.sleep(delay)
-        return client
-    for attempt in range(attempts):
-        try:
-            node = RedisCluster.from_url(url, retry=NotedRetry(NoBackoff(), CLUSTER_ATTEMPTS))
-            node.ping()
-            return node
-        except (redis.RedisError, RedisClusterException) as exc:  # no node answers yet
-            if attempt == attempts - 1:
-                raise redis.ConnectionError(f"Redis Cluster at {url}: {exc}") from exc
-            log.warning("redis cluster not ready (%s); retrying", exc)
-            time.sleep(delay)
-    raise redis.ConnectionError(f"Redis Cluster at {url}: no attempt")
 
 
 @dataclass

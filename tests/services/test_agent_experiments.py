@@ -24,8 +24,9 @@ import redis
 from pydantic import ValidationError
 
 import agent.service as service_module
-from agent.service import AgentService, EnrollmentFailed, NotedRetry, connect_redis
+from agent.service import AgentService, EnrollmentFailed
 from agent.settings import AgentSettings
+from clients.redis import NotedRetry, connect_redis
 from common import redis_keys as keys
 from common.wire import encode_rewards
 
