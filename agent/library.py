@@ -90,8 +90,8 @@ class GlobalView:
     # Per arm, the last vote count seen in this epoch (state reads and vote replies, in order).
     counts: dict[int, int] = field(default_factory=dict)
     # A state read showed another creation time: the experiment was deleted and created again
-    # under the same id, and this view's agents are not enrolled in the new one (agent/service.py
-    # drops them).
+    # under the same id, and this view's agents are not enrolled in the new one (the agent
+    # service drops them: agent/discovery.py).
     replaced: bool = False
 
     @classmethod

@@ -3,9 +3,10 @@ generator and the CLI (dexp/). Keep-alive, retries with capped back-off, failove
 
 A retried vote is harmless: the coordinator ignores a second vote by the same agent on the same arm.
 Client errors (4xx) are not retried: they mean the request itself is wrong, or a limit that waiting
-does not lift (403: the experiment's or this address's maximum of agents); the caller decides
-(agent/service.py). Except 429 (too many requests: a rate limit), retried no sooner than the
-coordinator's Retry-After (and with the same capped back-off as a failure, whichever is longer).
+does not lift (403: the experiment's or this address's maximum of agents); the caller decides (the
+agent service: agent/enrollment.py, agent/discovery.py). Except 429 (too many requests: a rate
+limit), retried no sooner than the coordinator's Retry-After (and with the same capped back-off as
+a failure, whichever is longer).
 A 429 wait is logged as one warning line at most every RATE_LIMIT_LOG_SECONDS, saying how many
 waits there were since the last one (a process enrolling hundreds of agents against the open
 enrollment rate would otherwise log one line per agent). An agent's DSER4 reset is the one request

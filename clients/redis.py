@@ -28,7 +28,7 @@ SyncRedis = redis.Redis | RedisCluster  # a single Redis, or a cluster (DEXP_RED
 class NotedRetry(Retry):
     """redis-py's retry that notes when it had to retry: a read sent again after its reply was
     lost leaves the entries of the lost reply pending, and only a read of the pending entries
-    finds them (agent/service.py, AgentService._drain_pending). The connections of a pool share it
+    finds them (agent/streams.py, StreamReader.drain_if_due). The connections of a pool share it
     (a pool copies its connections' arguments)."""
 
     def __init__(self, backoff: AbstractBackoff, retries: int) -> None:

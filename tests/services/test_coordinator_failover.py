@@ -241,7 +241,7 @@ def test_every_coordinator_down_waits_until_one_is_back(
     cap = AgentSettings.model_fields["retry_max_seconds"].default
     caplog.set_level(logging.WARNING, logger="dexp.agent.client")
     caplog.clear()  # the quick client's lines
-    client = CoordinatorClient(",".join(urls), start=0)  # as agent/service.py builds it
+    client = CoordinatorClient(",".join(urls), start=0)  # as agent/host.py builds it
     assert (client.retry_max_seconds, client.give_up_after) == (cap, None)
 
     def waits() -> list[str]:
