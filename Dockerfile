@@ -11,6 +11,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY common ./common
 COPY coordinator ./coordinator
+COPY clients ./clients
 COPY agent ./agent
 COPY load_generator ./load_generator
 COPY dexp ./dexp

@@ -1,3 +1,3 @@
-from agent.service import main
+from agent.host import main
 
 main()

@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from agent.client import CoordinatorClient, CoordinatorError
 from agent.state import Acknowledged, AgentRecord
+from clients.coordinator import CoordinatorClient, CoordinatorError
 from common.agent import AgentSpec, LocalAgent
 from common.algorithms import AlgorithmConfig
 
@@ -90,8 +90,8 @@ class GlobalView:
     # Per arm, the last vote count seen in this epoch (state reads and vote replies, in order).
     counts: dict[int, int] = field(default_factory=dict)
     # A state read showed another creation time: the experiment was deleted and created again
-    # under the same id, and this view's agents are not enrolled in the new one (agent/service.py
-    # drops them).
+    # under the same id, and this view's agents are not enrolled in the new one (the agent
+    # service drops them: agent/discovery.py).
     replaced: bool = False
 
     @classmethod

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent.client import coordinator_urls
+from clients.coordinator import coordinator_urls
 
 EXPERIMENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the coordinator's own rule for an id
 EVERY_EXPERIMENT = "*"
@@ -20,7 +20,8 @@ class AgentSettings(BaseSettings):
     coordinator_url: str = Field(
         "http://127.0.0.1:8000",
         description="the coordinator's URL, or several coordinators' URLs separated by commas "
-        "(every one serves every request; the client spreads and fails over: agent/client.py)",
+        "(every one serves every request; the client spreads and fails over: "
+        "clients/coordinator.py)",
     )
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_cluster: bool = Field(

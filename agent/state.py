@@ -4,7 +4,7 @@ Per hosted agent: its credentials (agent id, token), the votes it decided and ha
 acknowledged ("pending": written before the vote is sent), and the votes the coordinator
 acknowledged (arm, epoch, outcome). Never a reward, a count or a local mean: those stay in the
 process and a restart forgets them (the local statistics restart fresh, which is DE's own restart
-rule; see agent/service.py).
+rule; see agent/discovery.py, "Restarts").
 
 One small JSON file per agent (see StateDir). The files hold bearer tokens: they are created with
 mode 0600, and the directory should be private to the agent process (one directory per process, e.g.

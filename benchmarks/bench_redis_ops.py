@@ -8,9 +8,9 @@ commandstats, microseconds per call) and the client's:
 - XREADGROUP over N empty streams, as an agent process hosting N agents reads them: non-blocking
   (">"), blocking (">", BLOCK 50 ms, which registers the client on every stream and unregisters
   it), and the pending entries ("0", which names every stream in its reply); and the same over
-  1,000 streams (a chunk of agent/service.py's READ_CHUNK);
+  1,000 streams (a chunk of agent/streams.py's READ_CHUNK);
 - acknowledging a read of 200 streams of 180 entries each in one MULTI/EXEC: XACK + XDEL of every
-  id, against XACK + XTRIM MINID (what agent/service.py does);
+  id, against XACK + XTRIM MINID (what agent/streams.py does);
 - then starts the coordinator (one uvicorn worker, a thread of this process), creates
   --experiments experiments and times GET /v1/experiments pages of 100 and of 25 (the agents' page
   under `*`), GET .../best-arm and GET .../{id}, one at a time.
@@ -72,7 +72,7 @@ def timed(r: redis.Redis, command: str, action: Any, repeat: int) -> dict[str, A
 
 
 def stream_names(count: int) -> list[str]:
-    """Names as agent/service.py reads them: 8 agents per experiment."""
+    """Names as agent/streams.py reads them: 8 agents per experiment."""
     return [
         keys.activations(f"exp-{i // 8:04d}", f"exp-{i // 8:04d}-{i:010d}") for i in range(count)
     ]

@@ -17,7 +17,7 @@ PREFIX = "dexp"
 # many hash slots, on at most this many masters). 16: enough to spread an experiment's streams
 # over the masters of a usual cluster (3 to 16 of them: with 3 masters, each gets about a third of
 # the streams), while a process reading a few hundred streams reads and acknowledges them in at
-# most 16 groups per loop (one XREADGROUP and one MULTI/EXEC per group, see agent/service.py). The
+# most 16 groups per loop (one XREADGROUP and one MULTI/EXEC per group, see agent/streams.py). The
 # shard of an agent is fixed by its id alone (crc32, stable across processes and Python versions,
 # unlike hash()): changing this number renames every stream.
 ACTIVATION_SHARDS = 16

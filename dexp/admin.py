@@ -25,7 +25,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from agent.client import coordinator_urls
+from clients.coordinator import coordinator_urls
 
 DEFAULT_COORDINATOR_URL = "http://127.0.0.1:8000"
 MAX_TICKETS = 10_000  # per request, as the coordinator accepts

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import httpx
 import redis
 
-from agent.client import CoordinatorClient
+from clients.coordinator import CoordinatorClient
 from common.algorithms import AlgorithmConfig
 from common.environments import build_problem
 from common.errors import ParameterError

@@ -65,8 +65,8 @@ import httpx
 import numpy as np
 import redis
 
-from agent.client import CoordinatorClient
-from agent.service import connect_redis
+from clients.coordinator import CoordinatorClient
+from clients.redis import connect_redis
 from common import redis_keys as keys
 from common.environments import Problem, build_problem
 from common.wire import encode_rewards

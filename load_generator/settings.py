@@ -5,13 +5,14 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent.client import coordinator_urls
+from clients.coordinator import coordinator_urls
 
 
 class LoadSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DEXP_", extra="ignore")
 
-    coordinator_url: str = "http://127.0.0.1:8000"  # or several, comma-separated (agent/client.py)
+    # one URL, or several comma-separated (clients/coordinator.py)
+    coordinator_url: str = "http://127.0.0.1:8000"
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_cluster: bool = Field(
         False,

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from redis.cluster import RedisCluster
 
-from agent.service import AgentService
+from agent.host import AgentService
 from agent.settings import AgentSettings
 from common import redis_keys as keys
 from common.wire import encode_rewards
@@ -111,9 +111,9 @@ def test_agents_on_the_cluster_recover_a_lost_group_and_drop_a_deleted_experimen
         create_experiment(client, id=experiment, arms=ARMS, **M2)
     service = AgentService(settings(healthy_cluster, str(client.base_url)))
     with running(service):
-        until(lambda: set(service.hosted) == {"svc-red", "svc-blue"}, "both hosted")
-        assert service.cluster
-        streams = set(service.streams)
+        until(lambda: set(service.discovery.hosted) == {"svc-red", "svc-blue"}, "both hosted")
+        assert service.reader.cluster
+        streams = set(service.discovery.streams)
         assert len({keys.hash_tag(s) for s in streams}) > 2  # read in several slot groups
         feed(cluster_client, client, "svc-red")
 
@@ -131,7 +131,9 @@ def test_agents_on_the_cluster_recover_a_lost_group_and_drop_a_deleted_experimen
         feed(cluster_client, client, "svc-blue")
 
         assert client.delete("/v1/experiments/svc-red", headers=admin_headers()).status_code == 204
-        until(lambda: set(service.hosted) == {"svc-blue"}, "the deleted experiment dropped")
+        until(
+            lambda: set(service.discovery.hosted) == {"svc-blue"}, "the deleted experiment dropped"
+        )
         time.sleep(0.5)  # a few more rounds of reads and discovery
         assert not set().union(*keys_on(healthy_cluster, "dexp:{svc-red*").values())
     log = caplog.text

@@ -14,7 +14,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from agent.service import connect_redis
+from clients.redis import connect_redis
 from common import redis_keys as keys
 from coordinator.redis_client import connect
 from dexp.redis_cluster import ClusterNode, LocalCluster

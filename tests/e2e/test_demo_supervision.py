@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from agent.client import CoordinatorClient
+from clients.coordinator import CoordinatorClient
 from common.algorithms import AlgorithmConfig
 from dexp.demo import DEMO_FAILED, local_stack, run_demo, wait_until
 from load_generator.generator import LoadGenerator, exit_code

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent.service import Tickets, ticket_label
+from agent.enrollment import Tickets, ticket_label
 from agent.settings import AgentSettings, parse_tickets, read_tickets_file
 from dexp.demo import LocalStack, free_port, redis_server_binary, wait_until
 

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-from agent.client import CoordinatorClient
 from agent.library import Agent, GlobalView
 from agent.state import Acknowledged, AgentRecord, StateDir
+from clients.coordinator import CoordinatorClient
 from common.algorithms import AlgorithmConfig
 
 ARMS = 4

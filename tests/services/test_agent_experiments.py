@@ -23,9 +23,11 @@ import pytest
 import redis
 from pydantic import ValidationError
 
-import agent.service as service_module
-from agent.service import AgentService, EnrollmentFailed, NotedRetry, connect_redis
+import agent.streams as streams_module
+from agent.enrollment import EnrollmentFailed
+from agent.host import AgentService
 from agent.settings import AgentSettings
+from clients.redis import NotedRetry, connect_redis
 from common import redis_keys as keys
 from common.wire import encode_rewards
 
@@ -100,7 +102,10 @@ def enrolled(client: httpx.Client, experiment: str) -> list[str]:
 
 
 def hosted_ids(service: AgentService) -> dict[str, list[str]]:
-    return {e: sorted(a.agent_id for a in h.agents.values()) for e, h in service.hosted.items()}
+    return {
+        e: sorted(a.agent_id for a in h.agents.values())
+        for e, h in service.discovery.hosted.items()
+    }
 
 
 def feed(
@@ -155,9 +160,12 @@ def test_one_process_hosts_agents_of_two_experiments_and_both_end(
         # An experiment of the list deleted: dropped, the process carries on; created again, it
         # gets new agents (the old ones' tokens died with it).
         assert client.delete("/v1/experiments/shop", headers=admin_headers()).status_code == 204
-        until(lambda: "shop" not in svc.hosted, "shop dropped")
+        until(lambda: "shop" not in svc.discovery.hosted, "shop dropped")
         make_experiment(client, "shop")
-        until(lambda: "shop" in svc.hosted and agents(client, "shop") == PER_EXPERIMENT, "again")
+        until(
+            lambda: "shop" in svc.discovery.hosted and agents(client, "shop") == PER_EXPERIMENT,
+            "again",
+        )
         assert set(hosted_ids(svc)["shop"]).isdisjoint(ids["shop"])
         assert hosted_ids(svc)["checkout"] == ids["checkout"]
     log = caplog.text
@@ -172,21 +180,21 @@ def test_star_follows_experiments_created_and_deleted(
     make_experiment(client, "first")
     service = AgentService(settings(coordinator_url, redis_url, "*"))
     discoveries = [0]  # rounds of discovery completed
-    real_discover = service._discover
+    real_discover = service.discovery.discover
 
     def counted(report: bool = True) -> dict[str, str]:
         found = real_discover(report)
         discoveries[0] += 1
         return found
 
-    service._discover = counted  # type: ignore[method-assign]
+    service.discovery.discover = counted  # type: ignore[method-assign]
     with running(service):
         assert agents(client, "first") == PER_EXPERIMENT  # enrolled at start
         make_experiment(client, "later")  # as an operator does with the CLI
         until(lambda: agents(client, "later") == PER_EXPERIMENT, "agents of the new experiment")
-        until(lambda: set(service.hosted) == {"first", "later"}, "both hosted")
+        until(lambda: set(service.discovery.hosted) == {"first", "later"}, "both hosted")
         assert client.delete("/v1/experiments/first", headers=admin_headers()).status_code == 204
-        until(lambda: set(service.hosted) == {"later"}, "the deleted experiment dropped")
+        until(lambda: set(service.discovery.hosted) == {"later"}, "the deleted experiment dropped")
         dropped = discoveries[0]
         feed(redis_url, client, ["later"])  # the other one keeps working
         # rounds of discovery since the drop, and the loop's reads between them
@@ -259,14 +267,14 @@ def test_a_restart_reuses_the_agents_of_every_experiment(
         alone = hosted_ids(one)
     with running(AgentService(settings(coordinator_url, redis_url, "alpha,beta", **state))) as two:
         first = hosted_ids(two)
-        assert two.hosted["alpha"].restored == PER_EXPERIMENT
-        assert two.hosted["beta"].restored == 0
+        assert two.discovery.hosted["alpha"].restored == PER_EXPERIMENT
+        assert two.discovery.hosted["beta"].restored == 0
     assert first["alpha"] == alone["alpha"]
     with running(
         AgentService(settings(coordinator_url, redis_url, "beta,alpha", **state))
     ) as again:
         assert hosted_ids(again) == first
-        assert again.hosted["beta"].restored == PER_EXPERIMENT
+        assert again.discovery.hosted["beta"].restored == PER_EXPERIMENT
     assert agents(client, "alpha") == agents(client, "beta") == PER_EXPERIMENT  # nobody new
     assert {p.name for p in (tmp_path / "state").glob("agent-*.json")} == {
         f"agent-{i}.json" for ids in first.values() for i in ids
@@ -312,7 +320,7 @@ def test_among_many_streams_the_played_experiments_are_read_and_the_others_swept
     most, a sweep reads every stream, sweeps start SWEEP_SECONDS apart at least, and an activation
     of a cold experiment is read at the next sweep. Sweeps are told apart by the service's own
     bookkeeping (the next sweep's time, set as one starts), not by the time between reads."""
-    monkeypatch.setattr(service_module, "READ_CHUNK", 4)
+    monkeypatch.setattr(streams_module, "READ_CHUNK", 4)
     for experiment in ("played", "cold", "quiet"):
         make_experiment(client, experiment)
     service = AgentService(settings(coordinator_url, redis_url, "played,cold,quiet"))
@@ -321,13 +329,13 @@ def test_among_many_streams_the_played_experiments_are_read_and_the_others_swept
     # per read of new entries: the experiments it names, its block, the sweep it is part of (its
     # number, from 1; 0 for a blocking read), and the streams it got entries of
     reads: list[tuple[set[str], int | None, int, set[str], set[str]]] = []
-    real_xread = service._xread
+    real_xread = service.reader._xread
     real = service.redis.xreadgroup
 
     def sweep_or_turn(streams: list[str], start: str, block: int | None) -> list[Any]:
         if start != ">" or block is not None:
             return real_xread(streams, start, block)
-        sweeps.append(service.next_sweep)  # AgentService._turn: only a sweep reads so
+        sweeps.append(service.reader.next_sweep)  # StreamReader._turn: only a sweep reads so
         reply = real_xread(streams, start, block)
         complete.append(len(sweeps))
         return reply
@@ -337,16 +345,16 @@ def test_among_many_streams_the_played_experiments_are_read_and_the_others_swept
         if ">" in streams.values():
             block = options.get("block")
             assert block is not None or len(streams) <= 4, len(streams)
-            experiments = {service.streams[s][0].experiment for s in streams}
+            experiments = {service.discovery.streams[s][0].experiment for s in streams}
             got = {
                 s.decode() if isinstance(s, bytes) else s for s, entries in reply or [] if entries
             }
             reads.append((experiments, block, 0 if block else len(sweeps), set(streams), got))
         return reply
 
-    service._xread = sweep_or_turn  # type: ignore[method-assign]
+    service.reader._xread = sweep_or_turn  # type: ignore[method-assign]
     service.redis.xreadgroup = recorded  # type: ignore[method-assign]
-    every = set(service.streams)
+    every = set(service.discovery.streams)
     with running(service):
         feed(redis_url, client, ["played"])
         blocking = [e for e, block, *_ in reads if block is not None]
@@ -358,12 +366,12 @@ def test_among_many_streams_the_played_experiments_are_read_and_the_others_swept
         for sweep in list(complete):
             named = set().union(*(names for *_, n, names, _ in reads if n == sweep))
             assert named == every, sweep
-        assert all(b - a >= service_module.SWEEP_SECONDS for a, b in itertools.pairwise(sweeps))
+        assert all(b - a >= streams_module.SWEEP_SECONDS for a, b in itertools.pairwise(sweeps))
         # One activation for an agent of the cold experiment: read at the next sweep (or at the
         # one under way, if it had not read that stream yet), and by a sweep only.
         r = redis.Redis.from_url(redis_url)
         try:
-            stream = next(s for s in service.hosted["cold"].agents)
+            stream = next(s for s in service.discovery.hosted["cold"].agents)
             under_way = len(sweeps)
             r.xadd(stream, {"t": 0, "r": encode_rewards(np.array([[1.0, 0.0, 0.0]]), True)[0]})
             until(lambda: r.xlen(stream) == 0, "the cold activation read and acknowledged")

@@ -1,4 +1,4 @@
-"""The agents' client with several coordinators (agent/client.py), against real coordinator
+"""The agents' client with several coordinators (clients/coordinator.py), against real coordinator
 processes (uvicorn) on one real Redis: requests spread over the coordinators; one killed with
 SIGKILL, the next request succeeds on another with no error surfaced, logged once; back, it is used
 again; a coordinator answering 503 (its Redis gone) is left for another; every coordinator down,
@@ -23,8 +23,8 @@ import httpx
 import pytest
 import redis
 
-from agent.client import CoordinatorClient, coordinator_urls
 from agent.settings import AgentSettings
+from clients.coordinator import CoordinatorClient, coordinator_urls
 from common.algorithms import AlgorithmConfig
 from dexp.demo import LocalStack, distinct_free_port
 
@@ -241,7 +241,7 @@ def test_every_coordinator_down_waits_until_one_is_back(
     cap = AgentSettings.model_fields["retry_max_seconds"].default
     caplog.set_level(logging.WARNING, logger="dexp.agent.client")
     caplog.clear()  # the quick client's lines
-    client = CoordinatorClient(",".join(urls), start=0)  # as agent/service.py builds it
+    client = CoordinatorClient(",".join(urls), start=0)  # as agent/host.py builds it
     assert (client.retry_max_seconds, client.give_up_after) == (cap, None)
 
     def waits() -> list[str]:

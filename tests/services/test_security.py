@@ -258,7 +258,7 @@ def retry_after(response: httpx.Response) -> int:
 def test_the_agent_client_waits_out_a_429(limited: httpx.Client) -> None:
     """The agent's client votes beyond its burst (3 at 2 a second): a 429 is waited out, as long
     as Retry-After asks at least, and the vote is sent again and answered, never raised."""
-    from agent.client import CoordinatorClient
+    from clients.coordinator import CoordinatorClient
 
     create_experiment(limited, id="rc", arms=[f"a{i}" for i in range(8)])
     (a,) = enroll_agents(limited, "rc", 1)

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import redis
 
-from agent.client import CoordinatorClient
 from agent.library import Agent as LibraryAgent
 from agent.library import GlobalView
+from clients.coordinator import CoordinatorClient
 from common import redis_keys as keys
 from common.votes import GlobalState, tie_certificate
 from load_generator.__main__ import main as load_generator_main

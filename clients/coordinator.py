@@ -1,10 +1,12 @@
-"""The coordinator's HTTP API as the agents use it: keep-alive, retries with capped back-off.
+"""The client of the coordinator's HTTP API, for all who call it: the agents (agent/), the load
+generator and the CLI (dexp/). Keep-alive, retries with capped back-off, failover.
 
 A retried vote is harmless: the coordinator ignores a second vote by the same agent on the same arm.
 Client errors (4xx) are not retried: they mean the request itself is wrong, or a limit that waiting
-does not lift (403: the experiment's or this address's maximum of agents); the caller decides
-(agent/service.py). Except 429 (too many requests: a rate limit), retried no sooner than the
-coordinator's Retry-After (and with the same capped back-off as a failure, whichever is longer).
+does not lift (403: the experiment's or this address's maximum of agents); the caller decides (the
+agent service: agent/enrollment.py, agent/discovery.py). Except 429 (too many requests: a rate
+limit), retried no sooner than the coordinator's Retry-After (and with the same capped back-off as
+a failure, whichever is longer).
 A 429 wait is logged as one warning line at most every RATE_LIMIT_LOG_SECONDS, saying how many
 waits there were since the last one (a process enrolling hundreds of agents against the open
 enrollment rate would otherwise log one line per agent). An agent's DSER4 reset is the one request
@@ -43,6 +45,7 @@ from typing import Any
 
 import httpx
 
+# The name its log lines always had (operators filter on it), whoever uses the client.
 log = logging.getLogger("dexp.agent.client")
 RATE_LIMIT_LOG_SECONDS = 10.0  # at most one warning line per this long about 429 waits
 FAILOVER_STATUSES = frozenset({502, 503, 504})  # a proxy's or a coordinator's "not now": next URL
