@@ -24,7 +24,7 @@ demo` prints those lines, then one line, and exits with status DEMO_FAILED (7).
 Several coordinators (`coordinators=N`, `dexp demo --coordinators N`): N coordinator processes
 ("coordinator-0" ...) on free ports and the same Redis; every agent process and the load generator
 get all N URLs (DEXP_COORDINATOR_URL, comma-separated), and their client spreads over them and
-fails over (agent/client.py). A coordinator that dies while another one runs is not fatal: the
+fails over (clients/coordinator.py). A coordinator that dies while another one runs is not fatal: the
 demo prints one warning line naming it (its exit status), its log tail, and goes on (the process
 is "lost": LocalStack.lost); it stops with ProcessDied only when every coordinator is dead.
 
