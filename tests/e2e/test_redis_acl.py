@@ -331,9 +331,11 @@ def test_the_agent_host_reads_and_acknowledges_its_streams_and_no_more(
     admin.delete(stream)
     agent = user_client(stack, acl.AGENT)
     try:
-        channel = agent.pubsub()
+        channel = agent.pubsub()  # following the global set: the experiments' channels only
         channel.subscribe(keys.events(EXPERIMENT))
         assert channel.get_message(timeout=5)["type"] == "subscribe"
+        channel.unsubscribe(keys.events(EXPERIMENT))
+        assert channel.get_message(timeout=5)["type"] == "unsubscribe"
         channel.close()
     finally:
         agent.close()
@@ -356,6 +358,7 @@ def test_the_load_generator_reaches_its_streams_its_lease_and_the_agent_list_onl
     mine = [
         ["XADD", stream, "*", "r", "x"],
         ["XLEN", stream],
+        ["XINFO", "CONSUMERS", stream, keys.ACTIVATION_GROUP],  # a stall's report
         ["ZRANGE", keys.agents(EXPERIMENT), 0, -1],
     ]
     assert len(allowed(acl.LOAD_GENERATOR, stack, mine)) == len(mine)
