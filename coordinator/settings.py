@@ -1,7 +1,8 @@
 """The coordinator's configuration, read from the environment (prefix DEXP_).
 
 Secrets (the admin token, the enrollment secret, the Redis password inside DEXP_REDIS_URL) come
-from the environment only; the image holds none. The defaults below are development placeholders:
+from the environment only; the image holds none. The defaults below, and the development Redis
+passwords of the compose and Swarm files (common/redis_acl.py), are development placeholders:
 with DEXP_ENVIRONMENT=production the coordinator refuses to start while any of them is still in use,
 or while a secret is shorter than MIN_SECRET_LENGTH characters.
 """
@@ -15,10 +16,13 @@ from urllib.parse import urlsplit
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from common.redis_acl import USERS
+
 # The development placeholders (also docker-compose.yml's defaults): refused in production.
 DEV_ADMIN_TOKEN = "dev-admin-token"
 DEV_ENROLLMENT_SECRET = "dev-enrollment-secret"
-DEV_REDIS_PASSWORD = "dexp-dev-redis"
+DEV_REDIS_PASSWORD = "dexp-dev-redis"  # the one password of Redis before it had a user per service
+DEV_REDIS_PASSWORDS = {DEV_REDIS_PASSWORD} | {u.development_password for u in USERS.values()}
 MIN_SECRET_LENGTH = 16
 
 
@@ -120,8 +124,8 @@ class Settings(BaseSettings):
         if self.open_enrollment_enabled and self.admin_token == self.enrollment_secret:
             problems.append("DEXP_ADMIN_TOKEN and DEXP_ENROLLMENT_SECRET must differ")
         password = urlsplit(self.redis_url).password
-        if password == DEV_REDIS_PASSWORD:
-            problems.append("the Redis password in DEXP_REDIS_URL is the development default")
+        if password in DEV_REDIS_PASSWORDS:
+            problems.append("the Redis password in DEXP_REDIS_URL is a development default")
         elif password is not None and len(password) < MIN_SECRET_LENGTH:
             problems.append(
                 f"the Redis password in DEXP_REDIS_URL is shorter than {MIN_SECRET_LENGTH} "
