@@ -94,8 +94,9 @@ USERS: dict[str, RedisUser] = {
         COORDINATOR,
         keys=(f"{PREFIX}:*",),
         # PUBLISH of each change of a global set; SUBSCRIBE, for the coordinator that follows its
-        # experiments' changes to push them to its clients (issue 22's event stream).
-        channels=(f"{PREFIX}:*",),
+        # experiments' changes to push them to its clients (coordinator/events.py); Redis's
+        # invalidations of the keys its revision cache reads (coordinator/caching.py).
+        channels=(f"{PREFIX}:*", "__redis__:invalidate"),
         commands=(
             "ping",
             *TRANSACTION,
@@ -104,6 +105,11 @@ USERS: dict[str, RedisUser] = {
             "publish",
             "subscribe",
             "unsubscribe",
+            # the revision cache's two connections (CLIENT TRACKING ON REDIRECT <id>), and the
+            # names of the cache's and the event streams' connections in CLIENT LIST
+            "client|id",
+            "client|tracking",
+            "client|setname",
             # coordinator/store.py and coordinator/lua/*.lua (tests/e2e/test_redis_acl.py reads
             # the scripts and checks that each command they call is here)
             "del",

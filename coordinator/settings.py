@@ -13,10 +13,11 @@ from functools import lru_cache
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.redis_acl import USERS
+from coordinator.cors import parse_origins
 
 # The development placeholders (also docker-compose.yml's defaults): refused in production.
 DEV_ADMIN_TOKEN = "dev-admin-token"
@@ -88,6 +89,26 @@ class Settings(BaseSettings):
     header_timeout_seconds: float = Field(10.0, gt=0)  # a request's headers must arrive by then
     keep_alive_seconds: float = Field(5.0, gt=0)  # an idle keep-alive connection is closed
     max_concurrency: int = Field(1_000, ge=1)  # connections at once; beyond: 503
+    # The device path (coordinator/events.py, caching.py, compression.py, cors.py). Event streams
+    # are long-lived connections outside max_concurrency, with bounds of their own: per process
+    # (beyond: 503) and per client address (beyond: 429), both with Retry-After.
+    max_subscribers: int = Field(10_000, ge=1)
+    max_subscribers_per_client: int = Field(100, ge=1)
+    sse_heartbeat_seconds: float = Field(
+        15.0, gt=0, le=3600
+    )  # a comment when nothing else was sent
+    sse_retry_ms: int = Field(
+        2_000, ge=0, le=3_600_000
+    )  # the reconnection delay the stream suggests
+    cache_max_age_seconds: int = Field(1, ge=0, le=86_400)  # Cache-Control of the cacheable reads
+    gzip_min_bytes: int = Field(1_024, ge=0)  # bodies at least this long are gzipped (0: none)
+    cors_origins: str = ""  # comma-separated origins allowed CORS on the device's routes; "*": any
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _cors_origins(cls, value: str) -> str:
+        parse_origins(value)  # a typo must not pass silently: it would turn CORS off
+        return value
 
     @model_validator(mode="after")
     def _production_secrets(self) -> Settings:

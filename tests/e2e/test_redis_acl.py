@@ -135,6 +135,15 @@ def operate(stack: LocalStack) -> None:
             subroutine="ser4",
             phi=0.1,
         )
+        # the device's reads: a 304 for the current tag, and the event stream's first event
+        state = http.get(f"/v1/experiments/{exp}")
+        again = http.get(f"/v1/experiments/{exp}", headers={"If-None-Match": state.headers["etag"]})
+        assert again.status_code == 304, again.text
+        with http.stream("GET", f"/v1/experiments/{exp}/events") as stream:
+            lines = stream.iter_lines()
+            assert next(line for line in lines if line.startswith("data:")).startswith(
+                f'data: {{"experiment":"{exp}"'
+            )
         (ticket,) = call("POST", f"/v1/experiments/{exp}/tickets", admin, count=1)["tickets"]
         agent = call("POST", "/v1/agents", {"Authorization": f"Bearer {ticket}"}, experiment=exp)
         token = {"Authorization": f"Bearer {agent['token']}"}
@@ -198,8 +207,14 @@ def test_the_services_end_the_run_under_their_users_refused_nothing(
     urls = {urlsplit(url).username for url in stack.redis_urls.values()}
     assert urls == {acl.COORDINATOR, acl.AGENT, acl.LOAD_GENERATOR}
     # Each one used its own user (CLIENT LIST names the user of each connection).
-    users = {c["user"] for c in admin.client_list()}
+    connections = admin.client_list()
+    users = {c["user"] for c in connections}
     assert {acl.COORDINATOR, acl.AGENT} <= users
+    # the coordinator's revision cache tracks its reads (flag t), under its own user
+    assert any(
+        c["name"] == "dexp-revisions" and "t" in c["flags"] and c["user"] == acl.COORDINATOR
+        for c in connections
+    ), connections
     assert refusals(admin) == []
     # and their keys are all there: the probes below try them for real, not on names only
     present = set(admin.scan_iter(count=1000))
