@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     # DEXP_REDIS_URL is a node of a Redis Cluster (any node: the client discovers the others).
     redis_cluster: bool = False
+    # A connection or a command that takes longer fails (503 with Retry-After): a hung Redis holds
+    # a request this long at most, not for as long as it hangs.
+    redis_timeout_seconds: float = Field(3.0, gt=0, le=60)
     admin_token: str = Field(DEV_ADMIN_TOKEN, min_length=8)
     enrollment_secret: str = Field(DEV_ENROLLMENT_SECRET, min_length=8)
     # The experiment created at start-up when it does not exist (empty: none); the fields from
