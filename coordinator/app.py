@@ -32,6 +32,7 @@ from coordinator.gate import CredentialGate
 from coordinator.redis_client import RedisCluster, client, connect
 from coordinator.settings import Settings, get_settings
 from coordinator.store import ExperimentStore, Limits
+from coordinator.throttle import CredentialThrottle
 
 log = logging.getLogger("dexp.coordinator")
 
@@ -146,6 +147,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # A body over DEXP_MAX_BODY_BYTES is refused before anything reads it.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(ConditionalReads, max_age=settings.cache_max_age_seconds)  # reads no body
+    # before any credential is checked: an address that failed too many is refused at once
+    app.add_middleware(CredentialThrottle, limit=settings.auth_failure_limit)
     origins = parse_origins(settings.cors_origins)
     if origins:
         app.add_middleware(CORS, origins=origins)

@@ -21,6 +21,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def client(
     that times out is not sent again: a Redis that hangs (SIGSTOP, a slow disk) costs a request
     one `timeout`, then the 503 with Retry-After, instead of holding it for as long as the hang."""
     # only a lost connection is retried (Retry's default also retries timeouts)
-    errors: list[type[Exception]] = [RedisConnectionError]
+    errors: list[type[RedisError]] = [RedisConnectionError]
     retry = Retry(ExponentialBackoff(cap=0.5, base=0.02), 3, supported_errors=tuple(errors))
     options: dict[str, Any] = {
         "health_check_interval": 30,
