@@ -145,7 +145,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(GZip, min_bytes=settings.gzip_min_bytes)
     app.add_middleware(VoteFastPath)  # plain valid votes skip FastAPI's machinery (see the module)
     # A body over DEXP_MAX_BODY_BYTES is refused before anything reads it.
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout_seconds
+    )
     app.add_middleware(ConditionalReads, max_age=settings.cache_max_age_seconds)  # reads no body
     # before any credential is checked: an address that failed too many is refused at once
     app.add_middleware(CredentialThrottle, limit=settings.auth_failure_limit)

@@ -98,6 +98,11 @@ class Settings(BaseSettings):
     header_timeout_seconds: float = Field(10.0, gt=0)  # a request's headers must arrive by then
     keep_alive_seconds: float = Field(5.0, gt=0)  # an idle keep-alive connection is closed
     max_concurrency: int = Field(1_000, ge=1)  # connections at once; beyond: 503
+    # connections one client address may hold at once (0: no bound); beyond, a new one is closed at
+    # once, so that no single client fills max_concurrency (trusted proxies are exempt)
+    max_connections_per_client: int = Field(200, ge=0)
+    # a request's whole body must arrive within this time of its headers; else 408
+    body_timeout_seconds: float = Field(10.0, gt=0)
     # failed credential checks (401) per client address, a moving window (coordinator/throttle.py);
     # beyond: 429 with Retry-After on the address's requests that carry a credential
     auth_failure_limit: str = "20/minute"
