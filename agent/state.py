@@ -28,8 +28,9 @@ from typing import Any
 FORMAT = 1
 
 # Outcomes after which the agent's id is in the arm's voter set (a "duplicate" means an earlier
-# attempt of the same vote was counted, e.g. its reply was lost and the client retried).
-IN_VOTER_SET = frozenset({"counted", "eliminated", "last_arm", "duplicate"})
+# attempt of the same vote was counted, e.g. its reply was lost and the client retried). Not
+# "last_arm": a vote against the identified arm is ignored.
+IN_VOTER_SET = frozenset({"counted", "eliminated", "duplicate"})
 
 
 @dataclass

@@ -30,7 +30,7 @@ class VoteOutcome(StrEnum):
     ELIMINATED = "eliminated"  # counted, and it brought the arm to the threshold
     DUPLICATE = "duplicate"  # this agent already voted against this arm in this epoch
     ARM_OUT = "arm_out"  # the arm already left the set (a late vote)
-    LAST_ARM = "last_arm"  # counted as a voter, but the last arm never leaves
+    LAST_ARM = "last_arm"  # ignored: the last arm is the identified one, it takes no more votes
 
 
 def decide_vote(
@@ -43,10 +43,12 @@ def decide_vote(
     """The rule as a pure function of the arm's state before the vote."""
     if arm not in remaining:
         return VoteOutcome.ARM_OUT
+    if len(remaining) == 1:  # identified: the answer is final, a vote against it changes nothing
+        return VoteOutcome.LAST_ARM
     if agent in voters:
         return VoteOutcome.DUPLICATE
     if len(voters) + 1 >= threshold:
-        return VoteOutcome.LAST_ARM if len(remaining) == 1 else VoteOutcome.ELIMINATED
+        return VoteOutcome.ELIMINATED
     return VoteOutcome.COUNTED
 
 
@@ -149,7 +151,7 @@ class GlobalState:
             raise ValueError(f"arm={arm} is invalid: must be in [0, {self.n_arms - 1}]")
         self.messages += 1
         outcome = decide_vote(self.remaining, self.voters[arm], agent, arm, self.threshold)
-        if outcome in (VoteOutcome.ARM_OUT, VoteOutcome.DUPLICATE):
+        if outcome in (VoteOutcome.ARM_OUT, VoteOutcome.DUPLICATE, VoteOutcome.LAST_ARM):
             self.ignored += 1
             return outcome
         self.voters[arm].add(agent)

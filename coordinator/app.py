@@ -32,6 +32,7 @@ from coordinator.gate import CredentialGate
 from coordinator.redis_client import RedisCluster, client, connect
 from coordinator.settings import Settings, get_settings
 from coordinator.store import ExperimentStore, Limits
+from coordinator.throttle import CredentialThrottle
 
 log = logging.getLogger("dexp.coordinator")
 
@@ -86,15 +87,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.environment == "production" and "@" not in settings.redis_url:
             log.warning("DEXP_REDIS_URL has no password: Redis should require one")
-        redis = await connect(settings.redis_url, cluster=settings.redis_cluster)
+        redis = await connect(
+            settings.redis_url,
+            cluster=settings.redis_cluster,
+            timeout=settings.redis_timeout_seconds,
+        )
         app.state.redis = redis
         app.state.store = ExperimentStore(redis, Limits.of(settings))
         # what the process knows of each experiment's revision: 304s without a round trip
-        app.state.revisions = RevisionCache(None if settings.redis_cluster else settings.redis_url)
+        app.state.revisions = RevisionCache(
+            None if settings.redis_cluster else settings.redis_url, settings.redis_timeout_seconds
+        )
         app.state.store.on_change = app.state.revisions.forget
         app.state.revisions.start()
         # the event streams' one pub/sub connection, on a client (and pool) of its own
-        listener = client(settings.redis_url, settings.redis_cluster, name=EVENTS_CLIENT)
+        listener = client(
+            settings.redis_url,
+            settings.redis_cluster,
+            name=EVENTS_CLIENT,
+            timeout=settings.redis_timeout_seconds,
+        )
         if isinstance(listener, RedisCluster):
             await listener.initialize()  # its pub/sub needs the slot map: the nodes are known
         app.state.hub = Hub(
@@ -133,8 +145,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(GZip, min_bytes=settings.gzip_min_bytes)
     app.add_middleware(VoteFastPath)  # plain valid votes skip FastAPI's machinery (see the module)
     # A body over DEXP_MAX_BODY_BYTES is refused before anything reads it.
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout_seconds
+    )
     app.add_middleware(ConditionalReads, max_age=settings.cache_max_age_seconds)  # reads no body
+    # before any credential is checked: an address that failed too many is refused at once
+    app.add_middleware(CredentialThrottle, limit=settings.auth_failure_limit)
     origins = parse_origins(settings.cors_origins)
     if origins:
         app.add_middleware(CORS, origins=origins)
@@ -185,8 +201,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def readyz(request: Request) -> JSONResponse:
         try:
             await request.app.state.redis.ping()
-        except Exception as exc:
-            return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
+        except Exception:  # its text may name Redis's address: the log has it, not the answer
+            log.warning("readyz: Redis unreachable", exc_info=True)
+            return JSONResponse(
+                {"status": "unavailable", "detail": "Redis unreachable"}, status_code=503
+            )
         return JSONResponse({"status": "ready"})
 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)

@@ -130,9 +130,11 @@ class RevisionCache:
     reads (CLIENT TRACKING ON REDIRECT <the listener>) and the listener, subscribed to Redis's
     invalidations; otherwise `revision` reads Redis every time."""
 
-    def __init__(self, url: str | None) -> None:
-        """`url`: the Redis to track; None (a cluster): no cache."""
+    def __init__(self, url: str | None, timeout: float | None = 3.0) -> None:
+        """`url`: the Redis to track; None (a cluster): no cache. `timeout`: of a connection or a
+        read (DEXP_REDIS_TIMEOUT_SECONDS)."""
         self.url = url
+        self.timeout = timeout
         self.entries: dict[str, Revision] = {}
         # the reads in progress, each under a token an invalidation of its experiment withdraws:
         # a read that began before a change is not kept
@@ -206,7 +208,12 @@ class RevisionCache:
         while True:
             # RESP2: invalidations are messages on the listener, as the commands below expect
             self.pool = ConnectionPool.from_url(
-                self.url, max_connections=2, protocol=2, client_name=REVISIONS_CLIENT
+                self.url,
+                max_connections=2,
+                protocol=2,
+                client_name=REVISIONS_CLIENT,
+                socket_timeout=self.timeout,
+                socket_connect_timeout=self.timeout,
             )
             try:
                 await self.listen(await self.connect())

@@ -7,11 +7,19 @@ read), and counts a body without Content-Length (chunked) while it streams in, a
 as it passes the limit: nothing ever holds more than `max_bytes` of it. The 413 closes the
 connection, so a client cannot keep streaming into it.
 
-It is the outermost of app.py's middlewares. The headers have a limit of their own in the HTTP
+A body must also arrive in time: the whole of it within DEXP_BODY_TIMEOUT_SECONDS of the request's
+headers, else 408 and the connection closes. So a client that trickles a byte every few seconds
+holds a connection that long at most (the audit held them 30 s and more, the vote fast path reading
+the body before it checks the token). Every body is read whole here, counted and timed, before any
+route or the fast path sees it: never more than `max_bytes` of it, as the limit already allowed.
+
+It is one of the outermost of app.py's middlewares. The headers have a limit of their own in the HTTP
 protocol (coordinator/server.py).
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from coordinator.asgi import ASGIApp, Receive, Scope, Send, replay, send_problem
 
@@ -19,9 +27,10 @@ from coordinator.asgi import ASGIApp, Receive, Scope, Send, replay, send_problem
 class BodyLimit:
     """413 for a request body over `max_bytes` (settings.max_body_bytes), on every route."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float = 10.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -39,29 +48,41 @@ class BodyLimit:
             and (len(length) > 18 or int(length) > self.max_bytes)
         ):
             return await self.refuse(send)
-        if coding is None and (length is None or length.isdigit()):
-            # framed by Content-Length (the server never passes more), or no body at all
-            return await self.app(scope, receive, send)
-        await self.counted(scope, receive, send)
+        if coding is None and (length is None or length == b"0"):
+            return await self.app(scope, receive, send)  # no body at all
+        try:
+            async with asyncio.timeout(self.timeout):
+                body = await self.counted(receive)
+        except TimeoutError:
+            return await send_problem(
+                send,
+                408,
+                f"the request body did not arrive within {self.timeout:g} s",
+                {"Connection": "close"},
+            )
+        if body is None:  # the client went away: nobody to answer
+            return
+        if isinstance(body, int):
+            return await self.refuse(send)
+        await self.app(scope, replay(body, receive), send)
 
-    async def counted(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A body of unknown size (chunked) is read first, counted as it streams in, and given to
-        the app whole once complete: past the limit, 413 before the app sees any of it, so every
-        route answers alike whether or not it reads its body."""
+    async def counted(self, receive: Receive) -> bytes | int | None:
+        """The body, read whole and counted as it streams in (Content-Length or chunked): past the
+        limit, its size so far (413 before the app sees any of it, so every route answers alike
+        whether or not it reads its body); None if the client went away."""
         chunks: list[bytes] = []
         size = 0
         while True:
             message = await receive()
-            if message["type"] != "http.request":  # the client went away: nobody to answer
-                return
+            if message["type"] != "http.request":
+                return None
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                return await self.refuse(send)
+                return size
             chunks.append(chunk)
             if not message.get("more_body", False):
-                break
-        await self.app(scope, replay(b"".join(chunks), receive), send)
+                return b"".join(chunks)
 
     async def refuse(self, send: Send) -> None:
         await send_problem(

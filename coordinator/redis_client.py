@@ -21,33 +21,43 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
 
 AnyRedis = Redis | RedisCluster  # a single Redis, or a cluster (DEXP_REDIS_CLUSTER)
 
 
-def client(url: str, cluster: bool = False, name: str | None = None) -> AnyRedis:
+def client(
+    url: str, cluster: bool = False, name: str | None = None, timeout: float | None = 3.0
+) -> AnyRedis:
     """The client of DEXP_REDIS_URL, not connected yet; `name`: its connections' CLIENT SETNAME
-    (what CLIENT LIST shows them as).
+    (what CLIENT LIST shows them as); `timeout` (DEXP_REDIS_TIMEOUT_SECONDS): how long a
+    connection or a command may take before it fails.
 
     A connection Redis dropped (restart, CLIENT KILL, idle timeout) is reconnected and the command
     sent again, a few times, instead of failing the request with a 500. Every script is safe to
     repeat: a vote applied twice is a duplicate, and an enrollment whose reply was lost leaves at
     worst one agent nobody holds the token of (its id is then taken: a new one is drawn). On a
-    cluster the same Retry bounds the attempts, each after the topology is read again."""
-    retry = Retry(ExponentialBackoff(cap=0.5, base=0.02), 3)
-    errors: list[type[Exception]] = [RedisConnectionError, RedisTimeoutError]
+    cluster the same Retry bounds the attempts, each after the topology is read again. A command
+    that times out is not sent again: a Redis that hangs (SIGSTOP, a slow disk) costs a request
+    one `timeout`, then the 503 with Retry-After, instead of holding it for as long as the hang."""
+    # only a lost connection is retried (Retry's default also retries timeouts)
+    errors: list[type[RedisError]] = [RedisConnectionError]
+    retry = Retry(ExponentialBackoff(cap=0.5, base=0.02), 3, supported_errors=tuple(errors))
+    options: dict[str, Any] = {
+        "health_check_interval": 30,
+        "retry": retry,
+        "retry_on_error": errors,
+        "client_name": name,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+    }
     if cluster:
-        redis = RedisCluster.from_url(
-            url, health_check_interval=30, retry=retry, retry_on_error=errors, client_name=name
-        )
+        redis = RedisCluster.from_url(url, **options)
         _drop_keys_option(redis)
         return redis
-    return Redis.from_url(
-        url, health_check_interval=30, retry=retry, retry_on_error=errors, client_name=name
-    )
+    return Redis.from_url(url, **options)
 
 
 def _drop_keys_option(redis: RedisCluster) -> None:
@@ -67,9 +77,13 @@ def _without_keys(callback: Callable[..., Any], response: Any, **options: Any) -
 
 
 async def connect(
-    url: str, attempts: int = 60, delay: float = 0.5, cluster: bool = False
+    url: str,
+    attempts: int = 60,
+    delay: float = 0.5,
+    cluster: bool = False,
+    timeout: float | None = 3.0,
 ) -> AnyRedis:
-    redis = client(url, cluster)
+    redis = client(url, cluster, timeout=timeout)
     for attempt in range(1, attempts + 1):
         try:
             await redis.ping()

@@ -26,10 +26,12 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import uvicorn
+from prometheus_client import Counter as MetricCounter
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -47,6 +49,10 @@ from coordinator.settings import Settings
 
 MAX_HEADER_BYTES = 16 * 1024  # request line and headers; h11's default limit, applied to both
 log = logging.getLogger("uvicorn.error")
+REFUSED_CONNECTIONS = MetricCounter(
+    "dexp_connections_refused_total",
+    "Connections closed at once: their client address held DEXP_MAX_CONNECTIONS_PER_CLIENT",
+)
 
 
 def trusted_proxies(value: str) -> list[str]:
@@ -113,6 +119,12 @@ class EdgeGuards:
     """
 
     header_timeout: float = 10.0
+    # connections one client address may hold at once (0: no bound); beyond, a new one is closed
+    # as soon as it is accepted, before it can hold a place in the connection limit. Trusted
+    # proxies (DEXP_TRUSTED_PROXIES) are exempt: they carry many clients and bound them themselves.
+    max_per_client: int = 0
+    exempt: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    per_client: Counter[str] = Counter()  # noqa: RUF012 (replaced per server by edge_protocol)
     streams: dict[EdgeGuards, Stream] = {}  # noqa: RUF012 (replaced per server by edge_protocol)
     # uvicorn's per-connection state that the guards read
     transport: asyncio.Transport
@@ -146,9 +158,33 @@ class EdgeGuards:
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[misc]
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if peer else ""
+        if self.max_per_client and not self.trusted(self.peer):
+            self.per_client[self.peer] += 1
+            self.counted = True
+            if self.per_client[self.peer] > self.max_per_client:
+                REFUSED_CONNECTIONS.inc()
+                self.transport.close()  # nothing is said: the client has asked nothing yet
+                return
         self.arm_header_deadline()
 
+    def trusted(self, peer: str) -> bool:
+        """A trusted proxy's address: exempt from the per-client bound."""
+        if not self.exempt or not peer:
+            return False
+        try:
+            address = ipaddress.ip_address(peer)
+        except ValueError:
+            return False
+        return any(address in network for network in self.exempt)
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if getattr(self, "counted", False):
+            self.counted = False
+            self.per_client[self.peer] -= 1
+            if self.per_client[self.peer] <= 0:
+                del self.per_client[self.peer]
         self.cancel_header_deadline()
         self.streams.pop(self, None)
         super().connection_lost(exc)  # type: ignore[misc]
@@ -175,6 +211,8 @@ class EdgeGuards:
         connection and one task)."""
         limit = self.max_concurrency
         streams = len(self.streams)
+        if scope["path"] == "/healthz":  # liveness: answered whatever the load, it costs nothing
+            return await self.served_app(scope, receive, send)
         if limit is not None and (
             len(self.connections) - streams > limit or len(self.tasks) - streams > limit
         ):
@@ -247,11 +285,22 @@ else:
     FAST_PROTOCOL = EdgeHttpToolsProtocol
 
 
-def edge_protocol(header_timeout: float) -> type[asyncio.Protocol]:
+def edge_protocol(
+    header_timeout: float,
+    max_per_client: int = 0,
+    exempt: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = (),
+) -> type[asyncio.Protocol]:
     """The protocol class for uvicorn.Config(http=...): httptools if importable, else h11. One
-    class per server, with its own registry of streams."""
+    class per server, with its own registry of streams and count of connections per client."""
     base: type[asyncio.Protocol] = FAST_PROTOCOL or EdgeH11Protocol
-    return type(base.__name__, (base,), {"header_timeout": header_timeout, "streams": {}})
+    attributes = {
+        "header_timeout": header_timeout,
+        "streams": {},
+        "max_per_client": max_per_client,
+        "exempt": exempt,
+        "per_client": Counter(),
+    }
+    return type(base.__name__, (base,), attributes)
 
 
 def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Config:
@@ -262,7 +311,11 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Config:
         "host": settings.host,
         "port": settings.port,
         "loop": "auto",  # uvloop if importable
-        "http": edge_protocol(settings.header_timeout_seconds),
+        "http": edge_protocol(
+            settings.header_timeout_seconds,
+            settings.max_connections_per_client,
+            tuple(ipaddress.ip_network(p, strict=False) for p in proxies),
+        ),
         "ws": "none",  # no WebSocket routes
         "lifespan": "on",  # Redis and the default experiment: a failed start-up must stop
         "log_level": settings.log_level,

@@ -15,9 +15,11 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from zxcvbn import zxcvbn
 
 from common.redis_acl import USERS
 from coordinator.cors import parse_origins
+from coordinator.throttle import failure_limit
 
 # The development placeholders (also docker-compose.yml's defaults): refused in production.
 DEV_ADMIN_TOKEN = "dev-admin-token"
@@ -25,6 +27,10 @@ DEV_ENROLLMENT_SECRET = "dev-enrollment-secret"
 DEV_REDIS_PASSWORD = "dexp-dev-redis"  # the one password of Redis before it had a user per service
 DEV_REDIS_PASSWORDS = {DEV_REDIS_PASSWORD} | {u.development_password for u in USERS.values()}
 MIN_SECRET_LENGTH = 16
+# A production secret must cost at least 10^16 guesses by zxcvbn's estimate (about 53 bits):
+# "aaaaaaaaaaaaaaaa" and "passwordpassword" pass the length and fail this; 16 random characters
+# pass it.
+MIN_GUESSES_LOG10 = 16
 
 
 class InsecureSettings(ValueError):
@@ -38,6 +44,9 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     # DEXP_REDIS_URL is a node of a Redis Cluster (any node: the client discovers the others).
     redis_cluster: bool = False
+    # A connection or a command that takes longer fails (503 with Retry-After): a hung Redis holds
+    # a request this long at most, not for as long as it hangs.
+    redis_timeout_seconds: float = Field(3.0, gt=0, le=60)
     admin_token: str = Field(DEV_ADMIN_TOKEN, min_length=8)
     enrollment_secret: str = Field(DEV_ENROLLMENT_SECRET, min_length=8)
     # The experiment created at start-up when it does not exist (empty: none); the fields from
@@ -89,6 +98,26 @@ class Settings(BaseSettings):
     header_timeout_seconds: float = Field(10.0, gt=0)  # a request's headers must arrive by then
     keep_alive_seconds: float = Field(5.0, gt=0)  # an idle keep-alive connection is closed
     max_concurrency: int = Field(1_000, ge=1)  # connections at once; beyond: 503
+    # connections one client address may hold at once (0: no bound); beyond, a new one is closed at
+    # once, so that no single client fills max_concurrency (trusted proxies are exempt)
+    max_connections_per_client: int = Field(200, ge=0)
+    # a request's whole body must arrive within this time of its headers; else 408
+    body_timeout_seconds: float = Field(10.0, gt=0)
+    # failed credential checks (401) per client address, a moving window (coordinator/throttle.py);
+    # beyond: 429 with Retry-After on the address's requests that carry a credential
+    auth_failure_limit: str = "20/minute"
+
+    @field_validator("auth_failure_limit")
+    @classmethod
+    def _auth_failure_limit(cls, value: str) -> str:
+        try:
+            failure_limit(value)
+        except ValueError:
+            raise ValueError(
+                f"DEXP_AUTH_FAILURE_LIMIT: {value!r} is not a rate such as 20/minute"
+            ) from None
+        return value
+
     # The device path (coordinator/events.py, caching.py, compression.py, cors.py). Event streams
     # are long-lived connections outside max_concurrency, with bounds of their own: per process
     # (beyond: 503) and per client address (beyond: 429), both with Retry-After.
@@ -137,22 +166,32 @@ class Settings(BaseSettings):
             secrets.append(
                 ("DEXP_ENROLLMENT_SECRET", self.enrollment_secret, DEV_ENROLLMENT_SECRET)
             )
+        password = urlsplit(self.redis_url).password
+        if password is not None and password not in DEV_REDIS_PASSWORDS:
+            secrets.append(("the Redis password in DEXP_REDIS_URL", password, ""))
         for name, value, placeholder in secrets:
             if value == placeholder:
                 problems.append(f"{name} is the development default; set a random secret")
             elif len(value) < MIN_SECRET_LENGTH:
                 problems.append(f"{name} is shorter than {MIN_SECRET_LENGTH} characters")
+            elif (guesses := guesses_log10(value)) < MIN_GUESSES_LOG10:
+                problems.append(
+                    f"{name} is too easy to guess (about 10^{guesses:.0f} guesses, at least "
+                    f"10^{MIN_GUESSES_LOG10} required): use a random secret, e.g. "
+                    "`python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+                )
         if self.open_enrollment_enabled and self.admin_token == self.enrollment_secret:
             problems.append("DEXP_ADMIN_TOKEN and DEXP_ENROLLMENT_SECRET must differ")
-        password = urlsplit(self.redis_url).password
         if password in DEV_REDIS_PASSWORDS:
             problems.append("the Redis password in DEXP_REDIS_URL is a development default")
-        elif password is not None and len(password) < MIN_SECRET_LENGTH:
-            problems.append(
-                f"the Redis password in DEXP_REDIS_URL is shorter than {MIN_SECRET_LENGTH} "
-                "characters"
-            )
         return problems
+
+
+def guesses_log10(secret: str) -> float:
+    """log10 of the guesses zxcvbn estimates an attacker needs (a repeat, a word, a keyboard walk
+    or a date is found cheaply; a random string costs about 10 per character). Only the first 64
+    characters are scored: beyond them a secret is long enough whatever it holds."""
+    return float(zxcvbn(secret[:64])["guesses_log10"])
 
 
 @lru_cache

@@ -128,7 +128,7 @@ class VoteResult:
 
     @property
     def counted(self) -> bool:
-        return self.outcome in (VoteOutcome.COUNTED, VoteOutcome.ELIMINATED, VoteOutcome.LAST_ARM)
+        return self.outcome in (VoteOutcome.COUNTED, VoteOutcome.ELIMINATED)
 
     @property
     def eliminated(self) -> bool:

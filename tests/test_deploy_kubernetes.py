@@ -64,7 +64,7 @@ SETTINGS: dict[str, type[BaseSettings]] = {
 }
 # Settings that are secrets: never a literal value, never in a ConfigMap.
 SECRET_FIELDS = {"admin_token", "enrollment_secret", "redis_url", "tickets"}
-STRONG = "k8s-test-0123456789abcdefghijklmnop"  # a stand-in for a generated secret (> 16 chars)
+STRONG = "k8s-Wq7Zt2mXx9KpV4cNb8LsR3e"  # a stand-in for a generated secret (random)
 # The Redis user each module logs in as (common/redis_acl.py).
 REDIS_USERS = {
     "coordinator": acl.COORDINATOR,

@@ -36,8 +36,11 @@ def test_decide_vote_ignores_a_duplicate() -> None:
 
 
 def test_decide_vote_never_removes_the_last_arm() -> None:
+    # identified: a vote against the last arm is ignored, whatever its count
     assert decide_vote({1}, {"b", "c"}, "a", 1, threshold=3) is V.LAST_ARM
-    assert decide_vote({1}, set(), "a", 1, threshold=3) is V.COUNTED
+    assert decide_vote({1}, set(), "a", 1, threshold=3) is V.LAST_ARM
+    assert decide_vote({1}, {"a"}, "a", 1, threshold=3) is V.LAST_ARM
+    assert decide_vote({1, 2}, {"b"}, "a", 1, threshold=2) is V.ELIMINATED
 
 
 def test_decide_vote_on_an_arm_already_out() -> None:
@@ -97,9 +100,8 @@ def test_state_never_removes_the_last_arm() -> None:
     assert state.vote("b", 0) is V.ELIMINATED
     assert state.remaining == {1}
     outcomes = [state.vote(agent, 1) for agent in "abcdef"]
-    assert outcomes[0] is V.COUNTED
-    assert all(o is V.LAST_ARM for o in outcomes[1:])
-    assert state.remaining == {1}
+    assert all(o is V.LAST_ARM for o in outcomes)
+    assert state.remaining == {1} and state.voters[1] == set() and state.ignored == 6
     assert state.version == 1
     assert state.fewest_votes_arm() == 1
 
@@ -268,7 +270,7 @@ def test_state_follows_the_pure_rule_on_random_sequences(seed: int) -> None:
 
         messages += 1
         assert outcome is expected
-        if expected in (V.ARM_OUT, V.DUPLICATE):
+        if expected in (V.ARM_OUT, V.DUPLICATE, V.LAST_ARM):
             ignored += 1
             assert state.voters[arm] == voters_before
             assert state.remaining == remaining_before

@@ -180,7 +180,7 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
                     vote_times[n, arm] = t
                 votes_sent[n, arm] = True
                 outcome = state.vote(str(n), arm, time=t)
-                event |= outcome not in (VoteOutcome.ARM_OUT, VoteOutcome.DUPLICATE)
+                event |= outcome in (VoteOutcome.COUNTED, VoteOutcome.ELIMINATED)
             if state.version != version:
                 refresh_settled()
         settled[n] = is_settled(agent)

@@ -76,7 +76,9 @@ class VoteCreate(BaseModel):
 class VotePublic(BaseModel):
     counted: bool = Field(description="a new distinct voter against this arm")
     outcome: str = Field(
-        description="counted | eliminated | last_arm | duplicate | arm_out | stale_epoch"
+        description="counted | eliminated | last_arm | duplicate | arm_out | stale_epoch; "
+        "only counted and eliminated count: last_arm is a vote against the identified arm, "
+        "ignored (the answer is final)"
     )
     eliminated: bool = Field(description="this vote brought the arm to the threshold")
     arm_out: bool = Field(description="the arm is no longer in the global set")

@@ -13,7 +13,8 @@
 -- no message: no_experiment, unauthorized (no such agent in this experiment, or a wrong token),
 -- bad_arm (then the second element is the number of arms), rate_limited (then the second element
 -- is the ms the agent must wait). Any other vote is a message: one more in `messages` (every
--- epoch's) and in `epoch_messages` (this epoch's; reset.lua zeroes it). A replayed vote (same
+-- epoch's) and in `epoch_messages` (this epoch's; reset.lua zeroes it). A vote against the last
+-- arm (identified) is ignored: last_arm. A replayed vote (same
 -- agent, arm and epoch) is a duplicate: it counts as a message and an ignored one, and changes no
 -- vote count, arm or version. An elimination keeps only the settled agents that voted against the
 -- arm that left (GlobalState.vote): a settled agent that did not may have held that arm, and
@@ -44,6 +45,8 @@ local function ignored(outcome)
 end
 if tonumber(ARGV[3]) ~= epoch then return ignored('stale_epoch') end
 if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 0 then return ignored('arm_out') end
+-- identified: the last arm's answer is final, a vote against it is ignored (and says so)
+if redis.call('SCARD', KEYS[2]) <= 1 then return ignored('last_arm') end
 if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then return ignored('duplicate') end
 
 redis.call('SADD', KEYS[3], ARGV[1])
@@ -53,7 +56,6 @@ if votes < threshold then
   touched(ARGV[8])
   return {'counted', version, epoch, votes}
 end
-if redis.call('SCARD', KEYS[2]) <= 1 then return {'last_arm', version, epoch, votes} end
 redis.call('SREM', KEYS[2], ARGV[2])
 redis.call('SINTERSTORE', KEYS[7], KEYS[7], KEYS[3])
 version = redis.call('HINCRBY', KEYS[1], 'version', 1)

@@ -44,7 +44,7 @@ from .helpers import (
 
 ARMS = ["A", "B", "C"]
 PROBLEM_1 = [chr(ord("A") + k) for k in range(10)]  # `demo`'s arms: M = 29 with the defaults
-STRONG_ADMIN = "a-strong-admin-token-for-tests-0123456789"
+STRONG_ADMIN = "Hq7Zt-2mWx9KpV4cNb8LsR3e"  # random, as production needs
 
 
 def detail(response: httpx.Response) -> str:
@@ -76,7 +76,7 @@ def production_server(redis_url: str) -> Iterator[str]:
         redis_url,
         environment="production",
         admin_token=STRONG_ADMIN,
-        enrollment_secret="a-strong-enrollment-secret-0123456789",
+        enrollment_secret="Ue5Yk-8rTa2QnM7wXc4JvB9d",
         experiment="",
         max_agents=500,
     )

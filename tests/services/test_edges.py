@@ -406,25 +406,28 @@ def test_connections_beyond_max_concurrency_get_a_json_503(
         held = [connect(server) for _ in range(3)]
         try:
             for sock in held:  # three kept-alive connections, each served once
-                sock.sendall(request())
+                sock.sendall(request("/readyz"))
                 assert read_reply(sock).status == 200
             with connect(server) as fourth:  # the limit itself is allowed
-                fourth.sendall(request())
+                fourth.sendall(request("/readyz"))
                 assert read_reply(fourth).status == 200
                 with connect(server) as fifth:
-                    fifth.sendall(request())
+                    fifth.sendall(request("/readyz"))
                     reply = read_reply(fifth)
                     assert reply.status == 503
                     assert reply.headers["retry-after"] == "1"
                     assert reply.headers["content-type"] == "application/json"
                     assert "DEXP_MAX_CONCURRENCY" in reply.json()["detail"]
                     seconds_until_closed(fifth, 5)
+                with connect(server) as probe:  # liveness is answered over the limit
+                    probe.sendall(request("/healthz"))
+                    assert read_reply(probe).status == 200
             deadline = time.monotonic() + 30  # (a safety net) the fourth is gone: room again
             while len(server.server.server_state.connections) > 3:
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
             with connect(server) as again:
-                again.sendall(request())
+                again.sendall(request("/readyz"))
                 assert read_reply(again).status == 200
         finally:
             for sock in held:

@@ -351,9 +351,10 @@ def test_an_experiment_takes_at_most_max_agents_from_all_clients(clean_redis: st
 
 # -- production settings -----------------------------------------------------------------------
 STRONG = {
-    "admin_token": "a" * 8 + "-strong-admin-token",
-    "enrollment_secret": "e" * 8 + "-strong-enrollment",
-    "redis_url": "redis://:a-long-redis-password-123@redis:6379/0",
+    # random, as production needs (coordinator/settings.py MIN_GUESSES_LOG10)
+    "admin_token": "Jx8q2VbN-rT5mWk0zLp3sYh7",
+    "enrollment_secret": "eN4c-Qw9tUz6Rk1vXa8Pm2Lj",
+    "redis_url": "redis://:R7g-Kd2xWq9Zm4Tb8Vn1Ys5c@redis:6379/0",
 }
 
 
