@@ -103,6 +103,7 @@ class Stream(StreamHandle):
     def release(self) -> None:
         if self.protocol.streams.get(self.protocol) is self:
             del self.protocol.streams[self.protocol]
+        self.protocol.unwinding.pop(self.protocol, None)
 
     def abort(self) -> None:
         self.protocol.transport.abort()
@@ -126,6 +127,9 @@ class EdgeGuards:
     exempt: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     per_client: Counter[str] = Counter()  # noqa: RUF012 (replaced per server by edge_protocol)
     streams: dict[EdgeGuards, Stream] = {}  # noqa: RUF012 (replaced per server by edge_protocol)
+    # streams whose connection is lost and whose task has not ended yet: out of the task count
+    # until it ends, so that thousands of streams closing at once do not fill the limit
+    unwinding: dict[EdgeGuards, Stream] = {}  # noqa: RUF012 (replaced per server, as streams)
     # uvicorn's per-connection state that the guards read
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
@@ -186,7 +190,9 @@ class EdgeGuards:
             if self.per_client[self.peer] <= 0:
                 del self.per_client[self.peer]
         self.cancel_header_deadline()
-        self.streams.pop(self, None)
+        stream = self.streams.pop(self, None)
+        if stream is not None:
+            self.unwinding[self] = stream
         super().connection_lost(exc)  # type: ignore[misc]
 
     def shutdown(self) -> None:
@@ -211,11 +217,10 @@ class EdgeGuards:
         connection and one task)."""
         limit = self.max_concurrency
         streams = len(self.streams)
+        tasks = len(self.tasks) - streams - len(self.unwinding)
         if scope["path"] == "/healthz":  # liveness: answered whatever the load, it costs nothing
             return await self.served_app(scope, receive, send)
-        if limit is not None and (
-            len(self.connections) - streams > limit or len(self.tasks) - streams > limit
-        ):
+        if limit is not None and (len(self.connections) - streams > limit or tasks > limit):
             log.warning("Exceeded concurrency limit.")
             return await overloaded(scope, receive, send)
         scope[STREAM_HOOK] = self.as_stream
@@ -296,6 +301,7 @@ def edge_protocol(
     attributes = {
         "header_timeout": header_timeout,
         "streams": {},
+        "unwinding": {},
         "max_per_client": max_per_client,
         "exempt": exempt,
         "per_client": Counter(),
