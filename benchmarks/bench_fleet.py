@@ -501,12 +501,31 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-def open_subscribers(client: httpx.Client) -> float:
-    """The coordinator's dexp_sse_subscribers gauge (/metrics)."""
-    for line in client.get("/metrics").text.splitlines():
+def open_subscribers(client: httpx.Client) -> float | None:
+    """The coordinator's dexp_sse_subscribers gauge (/metrics); None if it did not answer 200."""
+    reply = client.get("/metrics")
+    if reply.status_code != 200:
+        return None
+    for line in reply.text.splitlines():
         if line.startswith("dexp_sse_subscribers "):
             return float(line.split()[1])
     return 0.0
+
+
+def streams_closed(client: httpx.Client, timeout: float) -> list[int]:
+    """Wait until the coordinator holds no stream; [503s, probes] seen meanwhile. While thousands
+    of streams unwind the coordinator answers 503 (DEXP_MAX_CONCURRENCY) to other requests: their
+    connections are gone but their tasks still count as running requests."""
+    seen = [0, 0]
+
+    def closed() -> bool:
+        held = open_subscribers(client)
+        seen[0] += held is None
+        seen[1] += 1
+        return held == 0
+
+    wait_for(closed, timeout, "streams closing")
+    return seen
 
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
@@ -618,7 +637,7 @@ def fan_out(
             }
         )
     clients.ask("probe-close", [{}] * processes, timeout)
-    wait_for(lambda: open_subscribers(client) == 0, timeout, "probe streams closing")
+    memory["refused_while_closing"] = streams_closed(client, timeout)
     client.delete(f"/v1/experiments/{PROBE}").raise_for_status()
     return levels, memory
 
@@ -651,6 +670,7 @@ def fleet(
     cpu0, t0 = cpu_seconds(server), time.perf_counter()
     replies = clients.ask("play", [{"means": means}] * processes, timeout)
     play_s, play_cpu = time.perf_counter() - t0, cpu_seconds(server) - cpu0
+    refused_while_closing = streams_closed(client, timeout)
     results = [r for _, _, r in replies]
     votes: dict[str, int] = {}
     for r in results:
@@ -697,6 +717,7 @@ def fleet(
         "statuses": statuses,
         "best_arms_seen": sorted({a for r in results for a in r["best_arms"]}),
         "best_arm": final,
+        "refused_while_closing": refused_while_closing,
     }
 
 
@@ -809,6 +830,10 @@ def report(figures: dict[str, Any]) -> None:
         f"RSS {memory['rss_before_mb']:.0f} -> {memory['rss_after_mb']:.0f} MB: "
         f"{memory['bytes_per_stream'] / 1024:.1f} KiB per connection; the fleet's "
         f"{f['streams_held']:.0f} streams opened in {f['streams_opened_in_s']:.1f} s"
+    )
+    print(
+        "503s to GET /metrics while the streams unwound (503s, probes): after the probe's "
+        f"{memory['refused_while_closing']}, after the fleet's {f['refused_while_closing']}"
     )
     for level in figures["fan_out"]:
         d, a = level["delivery"], level["to_all"]
