@@ -574,7 +574,7 @@ def create(client: httpx.Client, experiment: str, arms: int, **config: Any) -> d
 def fan_out(
     client: httpx.Client, clients: Clients, sizes: list[int], eliminations: int, server: int,
     timeout: float,
-) -> tuple[list[dict[str, Any]], dict[str, float]]:  # fmt: skip
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
     """Phase 1: delivery delays at each number of streams, and the memory per stream."""
     processes = len(clients.pipes)
     create(client, PROBE, eliminations * len(sizes) + 1, eta=PROBE_ETA, delta=PROBE_DELTA)
@@ -588,7 +588,7 @@ def fan_out(
         voters.append(enrolled.json()["token"])
     levels, opened, arm = [], 0, 0
     rss_before = rss_bytes(server)
-    memory: dict[str, float] = {}
+    memory: dict[str, Any] = {}
     for size in sizes:
         fresh = split(list(range(opened, size)), processes)
         t0 = time.perf_counter()
@@ -605,7 +605,7 @@ def fan_out(
                 "streams_held": open_subscribers(client),
             }
         since = time.time() * 1000
-        to_all = []
+        cpu0, t0 = cpu_seconds(server), time.perf_counter()
         for _ in range(eliminations):
             for token in voters:
                 reply = client.post(
@@ -619,6 +619,7 @@ def fan_out(
                 raise RuntimeError(f"probe arm {arm}: {answer}")
             arm += 1
             clients.ask("probe-wait", [{"version": answer["version"]}] * processes, timeout)
+        cpu, wall = cpu_seconds(server) - cpu0, time.perf_counter() - t0
         replies = clients.ask("probe-deliveries", [{"since": since}] * processes, timeout)
         delays = [d for _, _, r in replies for _, d in r]
         per_event: dict[str, float] = {}
@@ -632,6 +633,9 @@ def fan_out(
                 "opened_in_s": opening,
                 "refused_503": sum(r for _, _, r in refused),
                 "eliminations": eliminations,
+                "wall_s": wall,
+                "server_cpu_s": cpu,
+                "server_cpu_us_per_delivery": 1e6 * cpu / (eliminations * size),
                 "delivery": spread(delays),
                 "to_all": spread(to_all),
             }
@@ -842,7 +846,9 @@ def report(figures: dict[str, Any]) -> None:
             f"{level['refused_503']} 503s retried; {level['eliminations']} "
             f"eliminations, {d['count']} deliveries): p50 {d['p50_ms']:.0f} ms, p99 "
             f"{d['p99_ms']:.0f} ms, max {d['max_ms']:.0f} ms; to all subscribers: p50 "
-            f"{a['p50_ms']:.0f} ms, p99 {a['p99_ms']:.0f} ms"
+            f"{a['p50_ms']:.0f} ms, p99 {a['p99_ms']:.0f} ms; coordinator CPU "
+            f"{level['server_cpu_s']:.1f} s in {level['wall_s']:.1f} s: "
+            f"{level['server_cpu_us_per_delivery']:.0f} us per delivery"
         )
     d, a = f["delivery"], f["to_all"]
     print(
