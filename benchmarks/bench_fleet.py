@@ -573,7 +573,7 @@ def create(client: httpx.Client, experiment: str, arms: int, **config: Any) -> d
 
 def fan_out(
     client: httpx.Client, clients: Clients, sizes: list[int], eliminations: int, server: int,
-    timeout: float,
+    timeout: float, idle: float,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
     """Phase 1: delivery delays at each number of streams, and the memory per stream."""
     processes = len(clients.pipes)
@@ -596,6 +596,9 @@ def fan_out(
         opening = time.perf_counter() - t0
         opened = size
         if size == sizes[-1]:
+            cpu0 = cpu_seconds(server)
+            time.sleep(idle)  # the streams idle: heartbeats only
+            idle_cpu = cpu_seconds(server) - cpu0
             rss_after = rss_bytes(server)
             memory = {
                 "streams": size,
@@ -603,6 +606,8 @@ def fan_out(
                 "rss_after_mb": rss_after / 2**20,
                 "bytes_per_stream": (rss_after - rss_before) / size,
                 "streams_held": open_subscribers(client),
+                "idle_s": idle,
+                "idle_server_cpu_s": idle_cpu,
             }
         since = time.time() * 1000
         cpu0, t0 = cpu_seconds(server), time.perf_counter()
@@ -756,6 +761,10 @@ def main() -> None:
     parser.add_argument("--means", default="0.9,0.1,0.1,0.1", help="Bernoulli means of the arms")
     parser.add_argument("--eliminations", type=int, default=10, help="per fan-out size")
     parser.add_argument("--reads", type=int, default=10_000, help="requests per read load")
+    parser.add_argument(
+        "--idle", type=float, default=0.0,
+        help="seconds the largest fan-out idles (heartbeats only) while its CPU is measured",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=600.0, help="per phase, seconds")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
@@ -788,7 +797,7 @@ def main() -> None:
                 headers={"Authorization": f"Bearer {ADMIN}"},
             ) as client:  # fmt: skip
                 levels, memory = fan_out(
-                    client, clients, sizes, args.eliminations, server.pid, args.timeout
+                    client, clients, sizes, args.eliminations, server.pid, args.timeout, args.idle
                 )
                 figures["fan_out"], figures["memory"] = levels, memory
                 figures["fleet"] = fleet(
@@ -835,6 +844,12 @@ def report(figures: dict[str, Any]) -> None:
         f"{memory['bytes_per_stream'] / 1024:.1f} KiB per connection; the fleet's "
         f"{f['streams_held']:.0f} streams opened in {f['streams_opened_in_s']:.1f} s"
     )
+    if memory["idle_s"]:
+        print(
+            f"idle: {memory['idle_server_cpu_s']:.2f} s of coordinator CPU in {memory['idle_s']:.0f}"
+            f" s with {memory['streams']} streams open (heartbeat every "
+            f"{os.environ.get('DEXP_SSE_HEARTBEAT_SECONDS', '15')} s)"
+        )
     print(
         "503s to GET /metrics while the streams unwound (503s, probes): after the probe's "
         f"{memory['refused_while_closing']}, after the fleet's {f['refused_while_closing']}"
