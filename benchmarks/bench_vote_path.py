@@ -226,6 +226,16 @@ class Load:
         self.outcomes: dict[str, int] = {}
 
 
+async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One HTTP/1.1 response with a Content-Length (or none: no body): its head and body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    return head, await reader.readexactly(length)
+
+
 async def connection(
     host: str, port: int, requests: list[bytes], load: Load, start: asyncio.Event
 ) -> None:
@@ -239,12 +249,7 @@ async def connection(
                 break
             sent = time.perf_counter()
             writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                if line[:15].lower() == b"content-length:":
-                    length = int(line[15:])
-            body = await reader.readexactly(length)
+            head, body = await read_response(reader)
             load.latencies.append(time.perf_counter() - sent)
             status = int(head[9:12])
             load.statuses[status] = load.statuses.get(status, 0) + 1
