@@ -333,7 +333,8 @@ class GlobalSetFollower:
         while not self._stop.is_set():
             self._poll()
             left = end - time.monotonic()
-            if left <= 0 or self._stop.wait(min(self.poll_seconds, left)):
+            # spread: followers that fell back together (a coordinator restarted) poll apart
+            if left <= 0 or self._stop.wait(min(self.poll_seconds * (0.5 + random.random()), left)):
                 return
 
     def _poll(self) -> None:

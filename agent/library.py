@@ -63,7 +63,8 @@ def next_seq() -> int:
 class GlobalView:
     """What an agent knows of the global state: the remaining arms, their version and the epoch.
 
-    Refreshed only when a vote reply or a broadcast shows a newer version (or by a slow poll).
+    Changed by the event stream (agent/events.py, GlobalView.follow), and read again when a vote
+    reply shows another version.
 
     Shared by the agents of a process, it also watches for sure signs that the coordinator lost
     writes: the (epoch, version) going backwards, or an arm's vote count (a state read or a vote
