@@ -13,6 +13,7 @@ import time
 
 from common.algorithms import AlgorithmConfig
 from common.environments import problem
+from common.redis_acl import LOAD_GENERATOR
 from dexp.demo import local_stack
 from load_generator.generator import LoadGenerator, format_summary
 from load_generator.settings import LoadSettings
@@ -31,7 +32,7 @@ def main() -> None:
     with local_stack(AlgorithmConfig(), arms, args.agents, args.processes, seed=args.seed) as stack:
         settings = LoadSettings(
             coordinator_url=stack.coordinator_url,
-            redis_url=stack.redis_url,
+            redis_url=stack.redis_urls[LOAD_GENERATOR],  # its own Redis user, as deployed
             problem=args.problem,
             seed=args.seed,
             settle_seconds=1.0,

@@ -96,6 +96,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from scipy.stats import binom  # noqa: E402
 
+from common import redis_acl as acl  # noqa: E402
 from common import redis_keys as keys  # noqa: E402
 from common.algorithms import AlgorithmConfig  # noqa: E402
 from common.environments import problem  # noqa: E402
@@ -517,7 +518,7 @@ class Scale:
                 name,
                 [sys.executable, "-m", "agent"],
                 {
-                    "DEXP_REDIS_URL": stack.redis_url,
+                    "DEXP_REDIS_URL": stack.redis_urls[acl.AGENT],  # its own user, as deployed
                     "DEXP_COORDINATOR_URL": stack.coordinator_url,
                     "DEXP_EXPERIMENT": "*" if self.many else "demo",
                     "AGENTS_PER_REPLICA": str(counts[i]),
@@ -642,7 +643,7 @@ class Scale:
             "agent-base",
             [sys.executable, "-m", "agent"],
             {
-                "DEXP_REDIS_URL": stack.redis_url,
+                "DEXP_REDIS_URL": stack.redis_urls[acl.AGENT],
                 "DEXP_COORDINATOR_URL": stack.coordinator_url,
                 "DEXP_EXPERIMENT": PROBE,
                 "AGENTS_PER_REPLICA": "1",
@@ -788,7 +789,7 @@ class Scale:
                     [sys.executable, "-m", "load_generator", "--json"],
                     env={
                         **os.environ,
-                        "DEXP_REDIS_URL": stack.redis_url,
+                        "DEXP_REDIS_URL": stack.redis_urls[acl.LOAD_GENERATOR],
                         "DEXP_COORDINATOR_URL": stack.coordinator_url,
                         "DEXP_EXPERIMENT": experiment,
                         "DEXP_PROBLEM": PROBLEM,

@@ -29,7 +29,10 @@ EXPERIMENT_INDEX = f"{PREFIX}:experiment-index"
 def meta(exp: str) -> str:
     """Hash: config JSON, threshold, n_arms, version, epoch, messages, ignored, created_at, and
     the current epoch's epoch_messages (messages since the epoch began) and epoch_started_at (unix
-    ms: creation or the last reset)."""
+    ms: creation or the last reset). What the public sees change (coordinator/lua/changes.lua):
+    revision and revised_at (the document's changes that its counters may not show: the ETag),
+    event_id (the last announced change of the public state: the SSE event id) and tied (the tie
+    status last announced, 1 or 0)."""
     return f"{PREFIX}:{{{exp}}}:meta"
 
 
@@ -65,8 +68,17 @@ def agent_seq(exp: str) -> str:
 
 
 def events(exp: str) -> str:
-    """Pub/sub channel: the new state version, published when the global set changes."""
+    """Pub/sub channel: the new state version, published when the global set changes (read by
+    agent processes that hold Redis credentials)."""
     return f"{PREFIX}:{{{exp}}}:events"
+
+
+def changes(exp: str) -> str:
+    """Pub/sub channel of the coordinators' event streams (coordinator/events.py), published by the
+    scripts that change the experiment: 's' when its public state changed (an elimination, a
+    reset, a tie announced), 'c' when a change may turn it tied or untied, 'd' when it is deleted.
+    Nothing else: anonymous readers may read all it implies."""
+    return f"{PREFIX}:{{{exp}}}:changes"
 
 
 def activation_shard(agent: str) -> int:

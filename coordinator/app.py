@@ -18,14 +18,18 @@ from starlette.routing import Match
 
 from common.algorithms import AlgorithmConfig
 from coordinator import dashboard
-from coordinator.api import agents, experiments
+from coordinator.api import agents, events, experiments
 from coordinator.api.deps import Problem, problems
 from coordinator.api.experiments import ExperimentCreate
+from coordinator.caching import ConditionalReads, RevisionCache
+from coordinator.compression import GZip
+from coordinator.cors import CORS, parse_origins
 from coordinator.edges import BodyLimit
 from coordinator.errors import Conflict, CoordinatorError, StoreUnavailable
+from coordinator.events import EVENTS_CLIENT, Hub
 from coordinator.fast_path import VoteFastPath
 from coordinator.gate import CredentialGate
-from coordinator.redis_client import connect
+from coordinator.redis_client import RedisCluster, client, connect
 from coordinator.settings import Settings, get_settings
 from coordinator.store import ExperimentStore, Limits
 
@@ -85,10 +89,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redis = await connect(settings.redis_url, cluster=settings.redis_cluster)
         app.state.redis = redis
         app.state.store = ExperimentStore(redis, Limits.of(settings))
+        # what the process knows of each experiment's revision: 304s without a round trip
+        app.state.revisions = RevisionCache(None if settings.redis_cluster else settings.redis_url)
+        app.state.store.on_change = app.state.revisions.forget
+        app.state.revisions.start()
+        # the event streams' one pub/sub connection, on a client (and pool) of its own
+        listener = client(settings.redis_url, settings.redis_cluster, name=EVENTS_CLIENT)
+        if isinstance(listener, RedisCluster):
+            await listener.initialize()  # its pub/sub needs the slot map: the nodes are known
+        app.state.hub = Hub(
+            app.state.store,
+            listener,
+            settings.max_subscribers,
+            settings.max_subscribers_per_client,
+        )
         await ensure_default_experiment(app.state.store, settings)
         try:
             yield
         finally:
+            await app.state.hub.close()
+            await app.state.revisions.close()
+            await listener.aclose()
             await redis.aclose()
 
     app = FastAPI(
@@ -102,12 +123,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.include_router(experiments.router)
     app.include_router(agents.router)
+    app.include_router(events.router)  # GET /v1/experiments/{id}/events: the SSE stream
     app.include_router(dashboard.router)  # GET /dashboard: static page over the public GET routes
-    # Starlette runs the last-added middleware first: the fast path, then the gate, then routing.
+    # Starlette runs the last-added middleware first. From the outside in: CORS (on every answer
+    # of the device's routes, errors included), 304s from the revision alone, the body limit, the
+    # vote fast path, gzip (after the fast path: a vote's answer is small), the credential gate.
     app.add_middleware(CredentialGate)  # credentials checked before any body is read
+    if settings.gzip_min_bytes:
+        app.add_middleware(GZip, min_bytes=settings.gzip_min_bytes)
     app.add_middleware(VoteFastPath)  # plain valid votes skip FastAPI's machinery (see the module)
-    # Last, so outermost: a body over DEXP_MAX_BODY_BYTES is refused before anything reads it.
+    # A body over DEXP_MAX_BODY_BYTES is refused before anything reads it.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ConditionalReads, max_age=settings.cache_max_age_seconds)  # reads no body
+    origins = parse_origins(settings.cors_origins)
+    if origins:
+        app.add_middleware(CORS, origins=origins)
 
     @app.exception_handler(CoordinatorError)
     async def domain_error(_: Request, exc: CoordinatorError) -> JSONResponse:

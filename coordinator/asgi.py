@@ -63,3 +63,25 @@ def replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return again
+
+
+# The key of the scope under which coordinator/server.py offers a request to leave the connection
+# count (DEXP_MAX_CONCURRENCY): `scope[STREAM_HOOK](stop)` marks the connection as serving a
+# long-lived stream, registers `stop` (called when the server shuts down) and returns a
+# StreamHandle. Absent under another server: NO_STREAM then.
+STREAM_HOOK = "dexp.stream"
+
+
+class StreamHandle:
+    """A long-lived response's hold on its connection; this base does nothing."""
+
+    def release(self) -> None:
+        """The stream ended: the connection counts as an ordinary one again."""
+
+    def abort(self) -> None:
+        """Cut the connection at once, unsent data dropped (a client that does not read)."""
+
+
+def stream_handle(scope: Scope, stop: Callable[[], None]) -> StreamHandle:
+    hook = scope.get(STREAM_HOOK)
+    return hook(stop) if hook is not None else StreamHandle()

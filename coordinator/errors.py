@@ -67,3 +67,10 @@ class StoreUnavailable(CoordinatorError):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)}
+
+
+class Overloaded(RateLimited):
+    """This coordinator process is at a bound of its own (e.g. DEXP_MAX_SUBSCRIBERS): 503, retry
+    after `retry_after` seconds, here or on another coordinator."""
+
+    status = 503

@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 AnyRedis = Redis | RedisCluster  # a single Redis, or a cluster (DEXP_REDIS_CLUSTER)
 
 
-def client(url: str, cluster: bool = False) -> AnyRedis:
-    """The client of DEXP_REDIS_URL, not connected yet.
+def client(url: str, cluster: bool = False, name: str | None = None) -> AnyRedis:
+    """The client of DEXP_REDIS_URL, not connected yet; `name`: its connections' CLIENT SETNAME
+    (what CLIENT LIST shows them as).
 
     A connection Redis dropped (restart, CLIENT KILL, idle timeout) is reconnected and the command
     sent again, a few times, instead of failing the request with a 500. Every script is safe to
@@ -40,11 +41,13 @@ def client(url: str, cluster: bool = False) -> AnyRedis:
     errors: list[type[Exception]] = [RedisConnectionError, RedisTimeoutError]
     if cluster:
         redis = RedisCluster.from_url(
-            url, health_check_interval=30, retry=retry, retry_on_error=errors
+            url, health_check_interval=30, retry=retry, retry_on_error=errors, client_name=name
         )
         _drop_keys_option(redis)
         return redis
-    return Redis.from_url(url, health_check_interval=30, retry=retry, retry_on_error=errors)
+    return Redis.from_url(
+        url, health_check_interval=30, retry=retry, retry_on_error=errors, client_name=name
+    )
 
 
 def _drop_keys_option(redis: RedisCluster) -> None:

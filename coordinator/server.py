@@ -11,7 +11,10 @@ uvicorn's defaults are made for a trusted network. This module sets, from Settin
 - a bound on the size of request headers (MAX_HEADER_BYTES, 431): with httptools uvicorn has none,
   and 200 MB of headers took 270 MB of memory;
 - the keep-alive timeout (DEXP_KEEP_ALIVE_SECONDS) and the connection limit (DEXP_MAX_CONCURRENCY),
-  whose overload answer is the API's JSON 503 with Retry-After instead of uvicorn's plain text.
+  whose overload answer is the API's JSON 503 with Retry-After instead of uvicorn's plain text;
+- long-lived streams (GET /v1/experiments/{id}/events) outside that limit: they have bounds of
+  their own (DEXP_MAX_SUBSCRIBERS, coordinator/events.py), so that subscribers never starve votes
+  and probes. A stream ends when the server shuts down (uvicorn would wait for it for ever).
 
 The deadline, the header bound and the JSON 503 live in a small subclass of uvicorn's HTTP protocol
 (httptools when importable, as http="auto" picks: the vote path stays fast; else h11).
@@ -23,13 +26,23 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from coordinator.asgi import ASGIApp, Receive, Scope, Send, send_json, send_problem
+from coordinator.asgi import (
+    STREAM_HOOK,
+    ASGIApp,
+    Receive,
+    Scope,
+    Send,
+    StreamHandle,
+    send_json,
+    send_problem,
+)
 from coordinator.settings import Settings
 
 MAX_HEADER_BYTES = 16 * 1024  # request line and headers; h11's default limit, applied to both
@@ -72,15 +85,35 @@ async def headers_too_large(scope: Scope, receive: Receive, send: Send) -> None:
     await send_json(send, 431, TOO_LARGE_HEADERS.encode(), {"Connection": "close"})
 
 
+class Stream(StreamHandle):
+    """A connection that serves a long-lived stream (asgi.STREAM_HOOK): out of the count of
+    connections and tasks the limit applies to, until released or lost."""
+
+    def __init__(self, protocol: EdgeGuards, stop: Callable[[], None]) -> None:
+        self.protocol = protocol
+        self.stop = stop
+        protocol.streams[protocol] = self
+
+    def release(self) -> None:
+        if self.protocol.streams.get(self.protocol) is self:
+            del self.protocol.streams[self.protocol]
+
+    def abort(self) -> None:
+        self.protocol.transport.abort()
+
+
 class EdgeGuards:
     """What both protocol subclasses add to uvicorn's: the header deadline and the JSON 503.
 
     A mixin before uvicorn's class in the bases: its methods wrap uvicorn's through super().
     `header_timeout` is set by edge_protocol(); the connection limit is config.limit_concurrency,
-    taken over from uvicorn (whose own check answers in plain text) at construction.
+    taken over from uvicorn (whose own check answers in plain text) at construction. `streams`
+    (one dict per server, made by edge_protocol()) holds the connections that serve a long-lived
+    stream.
     """
 
     header_timeout: float = 10.0
+    streams: dict[EdgeGuards, Stream] = {}  # noqa: RUF012 (replaced per server by edge_protocol)
     # uvicorn's per-connection state that the guards read
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
@@ -117,7 +150,16 @@ class EdgeGuards:
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.cancel_header_deadline()
+        self.streams.pop(self, None)
         super().connection_lost(exc)  # type: ignore[misc]
+
+    def shutdown(self) -> None:
+        """The server shuts down: a stream is told to end (it completes its response, and this
+        connection, no longer kept alive, then closes), as an ordinary response completes."""
+        super().shutdown()  # type: ignore[misc]
+        stream = self.streams.get(self)
+        if stream is not None:
+            stream.stop()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
@@ -129,12 +171,21 @@ class EdgeGuards:
     # -- the connection limit -----------------------------------------------------------------
     async def gate(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The app, or the JSON 503 beyond max_concurrency connections or running requests
-        (this connection and this request's task are counted)."""
+        (this connection and this request's task are counted; streams are not, each being one
+        connection and one task)."""
         limit = self.max_concurrency
-        if limit is not None and (len(self.connections) > limit or len(self.tasks) > limit):
+        streams = len(self.streams)
+        if limit is not None and (
+            len(self.connections) - streams > limit or len(self.tasks) - streams > limit
+        ):
             log.warning("Exceeded concurrency limit.")
             return await overloaded(scope, receive, send)
+        scope[STREAM_HOOK] = self.as_stream
         return await self.served_app(scope, receive, send)
+
+    def as_stream(self, stop: Callable[[], None]) -> StreamHandle:
+        """asgi.STREAM_HOOK: this connection serves a long-lived stream from now on."""
+        return Stream(self, stop)
 
 
 class EdgeH11Protocol(EdgeGuards, H11Protocol):
@@ -197,9 +248,10 @@ else:
 
 
 def edge_protocol(header_timeout: float) -> type[asyncio.Protocol]:
-    """The protocol class for uvicorn.Config(http=...): httptools if importable, else h11."""
+    """The protocol class for uvicorn.Config(http=...): httptools if importable, else h11. One
+    class per server, with its own registry of streams."""
     base: type[asyncio.Protocol] = FAST_PROTOCOL or EdgeH11Protocol
-    return type(base.__name__, (base,), {"header_timeout": header_timeout})
+    return type(base.__name__, (base,), {"header_timeout": header_timeout, "streams": {}})
 
 
 def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Config:

@@ -1,7 +1,8 @@
 """The coordinator's configuration, read from the environment (prefix DEXP_).
 
 Secrets (the admin token, the enrollment secret, the Redis password inside DEXP_REDIS_URL) come
-from the environment only; the image holds none. The defaults below are development placeholders:
+from the environment only; the image holds none. The defaults below, and the development Redis
+passwords of the compose and Swarm files (common/redis_acl.py), are development placeholders:
 with DEXP_ENVIRONMENT=production the coordinator refuses to start while any of them is still in use,
 or while a secret is shorter than MIN_SECRET_LENGTH characters.
 """
@@ -12,13 +13,17 @@ from functools import lru_cache
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from common.redis_acl import USERS
+from coordinator.cors import parse_origins
 
 # The development placeholders (also docker-compose.yml's defaults): refused in production.
 DEV_ADMIN_TOKEN = "dev-admin-token"
 DEV_ENROLLMENT_SECRET = "dev-enrollment-secret"
-DEV_REDIS_PASSWORD = "dexp-dev-redis"
+DEV_REDIS_PASSWORD = "dexp-dev-redis"  # the one password of Redis before it had a user per service
+DEV_REDIS_PASSWORDS = {DEV_REDIS_PASSWORD} | {u.development_password for u in USERS.values()}
 MIN_SECRET_LENGTH = 16
 
 
@@ -84,6 +89,26 @@ class Settings(BaseSettings):
     header_timeout_seconds: float = Field(10.0, gt=0)  # a request's headers must arrive by then
     keep_alive_seconds: float = Field(5.0, gt=0)  # an idle keep-alive connection is closed
     max_concurrency: int = Field(1_000, ge=1)  # connections at once; beyond: 503
+    # The device path (coordinator/events.py, caching.py, compression.py, cors.py). Event streams
+    # are long-lived connections outside max_concurrency, with bounds of their own: per process
+    # (beyond: 503) and per client address (beyond: 429), both with Retry-After.
+    max_subscribers: int = Field(10_000, ge=1)
+    max_subscribers_per_client: int = Field(100, ge=1)
+    sse_heartbeat_seconds: float = Field(
+        15.0, gt=0, le=3600
+    )  # a comment when nothing else was sent
+    sse_retry_ms: int = Field(
+        2_000, ge=0, le=3_600_000
+    )  # the reconnection delay the stream suggests
+    cache_max_age_seconds: int = Field(1, ge=0, le=86_400)  # Cache-Control of the cacheable reads
+    gzip_min_bytes: int = Field(1_024, ge=0)  # bodies at least this long are gzipped (0: none)
+    cors_origins: str = ""  # comma-separated origins allowed CORS on the device's routes; "*": any
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _cors_origins(cls, value: str) -> str:
+        parse_origins(value)  # a typo must not pass silently: it would turn CORS off
+        return value
 
     @model_validator(mode="after")
     def _production_secrets(self) -> Settings:
@@ -120,8 +145,8 @@ class Settings(BaseSettings):
         if self.open_enrollment_enabled and self.admin_token == self.enrollment_secret:
             problems.append("DEXP_ADMIN_TOKEN and DEXP_ENROLLMENT_SECRET must differ")
         password = urlsplit(self.redis_url).password
-        if password == DEV_REDIS_PASSWORD:
-            problems.append("the Redis password in DEXP_REDIS_URL is the development default")
+        if password in DEV_REDIS_PASSWORDS:
+            problems.append("the Redis password in DEXP_REDIS_URL is a development default")
         elif password is not None and len(password) < MIN_SECRET_LENGTH:
             problems.append(
                 f"the Redis password in DEXP_REDIS_URL is shorter than {MIN_SECRET_LENGTH} "

@@ -4,7 +4,10 @@ Votes, enrollments, resets and creations are Lua scripts (lua/ beside this file)
 run with EVALSHA, so each one is atomic; no state lives in the coordinator process. A vote is one
 round trip: the script checks the agent's token digest (kept in the experiment's hash slot) and the
 agent's rate limit itself. Rate limits are GCRA token buckets in Redis (lua/gcra.lua, prepended to
-the scripts that use it), so every coordinator replica enforces the same ones.
+the scripts that use it), so every coordinator replica enforces the same ones. The same scripts
+revise the experiment's document and announce changes of its public state (lua/changes.lua, also
+prepended): what the ETags (coordinator/caching.py) and the event streams (coordinator/events.py)
+are built on.
 
 On a Redis Cluster (DEXP_REDIS_CLUSTER) every script and every transaction here keeps to one
 experiment's keys, hence to its hash slot (common/redis_keys.py); the index of experiments and the
@@ -20,6 +23,7 @@ import math
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -50,9 +54,37 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _script(name: str, rate_limited: bool = False) -> str:
-    text = (_LUA / name).read_text()
-    return (_LUA / "gcra.lua").read_text() + "\n" + text if rate_limited else text
+def _script(name: str, *helpers: str) -> str:
+    """The script `name`, after the helper files it uses (their local functions)."""
+    return "\n".join((_LUA / part).read_text() for part in (*helpers, name))
+
+
+# The fields of the meta hash that, with the experiment's other keys, determine its public
+# documents: any change of a document moves one of them (lua/changes.lua). coordinator/caching.py
+# makes the ETag of them (and of the load generator's lease, part of GET /v1/experiments/{id}).
+REVISION_FIELDS = (
+    "created_at",
+    "revision",
+    "revised_at",
+    "version",
+    "epoch",
+    "messages",
+    "ignored",
+)
+
+
+def revision_of(meta: dict[str, str]) -> tuple[str, ...]:
+    return tuple(meta.get(name, "") for name in REVISION_FIELDS)
+
+
+def lease_bytes(raw: object) -> bytes:
+    """The load generator's lease as read, for the ETag: b"" when absent, b"!" when unreadable (an
+    error: a key of another type), else its bytes."""
+    if raw is None:
+        return b""
+    if isinstance(raw, str):
+        return raw.encode()
+    return bytes(raw) if isinstance(raw, bytes | bytearray) else b"!"
 
 
 @dataclass(frozen=True)
@@ -148,13 +180,17 @@ class ExperimentStore:
     def __init__(self, redis: AnyRedis, limits: Limits | None = None) -> None:
         self.redis = redis
         self.limits = limits or Limits()
-        self._vote = redis.register_script(_script("vote.lua", rate_limited=True))
-        self._settle = redis.register_script(_script("settled.lua", rate_limited=True))
-        self._reset = redis.register_script(_script("reset.lua", rate_limited=True))
-        self._create = redis.register_script(_script("create.lua"))
-        self._enroll = redis.register_script(_script("enroll.lua", rate_limited=True))
+        limited = ("gcra.lua", "changes.lua")
+        self._vote = redis.register_script(_script("vote.lua", *limited))
+        self._settle = redis.register_script(_script("settled.lua", *limited))
+        self._reset = redis.register_script(_script("reset.lua", *limited))
+        self._create = redis.register_script(_script("create.lua", "changes.lua"))
+        self._enroll = redis.register_script(_script("enroll.lua", *limited))
+        self._announce = redis.register_script(_script("announce.lua", "changes.lua"))
         # exp -> (what the verdict depends on, tied): see get_with_status
         self._ties: OrderedDict[str, tuple[tuple[int, ...], bool]] = OrderedDict()
+        # called with an experiment's id after this process changed it (caching.RevisionCache)
+        self.on_change: Callable[[str], None] = _nothing
 
     @property
     def limits(self) -> Limits:
@@ -187,6 +223,7 @@ class ExperimentStore:
         )
         if not created:
             raise Conflict(f"experiment {exp!r} already exists")
+        self.on_change(exp)
         await self.redis.zadd(keys.EXPERIMENT_INDEX, {exp: 0})
         return await self.get_with_status(exp)
 
@@ -271,6 +308,8 @@ class ExperimentStore:
         agents = [_s(a) for a in members]
         streams = [keys.activations(exp, a) for a in agents]
         streams += [keys.legacy_activations(exp, a) for a in agents]
+        self.on_change(exp)
+        await self.redis.publish(keys.changes(exp), "d")  # the event streams end
         for start in range(0, len(streams), DELETE_CHUNK):
             # On a cluster redis-py splits a DEL per slot: one per shard of the chunk.
             await self.redis.delete(*streams[start : start + DELETE_CHUNK])
@@ -365,11 +404,41 @@ class ExperimentStore:
             "settled_agents": len(settled) if voters else int(settled),
             "created_at": int(meta["created_at"]),
             "load_generator": load_generator_figures(lease),
+            # not in the documents: what their ETags and the event streams are made of
+            "revision": revision_of(meta),
+            "lease": lease_bytes(lease),
+            "event_id": meta.get("event_id") or "0-0",
+            "announced_tied": meta.get("tied") == "1",
         }
         if voters:
             state["voters"] = [sorted(_s(v) for v in ids) for ids in per_arm]
             state["settled"] = sorted(_s(a) for a in settled)
         return state
+
+    async def revision(self, exp: str, lease: bool) -> tuple[tuple[str, ...], bytes] | None:
+        """What the ETag of the experiment's documents is made of (REVISION_FIELDS, and with
+        `lease` the load generator's lease), in one round trip; None if it does not exist."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(keys.meta(exp), *REVISION_FIELDS)
+            if lease:
+                pipe.get(keys.load_generator(exp))
+            replies = await pipe.execute(raise_on_error=False)
+        fields = replies[0]
+        if isinstance(fields, Exception):
+            raise fields
+        if fields[0] is None:
+            return None
+        revision = tuple("" if v is None else _s(v) for v in fields)
+        return revision, lease_bytes(replies[1]) if lease else b""
+
+    async def announce_status(self, exp: str, tied: bool, created_at: int) -> tuple[int, str]:
+        """Announce that `exp` (created at `created_at`) is tied, or no longer tied, unless that
+        is the status already announced (lua/announce.lua): (1 announced, 0 already, -1 gone; the
+        event id of the public state now)."""
+        code, event_id = await self._announce(
+            keys=[keys.meta(exp)], args=[int(tied), keys.changes(exp), created_at]
+        )
+        return int(code), _s(event_id)
 
     # -- status: exploring, identified or tied ------------------------------------------------
     async def get_with_status(self, exp: str, voters: bool = False) -> dict[str, Any]:
@@ -485,10 +554,12 @@ class ExperimentStore:
                     repr(float(limits.enroll_rate)),
                     limits.enroll_burst,
                     "" if ticket is None else _digest(ticket),
+                    keys.changes(exp),
                 ],
             )
             index, value = int(code), int(value)
             if index > 0:
+                self.on_change(exp)
                 return Enrollment(agent_id, token, index)
             if index == 0:
                 raise NotFound(f"experiment {exp!r} does not exist")
@@ -614,7 +685,7 @@ class ExperimentStore:
                 keys.vote_rate(exp),
                 keys.settled(exp),
             ],
-            args=[agent, arm, epoch, _now_ms(), _digest(token), rate, burst],
+            args=[agent, arm, epoch, _now_ms(), _digest(token), rate, burst, keys.changes(exp)],
         )
         outcome = _s(reply[0])
         if outcome == "no_experiment":
@@ -630,6 +701,7 @@ class ExperimentStore:
                 f"(burst {self.limits.vote_burst}); retry in {wait:.2f} s",
                 wait,
             )
+        self.on_change(exp)  # a message: at least its counters moved
         result = VoteResult(
             VoteOutcome(outcome) if outcome in VoteOutcome._value2member_map_ else outcome,
             int(reply[1]),
@@ -653,7 +725,7 @@ class ExperimentStore:
                 keys.credentials(exp),
                 keys.vote_rate(exp),
             ],
-            args=[agent, epoch, _digest(token), rate, burst],
+            args=[agent, epoch, _digest(token), rate, burst, keys.changes(exp)],
         )
         outcome = _s(reply[0])
         if outcome == "no_experiment":
@@ -672,6 +744,7 @@ class ExperimentStore:
                 f"messages per second (burst {self.limits.vote_burst}); retry in {wait:.2f} s",
                 wait,
             )
+        self.on_change(exp)
         return SettleResult(
             outcome,
             bool(int(reply[3])),
@@ -703,6 +776,7 @@ class ExperimentStore:
                 limits.reset_burst,
                 repr(float(limits.experiment_reset_rate)),
                 limits.experiment_reset_burst,
+                keys.changes(exp),
             ],
         )
         code = int(reply[0])
@@ -717,6 +791,7 @@ class ExperimentStore:
                 wait,
             )
         if code == 1:
+            self.on_change(exp)
             await self.redis.publish(keys.events(exp), int(reply[1]))
         return bool(code), int(reply[1]), int(reply[2])
 
@@ -799,6 +874,10 @@ def load_generator_figures(raw: object) -> dict[str, Any] | None:
         else None
     )
     return figures
+
+
+def _nothing(exp: str) -> None:
+    pass
 
 
 def _s(value: bytes | str) -> str:

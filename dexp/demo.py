@@ -36,6 +36,13 @@ and gives the cluster CLUSTER_HEAL_SECONDS to report every slot served by a live
 replica of a dead master is promoted after the node timeout and an election); if it does not, or
 with no replica at all (a dead master's slots are gone), it stops with ProcessDied. Writes a dead
 master had acknowledged but not yet replicated can be lost (Redis replicates asynchronously).
+
+Redis users, as in production (common/redis_acl.py): the default user is off, and each service
+logs in as its own user with a random password of this run: the coordinator, the agent processes
+(their activation streams and the experiments' channels, nothing else) and the load generator.
+`LocalStack.redis_urls` holds their URLs; `LocalStack.redis_url` is the `admin` user's, which no
+service gets (the demo's own checks, and the tests' inspection). A cluster's nodes all have the
+same users, and its replicas replicate as the `replica` user.
 """
 
 from __future__ import annotations
@@ -56,11 +63,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import redis
 
 from clients.coordinator import CoordinatorClient
+from common import redis_acl as acl
 from common.algorithms import AlgorithmConfig
 from common.environments import build_problem
 from common.errors import ParameterError
@@ -159,7 +168,8 @@ class LocalStack:
 
     workdir: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    redis_url: str = ""
+    redis_url: str = ""  # the admin user's: no service gets it (module docstring)
+    redis_urls: dict[str, str] = field(default_factory=dict)  # each service's (common.redis_acl)
     coordinator_url: str = ""
     admin_token: str = ""  # the coordinator's DEXP_ADMIN_TOKEN
     named: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -536,6 +546,8 @@ def local_stack(
     tmp = tempfile.TemporaryDirectory(prefix="dexp-demo-") if workdir is None else None
     stack = LocalStack(Path(tmp.name) if tmp else workdir)  # type: ignore[arg-type]
     stack.admin_token = admin_token or os.environ.get("DEXP_ADMIN_TOKEN", DEV_ADMIN_TOKEN)
+    # One password per Redis user, for this run only (module docstring).
+    passwords = {u: secrets.token_urlsafe(24) for u in (*acl.SERVICES, acl.ADMIN, acl.REPLICA)}
     try:
         ports: set[int] = set()
         if redis_cluster:
@@ -545,11 +557,13 @@ def local_stack(
                 masters=redis_cluster,
                 replicas=redis_replicas,
                 directory=stack.workdir / "redis-cluster",
+                users=passwords,
             )
             stack.adopt_cluster(cluster, redis_replicas)
+            redis_host, redis_port = cluster.nodes[0].host, cluster.nodes[0].port
         else:
-            redis_port = distinct_free_port(ports)
-            stack.redis_url = f"redis://127.0.0.1:{redis_port}/0"
+            redis_host, redis_port = "127.0.0.1", distinct_free_port(ports)
+            stack.redis_url = acl.url(acl.ADMIN, passwords[acl.ADMIN], redis_host, redis_port)
             persistence = (
                 ["--appendonly", "yes", "--appendfsync", redis_appendfsync]
                 if redis_appendfsync
@@ -568,9 +582,13 @@ def local_stack(
                     *persistence,
                     "--dir",
                     str(stack.workdir),
+                    *acl.server_args(passwords, (acl.ADMIN_USER,)),
                 ],
                 {},
             )
+        stack.redis_urls = {
+            user: acl.url(user, passwords[user], redis_host, redis_port) for user in acl.SERVICES
+        }
         names = (
             ["coordinator"]
             if coordinators == 1
@@ -580,7 +598,6 @@ def local_stack(
             stack.coordinators[name] = f"http://127.0.0.1:{distinct_free_port(ports)}"
         stack.coordinator_url = stack.coordinators[names[0]]
         env = {
-            "DEXP_REDIS_URL": stack.redis_url,
             "DEXP_COORDINATOR_URL": ",".join(stack.coordinator_urls),
             "DEXP_EXPERIMENT": EXPERIMENT,
             **({"DEXP_REDIS_CLUSTER": "true"} if redis_cluster else {}),
@@ -592,6 +609,7 @@ def local_stack(
                 [sys.executable, "-m", "coordinator"],
                 {
                     **env,
+                    "DEXP_REDIS_URL": stack.redis_urls[acl.COORDINATOR],
                     **params,
                     "DEXP_ARMS": ",".join(arms),
                     "DEXP_PORT": url.rpartition(":")[2],
@@ -605,7 +623,7 @@ def local_stack(
                 },
             )
         stack.wait_coordinator()
-        agents_env = {**env, **(agent_env or {})}
+        agents_env = {**env, "DEXP_REDIS_URL": stack.redis_urls[acl.AGENT], **(agent_env or {})}
         if agent_url is not None:
             agents_env["DEXP_COORDINATOR_URL"] = ",".join(
                 agent_url(url) for url in stack.coordinator_urls
@@ -734,14 +752,14 @@ def check_topology(coordinators: int, redis_cluster: int, redis_replicas: int) -
 
 
 def describe_redis(stack: LocalStack) -> str:
-    """`redis://127.0.0.1:port/0`, or the cluster's URL, masters and replicas."""
+    """`redis://127.0.0.1:port/0`, or the cluster's URL, masters and replicas (no user, no
+    password: the output is no place for a secret)."""
+    url = urlsplit(stack.redis_url)
+    public = urlunsplit(url._replace(netloc=url.netloc.rpartition("@")[2]))
     if stack.redis_cluster is None:
-        return stack.redis_url
+        return public
     masters = len(stack.redis_cluster.nodes) // (1 + stack.redis_replicas)
-    return (
-        f"Redis Cluster {stack.redis_url} ({masters} masters, {stack.redis_replicas} replica(s) "
-        "each)"
-    )
+    return f"Redis Cluster {public} ({masters} masters, {stack.redis_replicas} replica(s) each)"
 
 
 @dataclass
@@ -889,7 +907,7 @@ def run_demo(
             cluster_setting: dict[str, Any] = {"redis_cluster": True} if redis_cluster else {}
             settings = LoadSettings(
                 coordinator_url=",".join(stack.coordinator_urls),
-                redis_url=stack.redis_url,
+                redis_url=stack.redis_urls[acl.LOAD_GENERATOR],
                 **cluster_setting,
                 experiment=EXPERIMENT,
                 problem=problem_name or "",

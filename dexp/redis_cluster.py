@@ -12,6 +12,11 @@ node reports `cluster_state:ok`, every slot is served by a live master and every
 Which node is a master is asked from the cluster (`LocalCluster.masters()`), never taken from the
 start order: after `kill(master)` a replica takes over (after `node_timeout_ms` and an election;
 `wait_healthy()` waits for it).
+
+With `users` (a password per user of common/redis_acl.py, as `dexp demo` passes them), every node
+has the services' Redis users, `admin` (the URL and the administration here) and `replica`, which
+a replica logs in to its master as (masteruser, masterauth); the default user is off. With
+`password` instead, the default user has that password, and replicas use it.
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
 import redis
+
+from common import redis_acl as acl
 
 SLOTS = 16384
 BUS_PORT_OFFSET = 10000  # Redis Cluster's bus port: the node's port + 10000
@@ -71,8 +79,9 @@ class ClusterNode:
 @dataclass
 class LocalCluster:
     nodes: list[ClusterNode]
-    url: str  # redis://[:password@]host:port of a master (any node's URL will do for a client)
+    url: str  # redis://[[user]:password@]host:port of a master (any node's will do for a client)
     password: str | None = None
+    username: str | None = None  # with Redis users: admin (module docstring)
     created: list[Path] = field(default_factory=list)  # directories start_cluster made
 
     def client(self, node: ClusterNode) -> redis.Redis:
@@ -80,6 +89,7 @@ class LocalCluster:
         return redis.Redis(
             host=node.host,
             port=node.port,
+            username=self.username,
             password=self.password,
             decode_responses=True,
             socket_timeout=2.0,
@@ -259,8 +269,22 @@ def _free_port_pair(host: str, taken: set[int]) -> int:
     raise ClusterError("no free port pair (port, port + 10000) found")
 
 
+def _auth_args(password: str | None, users: Mapping[str, str] | None) -> list[str]:
+    """A node's authentication: Redis users (module docstring), or the default user's password,
+    or none."""
+    if users:
+        users_args = acl.server_args(users, (acl.ADMIN_USER, acl.REPLICA_USER))
+        return [*users_args, "--masteruser", acl.REPLICA, "--masterauth", users[acl.REPLICA]]
+    return ["--requirepass", password, "--masterauth", password] if password else []
+
+
 def _start_node(
-    host: str, directory: Path, node_timeout_ms: int, password: str | None, taken: set[int]
+    host: str,
+    directory: Path,
+    node_timeout_ms: int,
+    cluster: LocalCluster,
+    auth: list[str],
+    taken: set[int],
 ) -> ClusterNode:
     """One cluster-enabled redis-server, answering PING; on another port if the drawn one was
     taken between the check and the bind."""
@@ -269,7 +293,6 @@ def _start_node(
         port = _free_port_pair(host, taken)
         node_dir = directory / f"node-{port}"
         node_dir.mkdir(parents=True, exist_ok=True)
-        auth = ["--requirepass", password, "--masterauth", password] if password else []
         process = subprocess.Popen(
             [
                 redis_server_binary(),
@@ -297,7 +320,7 @@ def _start_node(
             stderr=subprocess.DEVNULL,
         )
         node = ClusterNode(host=host, port=port, process=process, directory=node_dir)
-        client = redis.Redis(host=host, port=port, password=password, socket_timeout=1.0)
+        client = cluster.client(node)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and node.alive():
             try:
@@ -337,18 +360,23 @@ def start_cluster(
     host: str = "127.0.0.1",
     node_timeout_ms: int = 1000,
     password: str | None = None,
+    users: Mapping[str, str] | None = None,
 ) -> LocalCluster:
     """A healthy local cluster of `masters` masters, each with `replicas` replicas. `directory`
-    receives one sub-directory per node, node-<port> (nodes.conf, redis.log)."""
+    receives one sub-directory per node, node-<port> (nodes.conf, redis.log). `password` or
+    `users`: see the module's docstring."""
     if masters < 1 or replicas < 0:
         raise ValueError("a cluster needs at least one master and no negative replica count")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     cluster = LocalCluster(nodes=[], url="", password=password)
+    if users:
+        cluster.username, cluster.password = acl.ADMIN, users[acl.ADMIN]
+    auth = _auth_args(password, users)
     taken: set[int] = set()
     try:
         for _ in range(masters * (1 + replicas)):
-            node = _start_node(host, directory, node_timeout_ms, password, taken)
+            node = _start_node(host, directory, node_timeout_ms, cluster, auth, taken)
             cluster.nodes.append(node)
             cluster.created.append(node.directory)
         _build(cluster, masters, replicas)
@@ -357,8 +385,9 @@ def start_cluster(
         cluster.stop()
         raise
     first = cluster.nodes[0]
-    auth = f":{quote(password, safe='')}@" if password else ""
-    cluster.url = f"redis://{auth}{first.host}:{first.port}"
+    user = quote(cluster.username, safe="") if cluster.username else ""
+    credentials = f"{user}:{quote(cluster.password, safe='')}@" if cluster.password else ""
+    cluster.url = f"redis://{credentials}{first.host}:{first.port}"
     return cluster
 
 

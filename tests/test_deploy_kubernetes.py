@@ -12,7 +12,8 @@ Two layers, each shown able to fail on a broken copy:
   NetworkPolicy and spread selectors pick the pods they are meant to; one image everywhere, named
   by the kustomization's `images:`; the pods run as the Dockerfile's uid, hardened; secrets only by
   reference, from the Secrets the README creates; the kustomization lists every manifest but the
-  example secret; the default experiment can end with the agents deployed.
+  example secret; the default experiment can end with the agents deployed; the Redis chart's users
+  are common/redis_acl.py's, and each service logs in as its own.
 
 A socket guard fails the test that opens any connection, so the validator is seen not to download.
 """
@@ -40,6 +41,7 @@ from pydantic import AliasChoices, BaseModel, ValidationError
 from pydantic_settings import BaseSettings
 
 from agent.settings import AgentSettings
+from common import redis_acl as acl
 from common.algorithms import AlgorithmConfig
 from common.environments import build_problem
 from coordinator.api.experiments import ExperimentCreate
@@ -63,6 +65,12 @@ SETTINGS: dict[str, type[BaseSettings]] = {
 # Settings that are secrets: never a literal value, never in a ConfigMap.
 SECRET_FIELDS = {"admin_token", "enrollment_secret", "redis_url", "tickets"}
 STRONG = "k8s-test-0123456789abcdefghijklmnop"  # a stand-in for a generated secret (> 16 chars)
+# The Redis user each module logs in as (common/redis_acl.py).
+REDIS_USERS = {
+    "coordinator": acl.COORDINATOR,
+    "agent": acl.AGENT,
+    "load_generator": acl.LOAD_GENERATOR,
+}
 
 
 # ------------------------------------------------------------------------------ no network
@@ -424,11 +432,10 @@ def test_a_misspelt_variable_is_caught() -> None:
 def secret_value(secret: str, key: str) -> str:
     """What the operator's generated Secret holds (README, "Secrets"), strong stand-ins."""
     assert key in example_secrets()[secret], f"{secret} has no key {key}"
-    return {
-        "admin-token": STRONG,
-        "redis-password": STRONG,
-        "redis-url": f"redis://:{STRONG}@redis-master:6379/0",
-    }.get(key, "")
+    urls = {
+        f"{user}-redis-url": f"redis://{user}:{STRONG}@redis-master:6379/0" for user in acl.SERVICES
+    }
+    return {"admin-token": STRONG, "redis-password": STRONG, **urls}.get(key, "")
 
 
 def settings_for(
@@ -486,7 +493,7 @@ def test_the_example_secret_cannot_start_a_production_coordinator() -> None:
         Settings(
             environment="production",
             admin_token=example["admin-token"],
-            redis_url=example["redis-url"],
+            redis_url=example["coordinator-redis-url"],
         )
 
 
@@ -501,13 +508,17 @@ def test_the_secrets_the_manifests_read_are_the_ones_the_readme_creates() -> Non
             if "secret" in volume:
                 name = volume["secret"]["secretName"]
                 refs |= {(name, key) for key in example_secrets()[name]}
-    (values,) = load(K8S / "redis-values.yaml")  # the Redis chart reads its password
+    (values,) = load(K8S / "redis-values.yaml")  # the Redis chart reads its passwords
     refs.add((values["auth"]["existingSecret"], values["auth"]["existingSecretPasswordKey"]))
+    users = values["auth"]["acl"]
+    refs |= {(users["userSecret"], user["username"]) for user in users["users"]}
     example = example_secrets()
     assert refs == {(name, key) for name, data in example.items() for key in data}
     readme = (K8S / "README.md").read_text()
     created = set(re.findall(r"--from-literal=([a-z-]+)=", readme))
-    assert created == set(example["dexp-secrets"]), "README's kubectl create secret"
+    assert created == set(example["dexp-secrets"]) | set(example[users["userSecret"]]), (
+        "README's kubectl create secret"
+    )
     assert "create secret generic dexp-tickets --from-file=tickets.txt" in readme
     assert set(example["dexp-tickets"]) == {"tickets.txt"}
 
@@ -823,9 +834,48 @@ def test_redis_values_match_the_secret_the_url_and_the_policy() -> None:
     assert {"appendonly yes", "appendfsync everysec", "maxmemory-policy noeviction"} <= set(config)
     assert values["master"]["persistence"]["enabled"] is True
     assert values["networkPolicy"]["enabled"] is False, "network-policies.yaml decides"
-    url = urlsplit(secret["redis-url"])
-    assert (url.hostname, url.port) == (f"{redis_release()}-master", 6379)
-    assert url.password == secret["redis-password"]
+
+
+def redis_problems(docs: list[dict[str, Any]], values: dict[str, Any]) -> list[str]:
+    """The chart's users are not common/redis_acl.py's, or a service does not log in as its own
+    user, with its password, at the chart's Service."""
+    problems = []
+    chart = values["auth"]["acl"]
+    if chart.get("enabled") is not True:
+        problems.append("auth.acl.enabled is not true: Redis has no user per service")
+    if chart.get("users") != acl.bitnami_users():
+        problems.append("auth.acl.users is not common.redis_acl.bitnami_users()")
+    passwords = example_secrets()[chart["userSecret"]]
+    for module, user in REDIS_USERS.items():
+        _, container = the_container(docs, module)
+        source = container_env(docs, container)["DEXP_REDIS_URL"]
+        url = urlsplit(example_secrets()[source[1]][source[2]])
+        if (url.hostname, url.port) != (f"{redis_release()}-master", 6379):
+            problems.append(f"{module}: Redis at {url.hostname}:{url.port}")
+        if url.username != user or url.password != passwords.get(user):
+            problems.append(f"{module}: DEXP_REDIS_URL logs in as {url.username}, not {user}")
+    return problems
+
+
+def test_each_service_logs_in_to_redis_as_its_own_user() -> None:
+    (values,) = load(K8S / "redis-values.yaml")
+    assert redis_problems(deployed(), values) == []
+    assert {u["username"] for u in values["auth"]["acl"]["users"]} == set(acl.SERVICES)
+    readme = (K8S / "README.md").read_text()
+    assert "| grep -c nopass" in readme, "the README shows how to check that every user has one"
+
+
+def test_a_service_with_another_user_or_rules_is_caught() -> None:
+    (values,) = load(K8S / "redis-values.yaml")
+    docs = copy.deepcopy(deployed())
+    _, agent = the_container(docs, "agent")
+    ref = next(v for v in agent["env"] if v["name"] == "DEXP_REDIS_URL")
+    ref["valueFrom"]["secretKeyRef"]["key"] = "coordinator-redis-url"  # the agents as coordinator
+    values["auth"]["acl"]["users"][2]["commands"] += " +set"
+    assert redis_problems(docs, values) == [
+        "auth.acl.users is not common.redis_acl.bitnami_users()",
+        "agent: DEXP_REDIS_URL logs in as coordinator, not agent",
+    ]
 
 
 def test_the_readme_ingress_points_at_the_coordinator_service() -> None:

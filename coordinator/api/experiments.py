@@ -6,7 +6,7 @@ import math
 import unicodedata
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Header, Path, Query, Response, status
 from prometheus_client import Counter
 from pydantic import (
     AfterValidator,
@@ -32,6 +32,14 @@ from coordinator.api.deps import (
     problems,
     same_secret,
 )
+from coordinator.caching import (
+    CACHE_HEADERS,
+    NOT_MODIFIED,
+    cache_headers,
+    etag,
+    matching,
+    not_modified,
+)
 from coordinator.errors import Forbidden, Invalid, RateLimited
 from coordinator.settings import Settings
 from coordinator.store import Status
@@ -45,6 +53,13 @@ RESETS = Counter("dexp_resets_total", "Reset requests, by who and outcome", ["by
 ExperimentId = Annotated[
     str,
     Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="experiment id", examples=["demo"]),
+]
+IfNoneMatch = Annotated[
+    str | None,
+    Header(
+        description="the ETag of the document the client has (or a list, or *): 304 if it is "
+        "current"
+    ),
 ]
 # Strict JSON numbers: an integer or a float, never a string or a boolean; finite and bounded, so
 # that float() of any accepted value is exact enough and never overflows.
@@ -451,11 +466,47 @@ async def list_experiments(
     return ExperimentPage(experiments=page, next=ids[limit - 1] if len(ids) > limit else None)
 
 
-@router.get("/{experiment}", response_model=ExperimentPublic, responses=problems(404, 422))
-async def get_experiment(experiment: ExperimentId, store: StoreDep) -> ExperimentPublic:
+def cacheable(description: str) -> dict[int | str, dict[str, Any]]:
+    """The responses of a cacheable read: 200 with its ETag and Cache-Control, 304, 404, 422."""
+    return {
+        200: {"description": description, "headers": CACHE_HEADERS},
+        **NOT_MODIFIED,
+        **problems(404, 422),
+    }
+
+
+def conditional(
+    kind: str,
+    state: dict[str, Any],
+    if_none_match: str | None,
+    settings: Settings,
+    response: Response,
+) -> Response | None:
+    """The document's cache headers on `response`; a 304 if If-None-Match names its tag (a
+    conditional request coordinator.caching.ConditionalReads did not answer: the document
+    changed, or its tag came from a read newer than the revision that middleware read)."""
+    lease = state["lease"] if kind == "state" else b""
+    headers = cache_headers(etag(kind, state["revision"], lease), settings.cache_max_age_seconds)
+    matched = matching(if_none_match, headers["ETag"])
+    if matched is not None:
+        return not_modified(matched, headers)
+    response.headers.update(headers)
+    return None
+
+
+@router.get("/{experiment}", response_model=ExperimentPublic, responses=cacheable("the experiment"))
+async def get_experiment(
+    experiment: ExperimentId,
+    store: StoreDep,
+    settings: SettingsDep,
+    response: Response,
+    if_none_match: IfNoneMatch = None,
+) -> Any:
     """Aggregates only, for anyone: votes per arm, remaining arms, eliminations, counters. Who
-    voted is the admin's (GET .../voters)."""
-    return _public(await store.get_with_status(experiment))
+    voted is the admin's (GET .../voters). Cacheable: a strong ETag, Cache-Control with a short
+    max-age, and 304 Not Modified for If-None-Match with the current tag."""
+    state = await store.get_with_status(experiment)
+    return conditional("state", state, if_none_match, settings, response) or _public(state)
 
 
 @router.get(
@@ -524,14 +575,24 @@ async def issue_tickets(
     return Tickets(experiment=experiment, tickets=tickets, expires_at=expires_at)
 
 
-@router.get("/{experiment}/best-arm", response_model=BestArm, responses=problems(404, 422))
-async def best_arm(experiment: ExperimentId, store: StoreDep) -> BestArm:
+@router.get("/{experiment}/best-arm", response_model=BestArm, responses=cacheable("the outcome"))
+async def best_arm(
+    experiment: ExperimentId,
+    store: StoreDep,
+    settings: SettingsDep,
+    response: Response,
+    if_none_match: IfNoneMatch = None,
+) -> Any:
     """The outcome so far. identified: one arm left, the best arm. tied: several arms left and
     none can reach the threshold any more with the agents enrolled (with two arms within epsilon
     and fewer than 2 x threshold - 1 agents, each agent keeps one and votes against the other):
     the experiment has ended, with the remaining arms as `candidates` and what is `certified`
-    about them. A tie is a verdict on the agents enrolled: more agents can end it."""
+    about them. A tie is a verdict on the agents enrolled: more agents can end it. Cacheable, as
+    GET /v1/experiments/{id}."""
     state = await store.get_with_status(experiment)
+    unchanged = conditional("best-arm", state, if_none_match, settings, response)
+    if unchanged is not None:
+        return unchanged
     arms = state["arms"]
     remaining = [ArmRef(index=a, name=arms[a]) for a in state["remaining_arms"]]
     status: Status = state["status"]

@@ -8,7 +8,9 @@
 -- ARGV[1] the new agent id, ARGV[2] the SHA-256 digest of its token, ARGV[3] the client's address,
 -- ARGV[4] most agents in the experiment, ARGV[5] most agents per client (0: no limit for either),
 -- ARGV[6] enrollments per second per client, ARGV[7] burst (rate 0: no limit), ARGV[8] the
--- SHA-256 digest of the ticket ('' for open enrollment).
+-- SHA-256 digest of the ticket ('' for open enrollment), ARGV[9] the experiment's changes channel
+-- (changes.lua: an enrollment revises the document; it may reopen a tie announced as such, or, as
+-- the agents reach the threshold, make the experiment tied, so it is published then).
 -- Returns {index (from 1), 0} when enrolled; {0, 0} if the experiment does not exist; {-1, 0} if the
 -- id is taken; {-2, max} if the experiment is full; {-3, max} if the client enrolled its maximum;
 -- {-4, ms to wait} if the client enrolls too fast; {-5, 0} if the ticket is unknown (never issued,
@@ -40,4 +42,9 @@ end
 local index = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[3], index, ARGV[1])
+revise(KEYS[1])
+local tied = redis.call('HGET', KEYS[1], 'tied')
+if tied == '1' or redis.call('ZCARD', KEYS[3]) == tonumber(redis.call('HGET', KEYS[1], 'threshold')) then
+  touched(ARGV[9])
+end
 return {index, 0}

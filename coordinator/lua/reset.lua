@@ -9,7 +9,9 @@
 -- KEYS[6] settled set (agents that said they settled, CE), KEYS[7..] voters set of each arm.
 -- ARGV[1] the epoch the caller is in ('' for an unconditional, administrative reset), ARGV[2] the
 -- agent id ('' for the admin), ARGV[3] resets per second per agent, ARGV[4] its burst, ARGV[5]
--- resets per second per experiment, ARGV[6] its burst (rate 0: no limit).
+-- resets per second per experiment, ARGV[6] its burst (rate 0: no limit), ARGV[7] the experiment's
+-- changes channel (changes.lua: a reset revises the document and is announced; nothing is tied
+-- after it).
 -- Returns {reset (1/0), version, epoch}; {-1, 0, 0} if the experiment does not exist; {-2, ms to
 -- wait, 0} if the agent or the experiment resets too fast (nothing changes).
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, 0, 0} end
@@ -36,7 +38,9 @@ epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-redis.call('HSET', KEYS[1], 'epoch_messages', 0, 'epoch_started_at', now)
+redis.call('HSET', KEYS[1], 'epoch_messages', 0, 'epoch_started_at', now, 'tied', 0)
+revise(KEYS[1])
+announce(KEYS[1], ARGV[7])
 if agent ~= '' then
   redis.call('HINCRBY', KEYS[5], agent, 1)
   redis.call('HSET', KEYS[5], agent .. ':last', now)

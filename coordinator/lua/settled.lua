@@ -5,7 +5,9 @@
 -- -> SHA-256 digest of its token), KEYS[5] vote rate hash (agent id -> GCRA state, see gcra.lua,
 -- which store.py prepends to this script: a settled message counts against the agent's vote rate).
 -- ARGV[1] agent id, ARGV[2] the epoch the agent is in, ARGV[3] the SHA-256 hex digest of the bearer
--- token the message came with, ARGV[4] votes per second per agent (0: no limit), ARGV[5] the burst.
+-- token the message came with, ARGV[4] votes per second per agent (0: no limit), ARGV[5] the burst,
+-- ARGV[6] the experiment's changes channel (changes.lua: a newly settled agent revises the document
+-- and may make the experiment tied).
 -- Returns {outcome, version, epoch, added (1: the agent was not settled yet, else 0), remaining arms};
 -- outcome is settled or stale_epoch (counted as a message and an ignored one; nothing else
 -- changes), or an error sentinel that changes nothing and counts no message: no_experiment,
@@ -28,4 +30,8 @@ if tonumber(ARGV[2]) ~= epoch then
   return {'stale_epoch', version, epoch, 0, redis.call('SMEMBERS', KEYS[3])}
 end
 local added = redis.call('SADD', KEYS[2], ARGV[1])
+if added == 1 then
+  revise(KEYS[1])
+  touched(ARGV[6])
+end
 return {'settled', version, epoch, added, redis.call('SMEMBERS', KEYS[3])}

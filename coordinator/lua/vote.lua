@@ -5,7 +5,9 @@
 -- set (agents that said they settled, CE).
 -- ARGV[1] agent id, ARGV[2] arm index, ARGV[3] the epoch the agent is in, ARGV[4] now (ms),
 -- ARGV[5] the SHA-256 hex digest of the bearer token the vote came with, ARGV[6] votes per second
--- per agent (0: no limit), ARGV[7] the burst of votes an agent may send at once.
+-- per agent (0: no limit), ARGV[7] the burst of votes an agent may send at once, ARGV[8] the
+-- experiment's changes channel (changes.lua, prepended with gcra.lua: a counted vote revises the
+-- document and may change the tie status; an elimination is announced).
 -- Returns {outcome, version, epoch, votes on the arm}; outcome is one of counted, eliminated,
 -- duplicate, arm_out, last_arm, stale_epoch, or an error sentinel that changes nothing and counts
 -- no message: no_experiment, unauthorized (no such agent in this experiment, or a wrong token),
@@ -45,12 +47,17 @@ if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 0 then return ignored('arm_out')
 if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then return ignored('duplicate') end
 
 redis.call('SADD', KEYS[3], ARGV[1])
+revise(KEYS[1])
 local votes = redis.call('SCARD', KEYS[3])
-if votes < threshold then return {'counted', version, epoch, votes} end
+if votes < threshold then
+  touched(ARGV[8])
+  return {'counted', version, epoch, votes}
+end
 if redis.call('SCARD', KEYS[2]) <= 1 then return {'last_arm', version, epoch, votes} end
 redis.call('SREM', KEYS[2], ARGV[2])
 redis.call('SINTERSTORE', KEYS[7], KEYS[7], KEYS[3])
 version = redis.call('HINCRBY', KEYS[1], 'version', 1)
 local order = redis.call('LLEN', KEYS[4]) + 1
 redis.call('RPUSH', KEYS[4], cjson.encode({arm = arm, votes = votes, time = tonumber(ARGV[4]), order = order}))
+announce(KEYS[1], ARGV[8])
 return {'eliminated', version, epoch, votes}

@@ -22,12 +22,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+from common import redis_acl as acl
 from tests.prerequisites import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "dexp-e2e"
 PRODUCTION_PROJECT = "dexp-e2e-production"
 PRODUCTION_FILES = ["-f", "docker-compose.yml", "-f", "docker-compose.production.yml"]
+# Each Redis user's password variable, and its development default (common/redis_acl.py).
+REDIS_PASSWORDS = {
+    acl.USERS[user].password_variable: acl.USERS[user].development_password for user in acl.SERVICES
+}
 
 
 def _docker_problem() -> str | None:
@@ -172,11 +177,13 @@ def test_an_operator_runs_a_second_experiment_from_the_readme(
     assert demo["status"] == "identified" and demo["load_generator"] is None
 
 
-def test_redis_asks_for_a_password_and_publishes_no_port(
+def test_redis_asks_for_a_user_and_publishes_no_port(
     stack: tuple[dict[str, str], str],
 ) -> None:
-    """What docs/RELIABILITY.md promises of Redis in the stack: no port of it reaches the host, and
-    a client inside the stack's network without the password is refused (NOAUTH)."""
+    """What docs/RELIABILITY.md promises of Redis in the stack: no port of it reaches the host, a
+    client inside the stack's network without a user is refused (NOAUTH), and the agents' own user
+    (their DEXP_REDIS_URL) is refused a key of the coordinator's (NOPERM), on the compose file's
+    Redis 7 as on the tests' Redis 6.2 (tests/e2e/test_redis_acl.py)."""
     env, _ = stack
     (redis_container,) = [c for c in _containers(env) if c["Service"] == "redis"]
     publishers = redis_container.get("Publishers") or []
@@ -187,12 +194,28 @@ def test_redis_asks_for_a_password_and_publishes_no_port(
         "    s.sendall(b'PING\\r\\n')\n"
         "    print(s.recv(200).decode().strip())\n"
     )
+    assert _python_in(env, "coordinator", probe).startswith("-NOAUTH Authentication required")
+    as_agent = (  # the agent container's own user writes a credential, then reads the votes
+        "import os, redis\n"
+        "r = redis.Redis.from_url(os.environ['DEXP_REDIS_URL'])\n"
+        "for call in (lambda: r.hset('dexp:{demo}:credentials', 'a', 'b'),\n"
+        "             lambda: r.smembers('dexp:{demo}:voters:1')):\n"
+        "    try:\n"
+        "        call(); print('allowed')\n"
+        "    except redis.exceptions.NoPermissionError:\n"
+        "        print('NOPERM')\n"
+    )
+    assert _python_in(env, "agent", as_agent).split() == ["NOPERM", "NOPERM"]
+
+
+def _python_in(env: dict[str, str], service: str, code: str) -> str:
+    """What `python -c code` prints in a container of `service` (the first one)."""
     result = subprocess.run(
-        ["docker", "compose", "-p", PROJECT, "exec", "-T", "coordinator", "python", "-c", probe],
+        ["docker", "compose", "-p", PROJECT, "exec", "-T", service, "python", "-c", code],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith("-NOAUTH Authentication required"), result.stdout
+    return result.stdout
 
 
 def test_scaling_adds_agents(stack: tuple[dict[str, str], str]) -> None:
@@ -303,7 +326,7 @@ class ProductionLauncher:
             tmp / ".env",
             {
                 "DEXP_ADMIN_TOKEN": admin_token,
-                "DEXP_REDIS_PASSWORD": secrets.token_urlsafe(32),
+                **{variable: secrets.token_urlsafe(32) for variable in REDIS_PASSWORDS},
                 "DEXP_PORT": str(port),
                 "DEXP_TICKETS_FILE_HOST": str(tickets_file),
             },
@@ -367,13 +390,13 @@ def test_production_needs_real_secrets(production: Production, tmp_path: Path) -
     """A missing secret stops compose before anything starts; the development defaults stop the
     coordinator at start-up. (Judged by the messages: some builds of the compose plugin exit 0 on
     an error, this sandbox's among them.)"""
-    no_token = _env_file(tmp_path / "no-token.env", {"DEXP_REDIS_PASSWORD": "x" * 32})
+    no_token = _env_file(tmp_path / "no-token.env", dict.fromkeys(REDIS_PASSWORDS, "x" * 32))
     config = production.compose("config", "--quiet", env_file=no_token, timeout=60)
     assert "required variable DEXP_ADMIN_TOKEN is missing a value" in config.stderr
     assert "set DEXP_ADMIN_TOKEN in .env" in config.stderr
     defaults = _env_file(
         tmp_path / "dev.env",
-        {"DEXP_ADMIN_TOKEN": "dev-admin-token", "DEXP_REDIS_PASSWORD": "dexp-dev-redis"},
+        {"DEXP_ADMIN_TOKEN": "dev-admin-token", **REDIS_PASSWORDS},
     )
     run = production.compose(
         "run", "--rm", "--no-deps", "coordinator", env_file=defaults, timeout=120

@@ -1,0 +1,235 @@
+"""The Redis users of the services and what each may do: Redis ACL rules, as data (no I/O).
+
+One Redis holds every service's data, and each service logs in as its own user, allowed exactly
+the commands it sends, on the keys (common/redis_keys.py) and pub/sub channels it uses:
+
+- coordinator: every dexp key (`dexp:*`) and channel, with the commands of coordinator/store.py
+  and its Lua scripts, and none that administers the server (FLUSHALL, CONFIG, KEYS, ACL, ...);
+- load-generator: writes the agents' activation streams, reads the experiment's agent list, holds
+  the experiment's lease (load_generator/lease.py: its scripts run SET, GET, DEL, TYPE, PTTL);
+- agent: the agent host reads and acknowledges the activation streams, and follows the global set
+  on the experiments' pub/sub channels: nothing else. It cannot read, let alone write, any key of
+  the coordinator's (votes, voters, credentials, ...).
+
+Every deployment takes its users from here, so that none drifts: `dexp demo` (dexp/demo.py,
+dexp/redis_cluster.py) starts redis-server with `server_args`; docker-compose.yml,
+docker-compose.production.yml, deploy/swarm/docker-stack.yml and the Bitnami chart's values
+(deploy/kubernetes/redis-values.yaml) hold the same rules, and tests/test_deploy_*.py check that
+they are exactly `server_args` and `bitnami_users`; tests/e2e/test_redis_acl.py runs the services
+under them and shows what each user is refused.
+
+The rules work on Redis 6.2 (the redis-server of `dexp demo` and the tests) as on 7 and later:
+commands and key patterns only, no read-only key patterns (`%R~`) and no selectors, which are
+Redis 7's. So a user may run each of its commands on each of its keys: the load generator, which
+must read the agent list (ZRANGE), could also delete or overwrite that one key with the SET and DEL
+its lease needs (docs/RELIABILITY.md, "Redis users").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from common.redis_keys import PREFIX
+
+COORDINATOR = "coordinator"
+LOAD_GENERATOR = "load-generator"
+AGENT = "agent"
+# Not a service: the replicas of a Redis Cluster log in to their master with it (masteruser) to
+# replicate, as Redis's documentation prescribes (PSYNC, REPLCONF, PING and nothing else).
+REPLICA = "replica"
+# Not a service either: the operator's, and `dexp demo`'s own administration (building a cluster,
+# the tests' inspection). No service is given its password.
+ADMIN = "admin"
+
+# An activation stream: dexp:{<experiment>~s<shard>}:activations:<agent> (redis_keys.activations).
+# No key of the coordinator's has a `~` (experiment ids are [A-Za-z0-9_-]), so none matches.
+ACTIVATIONS = f"{PREFIX}:{{*~s*}}:activations:*"
+# What redis-py's cluster client sends on a Redis Cluster besides the commands it is asked for:
+# CLUSTER SLOTS (the topology), COMMAND (the command table, to find each command's keys), ASKING
+# (a slot being migrated). Nothing secret: given to every service, so one set of rules serves a
+# single Redis and a cluster.
+CLUSTER_CLIENT = ("cluster|slots", "command", "asking")
+# MULTI/EXEC: a transaction (redis-py's pipeline(transaction=True)).
+TRANSACTION = ("multi", "exec")
+# redis-py runs a registered Lua script with EVALSHA, and loads it (SCRIPT LOAD) when Redis does
+# not have it yet. The commands a script calls are checked against the caller's rules too, on the
+# keys they touch. (No script runs in a pipeline, which would need SCRIPT EXISTS.)
+SCRIPTS = ("evalsha", "script|load")
+
+
+@dataclass(frozen=True)
+class RedisUser:
+    """One Redis user: the key patterns (~), channel patterns (&) and commands (+) it is allowed,
+    nothing else; `password_variable` holds its password in the compose and Swarm files."""
+
+    name: str
+    keys: tuple[str, ...]
+    channels: tuple[str, ...]
+    commands: tuple[str, ...]
+    password_variable: str = ""
+    development_password: str = ""  # compose's and Swarm's default, refused in production
+
+    @property
+    def key_rules(self) -> list[str]:
+        return [f"~{pattern}" for pattern in self.keys]
+
+    @property
+    def channel_rules(self) -> list[str]:
+        return [f"&{pattern}" for pattern in self.channels]
+
+    @property
+    def command_rules(self) -> list[str]:
+        return ["-@all", *(f"+{command}" for command in self.commands)]
+
+    def rules(self) -> list[str]:
+        """The ACL rules after the user's name and password, starting from nothing."""
+        keys, channels = ["resetkeys", *self.key_rules], ["resetchannels", *self.channel_rules]
+        return [*keys, *channels, *self.command_rules]
+
+
+USERS: dict[str, RedisUser] = {
+    COORDINATOR: RedisUser(
+        COORDINATOR,
+        keys=(f"{PREFIX}:*",),
+        # PUBLISH of each change of a global set; SUBSCRIBE, for the coordinator that follows its
+        # experiments' changes to push them to its clients (coordinator/events.py); Redis's
+        # invalidations of the keys its revision cache reads (coordinator/caching.py).
+        channels=(f"{PREFIX}:*", "__redis__:invalidate"),
+        commands=(
+            "ping",
+            *TRANSACTION,
+            *SCRIPTS,
+            *CLUSTER_CLIENT,
+            "publish",
+            "subscribe",
+            "unsubscribe",
+            # the revision cache's two connections (CLIENT TRACKING ON REDIRECT <id>), and the
+            # names of the cache's and the event streams' connections in CLIENT LIST
+            "client|id",
+            "client|tracking",
+            "client|setname",
+            # coordinator/store.py and coordinator/lua/*.lua (tests/e2e/test_redis_acl.py reads
+            # the scripts and checks that each command they call is here)
+            "del",
+            "exists",
+            "get",
+            "hexists",
+            "hget",
+            "hgetall",
+            "hincrby",
+            "hmget",
+            "hset",
+            "incr",
+            "llen",
+            "lrange",
+            "rpush",
+            "sadd",
+            "scard",
+            "sinterstore",
+            "sismember",
+            "smembers",
+            "smismember",
+            "srem",
+            "time",
+            "zadd",
+            "zcard",
+            "zrange",
+            "zrangebylex",
+            "zrangebyscore",
+            "zrem",
+            "zremrangebyscore",
+            "zscore",
+        ),
+        password_variable="DEXP_REDIS_COORDINATOR_PASSWORD",
+        development_password="dexp-dev-redis-coordinator",
+    ),
+    LOAD_GENERATOR: RedisUser(
+        LOAD_GENERATOR,
+        keys=(ACTIVATIONS, f"{PREFIX}:{{*}}:agents", f"{PREFIX}:{{*}}:load-generator"),
+        channels=(),
+        commands=(
+            "ping",
+            # the lease's client asks whether Redis is a cluster node (INFO cluster) when the
+            # load generator does not say (load_generator/lease.py: cluster_enabled)
+            "info",
+            *SCRIPTS,
+            *CLUSTER_CLIENT,
+            "xadd",  # activations
+            "xlen",  # the backlog
+            "xinfo|consumers",  # a stall's report: who reads each stream
+            "zrange",  # the enrolled agents
+            # the lease's scripts
+            "get",
+            "set",
+            "del",
+            "type",
+            "pttl",
+        ),
+        password_variable="DEXP_REDIS_GENERATOR_PASSWORD",
+        development_password="dexp-dev-redis-generator",
+    ),
+    AGENT: RedisUser(
+        AGENT,
+        keys=(ACTIVATIONS,),
+        # Only for following the global set over pub/sub (SUBSCRIBE, UNSUBSCRIBE): an agent host
+        # that follows the coordinator's event stream instead needs neither.
+        channels=(f"{PREFIX}:{{*}}:events",),
+        commands=(
+            "ping",
+            *TRANSACTION,
+            *CLUSTER_CLIENT,
+            "xgroup|create",  # its consumer groups (MKSTREAM)
+            "xreadgroup",
+            "xack",
+            "xdel",
+            "xtrim",  # acknowledged entries are deleted: XTRIM MINID, or XDEL after a lost reply
+            "xinfo|groups",  # a group gone: which streams lost it
+            "subscribe",
+            "unsubscribe",
+        ),
+        password_variable="DEXP_REDIS_AGENT_PASSWORD",
+        development_password="dexp-dev-redis-agent",
+    ),
+}
+SERVICES = (COORDINATOR, LOAD_GENERATOR, AGENT)
+REPLICA_USER = RedisUser(REPLICA, keys=(), channels=(), commands=("psync", "replconf", "ping"))
+ADMIN_USER = RedisUser(ADMIN, keys=("*",), channels=("*",), commands=("@all",))
+# Nobody logs in without a user: the default user is off and may do nothing.
+DEFAULT_OFF = ["default", "off", "resetpass", "resetkeys", "resetchannels", "-@all"]
+
+
+def user_args(user: RedisUser, password: str) -> list[str]:
+    """redis-server's command-line arguments that define `user` (one `--user` directive)."""
+    return ["--user", user.name, "on", f">{password}", *user.rules()]
+
+
+def server_args(passwords: Mapping[str, str], extra: tuple[RedisUser, ...] = ()) -> list[str]:
+    """redis-server's arguments for the default user off and each service's user (every one of
+    SERVICES, with its password in `passwords`), then the `extra` users (ADMIN_USER,
+    REPLICA_USER) with theirs."""
+    args = ["--user", *DEFAULT_OFF]
+    for user in [USERS[name] for name in SERVICES] + list(extra):
+        args += user_args(user, passwords[user.name])
+    return args
+
+
+def bitnami_users() -> list[dict[str, str]]:
+    """The services' users as the Bitnami redis chart's `auth.acl.users` entries (their passwords
+    come from the Secret named by `auth.acl.userSecret`, one key per user name)."""
+    return [
+        {
+            "username": user.name,
+            "enabled": "on",
+            "keys": " ".join(user.key_rules),
+            "channels": " ".join(user.channel_rules) or "resetchannels",
+            "commands": " ".join(user.command_rules),
+        }
+        for user in (USERS[name] for name in SERVICES)
+    ]
+
+
+def url(user: str, password: str, host: str, port: int, db: int = 0) -> str:
+    """redis://USER:PASSWORD@HOST:PORT/DB, each part quoted as a URL needs."""
+    return f"redis://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{db}"

@@ -1,0 +1,36 @@
+"""gzip for larger bodies: Starlette's GZipMiddleware, with a compressed document's strong ETag
+suffixed.
+
+A device on a metered link reads the experiment's document again and again; with many arms it is
+kilobytes of JSON that compress several-fold. Bodies of at least DEXP_GZIP_MIN_BYTES are compressed
+for clients that accept gzip; the event stream is never buffered (Starlette leaves
+text/event-stream alone). A strong ETag names one representation (RFC 9110), so a compressed
+document's tag gets the suffix "-gzip" (coordinator/caching.py matches both forms).
+"""
+
+from __future__ import annotations
+
+from starlette.datastructures import MutableHeaders
+from starlette.middleware.gzip import GZipMiddleware
+
+from coordinator.asgi import ASGIApp, Message, Receive, Scope, Send
+from coordinator.caching import GZIP_SUFFIX
+
+LEVEL = 6  # zlib's default: most of level 9's gain for a fraction of its time on small JSON
+
+
+class GZip:
+    def __init__(self, app: ASGIApp, min_bytes: int) -> None:
+        self.gzip = GZipMiddleware(app, minimum_size=min_bytes, compresslevel=LEVEL)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def tagged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(raw=message.setdefault("headers", []))
+                tag = headers.get("etag")
+                gzipped = headers.get("content-encoding") == "gzip"
+                if gzipped and tag is not None and tag.startswith('"') and tag.endswith('"'):
+                    headers["etag"] = tag[:-1] + GZIP_SUFFIX + '"'
+            await send(message)
+
+        await self.gzip(scope, receive, tagged)
