@@ -44,9 +44,9 @@ class Follower:
         self.discovery = discovery
         self.followers: dict[str, GlobalSetFollower] = {}
 
-    def subscribe(self, hosted: Hosted) -> None:
+    def follow(self, hosted: Hosted) -> None:
         """Follow a newly hosted experiment: its event stream opened, in a thread."""
-        self.unsubscribe(hosted)
+        self.unfollow(hosted)
         self.followers[hosted.experiment] = GlobalSetFollower(
             self.settings.coordinator_url,
             hosted.experiment,
@@ -55,7 +55,7 @@ class Follower:
         ).start()
         self._spread()
 
-    def unsubscribe(self, hosted: Hosted) -> None:
+    def unfollow(self, hosted: Hosted) -> None:
         follower = self.followers.pop(hosted.experiment, None)
         if follower is not None:
             follower.close()
@@ -103,7 +103,7 @@ class Follower:
                 and follower.stopped
                 and hosted is self.discovery.hosted.get(hosted.experiment)
             ):
-                self.subscribe(hosted)  # its experiment came back under the same id: follow it
+                self.follow(hosted)  # its experiment came back under the same id: follow it
 
     def reconcile(self) -> None:
         """After each new read of an experiment's global state or sign of lost writes, and once a

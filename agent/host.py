@@ -83,10 +83,10 @@ class AgentService:
         self.reader.create_groups(streams)
 
     def follow(self, hosted: Hosted) -> None:
-        self.follower.subscribe(hosted)
+        self.follower.follow(hosted)
 
     def unfollow(self, hosted: Hosted) -> None:
-        self.follower.unsubscribe(hosted)
+        self.follower.unfollow(hosted)
 
     def read_pending(self) -> None:
         self.reader.drained = False
