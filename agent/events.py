@@ -6,7 +6,9 @@ one follower per experiment and process, whatever the number of agents it hosts)
 The stream. `GET /v1/experiments/{id}/events` (text/event-stream) sends the current state first,
 then one `state` event per change of the public state (version, epoch, status, remaining arms,
 candidates, best arm), each with an `id`; `: heartbeat` comments keep proxies from cutting it
-while nothing changes, and `event: deleted` ends it when the experiment is deleted. SSEParser
+while nothing changes, and `event: deleted` ends it when the experiment is deleted (the
+follower reads the experiment then: a 404 ends the following; a document, another experiment
+under the same id, is kept for the agent to see its new `created_at`). SSEParser
 reads that format (WHATWG HTML, "Server-sent events") line by line.
 
 Reconnection. A stream that ends (a coordinator restarted, a proxy's timeout) is opened again
@@ -292,7 +294,8 @@ class GlobalSetFollower:
                     if event is None:
                         continue
                     if event.type == "deleted":
-                        raise _Deleted
+                        self._confirm_deletion()
+                        return received
                     if event.type != "state":
                         continue
                     state = json.loads(event.data)
@@ -305,6 +308,24 @@ class GlobalSetFollower:
             finally:
                 self._response = None
         return received
+
+    def _confirm_deletion(self) -> None:
+        """`event: deleted`: the experiment is gone (_Deleted) if a read says 404. Else the read's
+        document is kept, and the stream opened again: it is another experiment under the same id
+        (its `created_at` tells the agent so: GlobalView.follow), or the server's stream outlived
+        the experiment it was opened for (a Redis flushed under a coordinator, which then ends
+        the old stream of a new subscriber with `deleted`)."""
+        seq = next_seq()
+        try:
+            document = self.client.experiment(self.experiment)
+        except CoordinatorError as exc:
+            if exc.status == 404:
+                raise _Deleted from None
+            raise _Failed(f"after `deleted`: {exc}") from None
+        except ConnectionError as exc:
+            raise _Failed(f"after `deleted`: {exc}") from None
+        self.etag = None
+        self._keep(Change(document, seq, "poll"))
 
     def _refusal(self, response: httpx.Response) -> None:
         """Raise what a response that is not a stream means."""

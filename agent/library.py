@@ -139,8 +139,10 @@ class GlobalView:
         if epoch != self.epoch:
             self.counts = {}  # another epoch's counts say nothing of this one's
         self.epoch, self.version, self.remaining = epoch, version, remaining
-        self.status = str(
-            state.get("status") or ("identified" if len(remaining) == 1 else "exploring")
+        # One arm left is the identification, whatever `status` says: a coordinator whose status
+        # came from a tie check (store.get_with_status's second read) has sent "exploring" so.
+        self.status = (
+            "identified" if len(remaining) == 1 else str(state.get("status") or "exploring")
         )
         for arm, count in enumerate(self.votes):
             self.observe_count(arm, epoch, count)

@@ -18,7 +18,9 @@ import redis
 
 from agent.device import DeviceAgent, EnrollmentRefused, ExperimentGone
 from agent.events import SSEEvent, SSEParser
+from agent.library import GlobalView
 from common import redis_keys as keys
+from common.algorithms import AlgorithmConfig
 
 from .helpers import ENROLLMENT_SECRET, admin_headers
 
@@ -220,6 +222,17 @@ def test_the_event_stream_format_is_parsed_as_the_standard_says() -> None:
         SSEEvent("deleted", '{"experiment": "demo"}', ""),
     ]
     assert parser.retry == 2000
+
+
+def test_one_arm_left_is_identified_whatever_the_status_says() -> None:
+    """A coordinator has sent an event with one arm left and status "exploring" (its status came
+    from a tie check on an earlier read), and then nothing more: a device waiting for the end
+    must see the identification in that very event."""
+    view = GlobalView("x", ["a", "b", "c"], AlgorithmConfig(), None, 4)
+    state = {"epoch": 0, "version": 2, "remaining_arms": [1], "status": "exploring"}
+    assert view.update(state) and view.status == "identified"
+    view.update({**state, "version": 3, "remaining_arms": [0, 1], "status": "tied"})
+    assert view.status == "tied"
 
 
 def test_the_sdk_imports_no_redis_client() -> None:
