@@ -2,7 +2,8 @@
 production coordinator (`python -m coordinator`), tickets issued with the admin API, and 2M - 1
 copies of the example, each a process of its own whose environment holds no Redis variable at all,
 until the experiment is identified. Each device learns of the identification from the coordinator
-alone (the event stream, or its polls)."""
+alone (the event stream, or its polls). One of them, started again with its state file and no
+ticket, is the same agent and enrolls nobody."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ RATES = ROOT / "examples" / "click_rates.csv"
 pytestmark = pytest.mark.timeout(240)
 
 
-def device_environment(coordinator: str, ticket: str, home: Path) -> dict[str, str]:
+def device_environment(coordinator: str, ticket: str | None, home: Path) -> dict[str, str]:
     """What a device process gets: the coordinator's URL and its ticket, and what Python needs to
     run; nothing of the test's own environment."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
@@ -36,7 +37,7 @@ def device_environment(coordinator: str, ticket: str, home: Path) -> dict[str, s
         "HOME": str(home),
         "LANG": "C.UTF-8",
         "DEXP_COORDINATOR_URL": coordinator,
-        "DEXP_TICKET": ticket,
+        **({"DEXP_TICKET": ticket} if ticket is not None else {}),
     }
 
 
@@ -72,36 +73,8 @@ def run_devices(
     assert issued.status_code == 201, issued.text
     tickets = issued.json()["tickets"]
 
-    processes = []
-    for i, ticket in enumerate(tickets):
-        env = device_environment(stack.coordinator_url, ticket, tmp_path)
-        assert not [name for name in env if "REDIS" in name.upper()]
-        processes.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    str(EXAMPLE),
-                    *("--experiment", "banners", "--seed", str(i), "--poll-seconds", "1"),
-                    *("--state-file", str(tmp_path / f"device-{i}.json")),
-                ],
-                env=env,
-                cwd=tmp_path,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    reports = []
-    try:
-        for process in processes:
-            out, err = process.communicate(timeout=180)
-            assert process.returncode == 0, err[-3000:]
-            reports.append(json.loads(out.splitlines()[-1]))
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+    processes = [device(stack, i, ticket, tmp_path) for i, ticket in enumerate(tickets)]
+    reports = [report_of(process) for process in processes]
 
     answer = http.get("/v1/experiments/banners/best-arm").json()
     assert answer["status"] == "identified"
@@ -114,3 +87,41 @@ def run_devices(
         assert not report["resumed"]
     # The losers' votes: at least M against each of the K - 1 arms that left.
     assert sum(r["votes_sent"] for r in reports) >= threshold * (len(rates) - 1)
+
+    # A device started again with its state file and no ticket is the same agent, and ends.
+    again = report_of(device(stack, 0, None, tmp_path))
+    assert again["resumed"] and again["agent_id"] == reports[0]["agent_id"]
+    assert again["status"] == "identified" and again["votes_sent"] == 0
+    assert http.get("/v1/experiments/banners").json()["agents"] == devices
+
+
+def device(stack: LocalStack, i: int, ticket: str | None, tmp_path: Path) -> subprocess.Popen[str]:
+    """Device i: the example, its own seed and state file, an environment without Redis."""
+    env = device_environment(stack.coordinator_url, ticket, tmp_path)
+    assert not [name for name in env if "REDIS" in name.upper()]
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            *("--experiment", "banners", "--seed", str(i), "--poll-seconds", "1"),
+            *("--state-file", str(tmp_path / f"device-{i}.json")),
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def report_of(process: subprocess.Popen[str]) -> dict[str, object]:
+    """The device's JSON report, once it has ended (killed if it has not within the deadline)."""
+    try:
+        out, err = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err[-3000:]
+    document: dict[str, object] = json.loads(out.splitlines()[-1])
+    return document
