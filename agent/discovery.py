@@ -7,7 +7,7 @@ its agents). Each hosted experiment (Hosted) has its agents' streams read (agent
 global set followed (agent/following.py); hosting one sets both up, dropping one undoes them. A
 problem with one experiment stops only its agents:
 - deleted (404), or deleted and created again under the same id (another creation time: its agents
-  are the old one's): dropped, its streams no longer read and its channel left; with a fixed list
+  are the old one's): dropped, its streams no longer read and its event stream closed; with a fixed list
   it is looked for again every DEXP_DISCOVER_SECONDS (and gets new agents if it comes back);
 - not hostable (not created yet, out of tickets, open enrollment refused with 401): one log line
   (again only if the reason changes), retried every DEXP_DISCOVER_SECONDS; agents already enrolled
@@ -89,9 +89,8 @@ class Hosted:
     seeds: list[np.random.SeedSequence]
     restored: int  # agents restored from the state directory (the others were enrolled)
     agents: dict[str, Agent] = field(default_factory=dict)
-    installed: bool = False  # its streams are read and its channel subscribed
-    changed: bool = False  # a broadcast or the listing announced a change of its global set
-    next_refresh: float = 0.0  # when its fallback refresh is due (see Follower.refresh_period)
+    installed: bool = False  # its streams are read and its global set followed
+    changed: bool = False  # the listing showed a change of its global set: read it again
     hot_until: float = 0.0  # its streams gave entries lately: read at every turn until then
     reconciled: tuple[int, int] = (0, -1)  # the view's (snapshot_seq, lost_at) at the last pass
     next_reconcile: float = 0.0
@@ -116,10 +115,10 @@ class Plumbing(Protocol):
         """The consumer groups of these activation streams, created if missing."""
 
     def follow(self, hosted: Hosted) -> None:
-        """Follow the experiment's global set: its channel subscribed, its first refresh due."""
+        """Follow the experiment's global set (its event stream)."""
 
     def unfollow(self, hosted: Hosted) -> None:
-        """Stop following the experiment's global set (its channel left)."""
+        """Stop following the experiment's global set (its event stream closed)."""
 
     def read_pending(self) -> None:
         """Read the pending entries of every stream again before new ones."""
@@ -334,8 +333,8 @@ class Discovery:
         hosted.agents[keys.activations(hosted.experiment, agent.agent_id)] = agent
 
     def _install(self, hosted: Hosted, added: int) -> None:
-        """Read the experiment's streams (groups created), follow its channel, send its agents'
-        pending votes, and say so."""
+        """Read the experiment's streams (groups created), follow its global set, send its
+        agents' pending votes, and say so."""
         experiment = hosted.experiment
         self.plumbing.create_groups(list(hosted.agents))
         self.hosted[experiment] = hosted
@@ -388,7 +387,8 @@ class Discovery:
             self.drop(hosted, reason)
 
     def drop(self, hosted: Hosted, reason: str) -> None:
-        """Stop hosting the experiment: its streams are no longer read, its channel is left."""
+        """Stop hosting the experiment: its streams are no longer read, its global set no longer
+        followed."""
         experiment = hosted.experiment
         if self.hosted.get(experiment) is not hosted:
             return

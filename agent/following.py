@@ -2,11 +2,15 @@
 view of the global set kept current, and the votes the coordinator lost or never acknowledged sent
 again.
 
-One GlobalView (agent/library.py) and one pub/sub channel per experiment, and one coordinator
-client for them all. The global sets are learnt from broadcasts and vote replies, and under `*` from
-the (epoch, version) of each experiment in the coordinator's list (agent/discovery.py); the
-fallback refresh of each one is spread so that a process sends at most DEXP_POLL_RATE of them a
-second. A refresh that finds the experiment deleted and created again drops it; a refused one
+One GlobalView (agent/library.py) per experiment, shared by its agents, and one coordinator client
+for them all. The global sets are followed as a device follows one, over HTTP alone: one
+GlobalSetFollower (agent/events.py) per experiment, a thread holding the experiment's event stream
+(never one per agent), which polls with If-None-Match while no stream is open; the loop takes what
+each learnt at every turn. Besides, vote replies, and under `*` the (epoch, version) of each
+experiment in the coordinator's list (agent/discovery.py), show changes, and the view is read
+again. The polls are spread so that a process sends at most DEXP_POLL_RATE of them a second. The
+process needs Redis only for its activation streams (agent/streams.py): no pub/sub. A deletion
+announced, or a read that finds the experiment deleted and created again, drops it; a refused read
 pauses its agents (agent/discovery.py).
 
 After each new read of an experiment's global state or sign of lost writes, each agent checks its
@@ -17,99 +21,89 @@ or a paused experiment's) are sent again. A copy of a vote is harmless.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import random
 import time
-from typing import Any
-
-import redis
 
 from agent.discovery import Discovery, Hosted
+from agent.events import GlobalSetFollower
 from agent.settings import AgentSettings
 from clients.coordinator import CoordinatorClient
-from clients.redis import SyncRedis
-from common import redis_keys as keys
+
+REPLACED = "was deleted and created again (these agents were the old one's)"
 
 
 class Follower:
-    """Follows the global set of every experiment `discovery` hosts (one pub/sub subscription for
-    them all) and has their agents check and send again their votes."""
+    """Follows the global set of every experiment `discovery` hosts (one GlobalSetFollower each)
+    and has their agents check and send again their votes."""
 
     def __init__(
-        self,
-        redis_client: SyncRedis,
-        settings: AgentSettings,
-        client: CoordinatorClient,
-        discovery: Discovery,
+        self, settings: AgentSettings, client: CoordinatorClient, discovery: Discovery
     ) -> None:
-        self.redis = redis_client
         self.settings = settings
         self.client = client
         self.discovery = discovery
-        self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        self.followers: dict[str, GlobalSetFollower] = {}
 
-    def subscribe(self, hosted: Hosted) -> None:
-        """Follow a newly hosted experiment: its channel, and its first fallback refresh due at a
-        random point of the period."""
-        self.pubsub.subscribe(keys.events(hosted.experiment))
-        hosted.next_refresh = time.monotonic() + self.refresh_period * random.random()
+    def follow(self, hosted: Hosted) -> None:
+        """Follow a newly hosted experiment: its event stream opened, in a thread."""
+        self.unfollow(hosted)
+        self.followers[hosted.experiment] = GlobalSetFollower(
+            self.settings.coordinator_url,
+            hosted.experiment,
+            poll_seconds=self.poll_period,
+            retry_max_seconds=max(self.settings.retry_max_seconds, 60.0),
+        ).start()
+        self._spread()
 
-    def unsubscribe(self, hosted: Hosted) -> None:
-        with contextlib.suppress(redis.RedisError):
-            self.pubsub.unsubscribe(keys.events(hosted.experiment))
-
-    def resubscribe(self) -> None:
-        """After Redis came back: a new subscription, and every experiment refreshed soon (a
-        change announced while we were away was missed)."""
-        with contextlib.suppress(Exception):
-            self.pubsub.close()
-        self.pubsub = self._subscribe()
-        now, period = time.monotonic(), self.refresh_period
-        for hosted in self.discovery.hosted.values():
-            hosted.next_refresh = now + period * random.random()
+    def unfollow(self, hosted: Hosted) -> None:
+        follower = self.followers.pop(hosted.experiment, None)
+        if follower is not None:
+            follower.close()
+            self._spread()
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.pubsub.close()
-
-    def _subscribe(self) -> Any:
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-        channels = [keys.events(experiment) for experiment in self.discovery.hosted]
-        if channels:
-            pubsub.subscribe(*channels)
-        return pubsub
+        for follower in self.followers.values():
+            follower.close()
+        self.followers.clear()
 
     @property
-    def refresh_period(self) -> float:
-        """The mean period of each experiment's fallback refresh: DEXP_POLL_SECONDS, stretched so
-        that the process sends at most DEXP_POLL_RATE of them a second in all (1,000 experiments
-        refreshed every 2 s would be 500 requests a second from each process, most of the
-        coordinator's work for nothing: the global set changes at most K - 1 times an epoch).
-        Each refresh is due at a random point of it, so they do not come in bursts."""
-        return max(self.settings.poll_seconds, len(self.discovery.hosted) / self.settings.poll_rate)
+    def poll_period(self) -> float:
+        """Each experiment's poll period while its stream is down: DEXP_POLL_SECONDS, stretched
+        so that the process sends at most DEXP_POLL_RATE polls a second in all (1,000 experiments
+        polled every 2 s would be 500 requests a second from each process while a coordinator
+        serves no stream)."""
+        return max(self.settings.poll_seconds, len(self.followers) / self.settings.poll_rate)
+
+    def _spread(self) -> None:
+        period = self.poll_period
+        for follower in self.followers.values():
+            follower.poll_seconds = period
 
     def follow_global_set(self) -> None:
-        """A broadcast marks its experiment changed; a changed experiment, or one whose fallback
-        refresh is due, is read again (GlobalView.refresh)."""
-        while (message := self.pubsub.get_message(timeout=0)) is not None:
-            if message.get("type") == "message":
-                channel = message["channel"]
-                channel = channel.decode() if isinstance(channel, bytes) else str(channel)
-                for experiment, hosted in self.discovery.hosted.items():
-                    if channel == keys.events(experiment):
-                        hosted.changed = True
-        now = time.monotonic()
-        period = self.refresh_period
+        """What each follower learnt, taken into its experiment's view (GlobalView.follow); an
+        experiment the listing marked changed is read again; a deletion drops it."""
         for hosted in list(self.discovery.hosted.values()):
-            if hosted.changed or now >= hosted.next_refresh:
+            follower = self.followers.get(hosted.experiment)
+            change = follower.take() if follower is not None else None
+            if change is not None and change.deleted:
+                self.discovery.verify(hosted)  # asked again: another one may have its id now
+                continue
+            if change is not None and change.state is not None:
+                state, seq = change.state, change.seq
+                self.discovery.guarded(
+                    hosted, functools.partial(hosted.view.follow, state, seq, self.client)
+                )
+            if hosted.changed:
                 hosted.changed = False
-                hosted.next_refresh = now + period * (0.5 + random.random())
                 self.discovery.guarded(hosted, functools.partial(hosted.view.refresh, self.client))
-                if hosted.view.replaced:
-                    self.discovery.drop(
-                        hosted, "was deleted and created again (these agents were the old one's)"
-                    )
+            if hosted.view.replaced:
+                self.discovery.drop(hosted, REPLACED)
+            elif (
+                follower is not None
+                and follower.stopped
+                and hosted is self.discovery.hosted.get(hosted.experiment)
+            ):
+                self.follow(hosted)  # its experiment came back under the same id: follow it
 
     def reconcile(self) -> None:
         """After each new read of an experiment's global state or sign of lost writes, and once a

@@ -7,11 +7,13 @@ acknowledging of their activation streams (agent/streams.py), the following of t
 and the re-sending of lost votes (agent/following.py); each agent is an agent/library.py Agent
 (rewards and local statistics never leave the process), its credentials and votes kept across
 restarts in DEXP_STATE_DIR (agent/state.py). This module runs them in one loop, with one coordinator
-client (clients/coordinator.py) and one Redis connection (clients/redis.py).
+client (clients/coordinator.py) and one Redis connection (clients/redis.py), which serves only the
+activation streams: the global sets are followed over HTTP, as a device follows one (one event
+stream per experiment, in a thread: agent/events.py).
 
-Faults. The coordinator unreachable: every request is retried with capped back-off until it answers.
-Redis unreachable: the loop waits with capped back-off, then reads the pending entries again and
-resubscribes (agent/streams.py).
+Faults. The coordinator unreachable: every request is retried with capped back-off until it answers
+(the event streams poll and reconnect on their own). Redis unreachable: the loop waits with capped
+back-off, then reads the pending entries again (agent/streams.py).
 
 At start, with a fixed list, the process exits with status 3 (one log line, no traceback) when no
 experiment of it got all its agents, as it always did with one id, and as an operator who must
@@ -70,7 +72,7 @@ class AgentService:
             self.state.lock()
         self.discovery = Discovery(settings, self.client, self.state, self)
         self.reader = StreamReader(self.redis, settings, self.discovery, lambda: self.stopping)
-        self.follower = Follower(self.redis, settings, self.client, self.discovery)
+        self.follower = Follower(settings, self.client, self.discovery)
         failure = self.discovery.start()
         if failure is not None:
             self.close()
@@ -81,10 +83,10 @@ class AgentService:
         self.reader.create_groups(streams)
 
     def follow(self, hosted: Hosted) -> None:
-        self.follower.subscribe(hosted)
+        self.follower.follow(hosted)
 
     def unfollow(self, hosted: Hosted) -> None:
-        self.follower.unsubscribe(hosted)
+        self.follower.unfollow(hosted)
 
     def read_pending(self) -> None:
         self.reader.drained = False
@@ -127,9 +129,8 @@ class AgentService:
             self.close()
 
     def _recover_redis(self, exc: Exception, delay: float) -> None:
-        """Wait until Redis answers again, then make sure the groups exist and resubscribe."""
+        """Wait until Redis answers again, then make sure the groups exist."""
         self.reader.recover(exc, delay)
-        self.follower.resubscribe()
         log.info("redis reachable again")
 
     def stop(self, *_: Any) -> None:

@@ -50,11 +50,12 @@ from common.algorithms import AlgorithmConfig
 log = logging.getLogger("dexp.agent")
 
 # Orders acknowledgements and global-state reads within the process: a vote acknowledged before a
-# read was issued must show in that read (requests of one process are sequential).
+# read was issued must show in that read (requests of one process are sequential). Also taken by
+# the followers' threads (agent/events.py): next() of a count is atomic.
 _sequence = itertools.count(1)
 
 
-def _next_seq() -> int:
+def next_seq() -> int:
     return next(_sequence)
 
 
@@ -62,7 +63,8 @@ def _next_seq() -> int:
 class GlobalView:
     """What an agent knows of the global state: the remaining arms, their version and the epoch.
 
-    Refreshed only when a vote reply or a broadcast shows a newer version (or by a slow poll).
+    Changed by the event stream (agent/events.py, GlobalView.follow), and read again when a vote
+    reply shows another version.
 
     Shared by the agents of a process, it also watches for sure signs that the coordinator lost
     writes: the (epoch, version) going backwards, or an arm's vote count (a state read or a vote
@@ -79,8 +81,9 @@ class GlobalView:
     version: int = -1
     epoch: int = 0
     created_at: int = 0
+    status: str = "exploring"  # exploring | identified | tied, as the last state read said
     # The public vote count of each arm in the last state read (empty if the coordinator sent
-    # none), and the sequence number taken just before that read was issued (see _next_seq).
+    # none), and the sequence number taken just before that read was issued (see next_seq).
     votes: tuple[int, ...] = ()
     snapshot_seq: int = 0
     regressions: int = 0  # times the coordinator's (epoch, version) went backwards
@@ -96,7 +99,7 @@ class GlobalView:
 
     @classmethod
     def fetch(cls, client: CoordinatorClient, experiment: str) -> GlobalView:
-        seq = _next_seq()
+        seq = next_seq()
         state = client.experiment(experiment)
         view = cls(
             experiment,
@@ -123,7 +126,7 @@ class GlobalView:
             return False
         epoch, version = int(state["epoch"]), int(state["version"])
         remaining = frozenset(int(a) for a in state["remaining_arms"])
-        self.snapshot_seq = _next_seq() if seq is None else seq
+        self.snapshot_seq = next_seq() if seq is None else seq
         self.votes = tuple(int(n) for n in state.get("votes", ()))
         if (epoch, version) < (self.epoch, self.version):
             self.regressions += 1
@@ -136,6 +139,11 @@ class GlobalView:
         if epoch != self.epoch:
             self.counts = {}  # another epoch's counts say nothing of this one's
         self.epoch, self.version, self.remaining = epoch, version, remaining
+        # One arm left is the identification, whatever `status` says: a coordinator whose status
+        # came from a tie check (store.get_with_status's second read) has sent "exploring" so.
+        self.status = (
+            "identified" if len(remaining) == 1 else str(state.get("status") or "exploring")
+        )
         for arm, count in enumerate(self.votes):
             self.observe_count(arm, epoch, count)
         return changed
@@ -153,7 +161,7 @@ class GlobalView:
     def note_loss(self, what: str) -> None:
         """A sure sign that the coordinator lost writes: every agent checks its votes once."""
         self.losses += 1
-        self.lost_at = _next_seq()
+        self.lost_at = next_seq()
         log.warning("%s: agents check their acknowledged votes", what)
 
     def stale(self, version: int, epoch: int) -> bool:
@@ -161,8 +169,28 @@ class GlobalView:
         return (epoch, version) != (self.epoch, self.version)
 
     def refresh(self, client: CoordinatorClient) -> bool:
-        seq = _next_seq()
+        seq = next_seq()
         return self.update(client.experiment(self.experiment), seq)
+
+    def follow(self, state: dict[str, Any], seq: int, client: CoordinatorClient) -> bool:
+        """Take a state that a follower (agent/events.py) got from the event stream or a poll,
+        `seq` being when it arrived or the poll was sent; True if the global set changed.
+
+        It comes from another connection than the agents' requests, so it is not ordered with
+        them: a state older than the view's own last read is dropped, and one behind the view's
+        (epoch, version) is no proof of lost writes (an event may be overtaken by a vote reply
+        and the read it caused), so the view is read again, and that read, ordered with the
+        agents' requests, tells a loss from a late event. A newer state is taken as it is: no
+        request, which is what lets a million devices follow a change."""
+        if seq <= self.snapshot_seq:
+            return False
+        at = (int(state["epoch"]), int(state["version"]))
+        if at < (self.epoch, self.version):
+            return self.refresh(client)
+        same = frozenset(int(a) for a in state["remaining_arms"]) == self.remaining
+        if at == (self.epoch, self.version) and same and "created_at" not in state:
+            return False  # nothing new (an event's data carries no vote counts to take)
+        return self.update(state, seq)
 
     def agent_spec(self) -> AgentSpec:
         params = self.config.local_params(len(self.arms), 1, self.sigma)
@@ -337,7 +365,7 @@ class Agent:
             v
             for v in record.acknowledged
             if (v.arm, v.epoch) != (arm, epoch) and v.epoch >= epoch - 1
-        ] + [Acknowledged(arm, epoch, outcome, _next_seq(), _int_or_none(reply.get("votes")))]
+        ] + [Acknowledged(arm, epoch, outcome, next_seq(), _int_or_none(reply.get("votes")))]
         self.persist()
         if "votes" in reply:
             self.view.observe_count(arm, int(reply["epoch"]), int(reply["votes"]))
@@ -418,7 +446,7 @@ class Agent:
         if reason is None:
             return 0
         view = self.view
-        seq = _next_seq()
+        seq = next_seq()
         self.checked_seq = seq
         self.next_check = (time.monotonic() if now is None else now) + self.reconcile_seconds * (
             0.5 + self._jitter.random()

@@ -69,15 +69,15 @@ class AgentSettings(BaseSettings):
     poll_seconds: float = Field(
         2.0,
         gt=0,
-        description="fallback refresh of an experiment's global set (the primary path is "
-        "a broadcast)",
+        description="how often an experiment's global set is polled (If-None-Match) while its "
+        "event stream is not open (the primary path is the stream: agent/events.py)",
     )
     poll_rate: float = Field(
         10.0,
         gt=0,
-        description="at most this many fallback refreshes a second, every experiment of the "
-        "process together: a process following many experiments refreshes each one every "
-        "max(DEXP_POLL_SECONDS, experiments / DEXP_POLL_RATE) seconds, spread over that period",
+        description="at most this many polls a second, every experiment of the process together: "
+        "a process following many experiments without their event streams polls each one every "
+        "max(DEXP_POLL_SECONDS, experiments / DEXP_POLL_RATE) seconds",
     )
     retry_max_seconds: float = Field(5.0, gt=0, description="cap of the vote retry back-off")
     reconcile_seconds: float = Field(

@@ -117,12 +117,7 @@ class StateDir:
         kernel however the process ends): two live processes on one directory would host the same
         agents twice."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.dir / ".lock", "a")  # noqa: SIM115 - held until the process ends
-        try:
-            fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self._lock.close()
-            raise RuntimeError(f"{self.dir} is in use by another agent process") from None
+        self._lock = hold(self.dir / ".lock", f"{self.dir} is in use by another agent process")
 
     def path(self, agent_id: str) -> Path:
         return self.dir / f"agent-{agent_id}.json"
@@ -154,24 +149,45 @@ class StateDir:
             "slot": slot,
             **record.to_json(),
         }
-        fsync = self.fsync_votes if durable is None else durable
         self.dir.mkdir(parents=True, exist_ok=True)
-        target = self.path(record.agent_id)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=self.dir)  # mode 0600
-        try:
-            with os.fdopen(fd, "w") as out:
-                json.dump(document, out, separators=(",", ":"))
-                if fsync:
-                    out.flush()
-                    os.fsync(out.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        if fsync:
-            _fsync_dir(self.dir)
+        write_atomically(
+            self.path(record.agent_id),
+            document,
+            self.fsync_votes if durable is None else durable,
+        )
         self.writes += 1
+
+
+def hold(path: Path, in_use: str) -> Any:
+    """An exclusive flock on `path` (created if missing), held until the returned file is closed
+    or the process ends, however it ends; RuntimeError(`in_use`) if another process holds it."""
+    lock = open(path, "a")  # noqa: SIM115 - held until closed
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise RuntimeError(in_use) from None
+    return lock
+
+
+def write_atomically(target: Path, document: dict[str, Any], fsync: bool) -> None:
+    """Write `document` as `target` whole (a temp file of mode 0600 beside it, then os.replace),
+    so that a crash at any instant leaves the old version or the new one; `fsync`: the file and
+    its directory too, so that a power loss does as well."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(document, out, separators=(",", ":"))
+            if fsync:
+                out.flush()
+                os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if fsync:
+        _fsync_dir(target.parent)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -186,3 +202,49 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+class StateFile:
+    """One agent in one file: what a device keeps (agent/device.py). The document is a StateDir
+    file's (format, experiment, creation time of the experiment, agent id, token, votes) without
+    the slot. `<file>.lock` beside it is held while the agent runs: two live processes on one
+    file would be one agent acting twice. Every write is fsynced: a device writes a few times
+    per experiment (its enrollment and its votes, at most K - 1 per epoch)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock: Any = None
+
+    def lock(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        self._lock = hold(lock_path, f"{self.path} is in use by another running agent")
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def load(self) -> tuple[str, int, AgentRecord] | None:
+        """(experiment, its creation time, the agent's record), or None if there is no file.
+        ValueError if the file is not one of ours: it is left as it is, never overwritten."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            data = json.loads(text)
+            if data.get("format") != FORMAT:
+                raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
+            return str(data["experiment"]), int(data["created_at"]), AgentRecord.from_json(data)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{self.path} is not an agent's state file ({exc})") from None
+
+    def save(self, experiment: str, created_at: int, record: AgentRecord) -> None:
+        document = {
+            "format": FORMAT,
+            "experiment": experiment,
+            "created_at": created_at,
+            **record.to_json(),
+        }
+        write_atomically(self.path, document, fsync=True)

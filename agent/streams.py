@@ -12,7 +12,7 @@ streams, every one, or while some experiments are being played mostly theirs (se
 StreamReader._turn); a stream's name holds its experiment.
 
 Faults. Redis unreachable: the loop waits with capped back-off, then reads the pending entries again
-(a read whose reply was lost left them pending) and resubscribes (agent/host.py); an
+(a read whose reply was lost left them pending); an
 acknowledgement (XACK) is retried until it succeeds, so a batch is never fed to the local
 statistics twice.
 
@@ -363,7 +363,7 @@ class StreamReader:
 
     def recover(self, exc: Exception, delay: float) -> None:
         """Wait `delay`, then make sure Redis answers and the groups exist (a Redis that lost its
-        data lost the groups too). The caller resubscribes."""
+        data lost the groups too)."""
         log.warning("redis unreachable (%s); retrying in %.2fs", exc, delay)
         time.sleep(delay)
         self.redis.ping()

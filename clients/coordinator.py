@@ -217,7 +217,20 @@ class CoordinatorClient:
         **kwargs: Any,
     ) -> Any:
         """The reply's JSON; 5xx, transport errors and (if `wait_rate_limit`) 429 are retried."""
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        response = self.send(method, path, token, wait_rate_limit, **kwargs)
+        return response.json() if response.content else None
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        token: str | None = None,
+        wait_rate_limit: bool = True,
+        headers: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """The reply (a status below 400: a 304 too), retried as `request` says."""
+        headers = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
         delay, start = 0.05, time.monotonic()
         index = self._pick(start)
         while True:
@@ -230,7 +243,7 @@ class CoordinatorClient:
             else:
                 if response.status_code < 400:
                     self._failures[index], self._avoid_until[index] = 0, 0.0
-                    return response.json() if response.content else None
+                    return response
                 detail = _detail(response)
                 if response.status_code < 500 and response.status_code != 429:
                     raise CoordinatorError(response.status_code, detail)
@@ -302,6 +315,21 @@ class CoordinatorClient:
     def experiment(self, experiment: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", f"/v1/experiments/{experiment}")
         return result
+
+    def experiment_if_changed(
+        self, experiment: str, etag: str | None
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """GET /v1/experiments/{id} with `If-None-Match: etag`: (None, etag) when it has not
+        changed (304, no body: the coordinator answers it without reading the document), else
+        (the document, its new ETag; None from a coordinator that sends none)."""
+        response = self.send(
+            "GET",
+            f"/v1/experiments/{experiment}",
+            headers={"If-None-Match": etag} if etag else None,
+        )
+        if response.status_code == 304:
+            return None, etag
+        return response.json(), response.headers.get("etag")
 
     def experiments(self, page_size: int = 25) -> list[dict[str, Any]]:
         """The summary of every experiment the coordinator lists (GET /v1/experiments, page by

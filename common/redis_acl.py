@@ -7,9 +7,10 @@ the commands it sends, on the keys (common/redis_keys.py) and pub/sub channels i
   and its Lua scripts, and none that administers the server (FLUSHALL, CONFIG, KEYS, ACL, ...);
 - load-generator: writes the agents' activation streams, reads the experiment's agent list, holds
   the experiment's lease (load_generator/lease.py: its scripts run SET, GET, DEL, TYPE, PTTL);
-- agent: the agent host reads and acknowledges the activation streams, and follows the global set
-  on the experiments' pub/sub channels: nothing else. It cannot read, let alone write, any key of
-  the coordinator's (votes, voters, credentials, ...).
+- agent: the agent host reads and acknowledges the activation streams (the simulated
+  environment): nothing else. It follows the global set as a device does, over HTTP (the
+  coordinator's event stream, agent/events.py), so it has no pub/sub channel, and it cannot read,
+  let alone write, any key of the coordinator's (votes, voters, credentials, ...).
 
 Every deployment takes its users from here, so that none drifts: `dexp demo` (dexp/demo.py,
 dexp/redis_cluster.py) starts redis-server with `server_args`; docker-compose.yml,
@@ -173,9 +174,7 @@ USERS: dict[str, RedisUser] = {
     AGENT: RedisUser(
         AGENT,
         keys=(ACTIVATIONS,),
-        # Only for following the global set over pub/sub (SUBSCRIBE, UNSUBSCRIBE): an agent host
-        # that follows the coordinator's event stream instead needs neither.
-        channels=(f"{PREFIX}:{{*}}:events",),
+        channels=(),  # the global set comes from the coordinator's event stream, over HTTP
         commands=(
             "ping",
             *TRANSACTION,
@@ -186,8 +185,6 @@ USERS: dict[str, RedisUser] = {
             "xdel",
             "xtrim",  # acknowledged entries are deleted: XTRIM MINID, or XDEL after a lost reply
             "xinfo|groups",  # a group gone: which streams lost it
-            "subscribe",
-            "unsubscribe",
         ),
         password_variable="DEXP_REDIS_AGENT_PASSWORD",
         development_password="dexp-dev-redis-agent",

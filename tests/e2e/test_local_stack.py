@@ -88,9 +88,14 @@ def test_agents_send_only_arm_indices() -> None:
             assert 0 <= body["arm"] < n_arms
         elif request.path == "/v1/agents":
             assert json.loads(request.body) == {"experiment": "demo"}
-        else:  # the global set, and the agent's own votes (to re-send one a failover lost)
+        else:  # the global set (read, or its event stream), and the agent's own votes (to
+            # re-send one a failover lost)
             assert request.method == "GET" and request.body == b""
-            assert request.path in ("/v1/experiments/demo", "/v1/agents/me")
+            assert request.path in (
+                "/v1/experiments/demo",
+                "/v1/experiments/demo/events",
+                "/v1/agents/me",
+            )
 
 
 @pytest.mark.parametrize("agents", [10])

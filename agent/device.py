@@ -1,0 +1,379 @@
+"""The device SDK: one agent embedded in an application (a phone, a browser, a shop's till), over
+HTTP alone. docs/DEVICES.md is its guide.
+
+    from agent.device import DeviceAgent
+
+    agent = DeviceAgent.enroll(
+        coordinator="https://dexp.example.com", experiment="checkout",
+        ticket="ticket.checkout.…", state_file="dexp-agent.json",
+    )
+    while not agent.done:
+        arms = agent.choose()                   # the arms to play now (usually one)
+        agent.observe(arms, rewards_of(arms))   # the rewards stay here; maybe a vote leaves
+    agent.close()
+
+What leaves the device: the enrollment ticket (once), votes (an arm index and an epoch), CE's
+"settled" messages (an epoch), the reads of the experiment's public state and its event stream,
+and GET /v1/agents/me (this agent's own votes, to re-send any a failover lost). Rewards, local
+means, and which arms it plays never do: the algorithm (common/) runs here.
+
+It is agent.library.Agent (choose, observe, vote, settle, DSER4 resets, re-sending lost votes)
+with what a device needs around it: the state file (agent.state.StateFile: agent id, token and
+votes, never rewards or means), so that a restarted app is the same agent and never votes twice
+on an arm; and a GlobalSetFollower (agent/events.py) in a background thread, which follows the
+global set by Server-Sent Events with ETag polling as the fallback. The follower only reads: the
+application's thread applies what it learnt at its next call, so the requests of the agent stay
+sequential and the application needs no event loop. The methods may be called from any thread,
+one at a time (a lock serializes them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+
+from agent.events import GlobalSetFollower
+from agent.library import Agent, GlobalView
+from agent.state import StateFile
+from clients.coordinator import CoordinatorClient, CoordinatorError
+
+__all__ = ["CoordinatorError", "DeviceAgent", "EnrollmentRefused", "ExperimentGone"]
+
+log = logging.getLogger("dexp.agent.device")
+
+
+class EnrollmentRefused(RuntimeError):
+    """The coordinator refused to enroll this agent: the message says why and what to do."""
+
+
+class ExperimentGone(RuntimeError):
+    """The experiment was deleted (or deleted and created again): this agent has nothing to do."""
+
+
+@dataclass
+class _Start:
+    """How an agent comes to a device: restored from its state file, or enrolled."""
+
+    client: CoordinatorClient
+    view: GlobalView
+    state: StateFile | None
+    ticket: str | None
+    rng: np.random.Generator
+    reconcile_seconds: float
+
+    def restore(self) -> Agent | None:
+        """The agent saved in the state file, if it is one of this experiment that the
+        coordinator still knows; None if a new one is to be enrolled."""
+        state, view = self.state, self.view
+        saved = state.load() if state is not None else None
+        if saved is None:
+            return None
+        experiment, created_at, record = saved
+        if experiment != view.experiment:
+            raise ValueError(
+                f"{state.path if state else ''} holds an agent of experiment {experiment!r}, not "
+                f"{view.experiment!r}: give each experiment its own state file"
+            )
+        if created_at != view.created_at:
+            log.warning(
+                "experiment %s was deleted and created again since agent %s enrolled: a new "
+                "agent is enrolled",
+                experiment,
+                record.agent_id,
+            )
+            return None
+        try:
+            self.client.me(record.token)
+        except CoordinatorError as exc:
+            if exc.status != 401:
+                raise
+            if self.ticket is None:
+                raise EnrollmentRefused(
+                    f"the coordinator no longer knows agent {record.agent_id} (401: its data was "
+                    "lost): enroll a new agent with a new ticket (the state file is then "
+                    "overwritten)"
+                ) from None
+            log.warning("the coordinator no longer knows agent %s: enrolling anew", record.agent_id)
+            return None
+        return Agent(
+            self.client,
+            view,
+            record.agent_id,
+            record.token,
+            self.rng,
+            record=record,
+            reconcile_seconds=self.reconcile_seconds,
+        )
+
+    def enroll(self) -> Agent:
+        """A new agent, with the ticket; saved before anything else (a crash then must not
+        enroll it again)."""
+        state, view = self.state, self.view
+        if not self.ticket:
+            raise EnrollmentRefused(
+                f"no agent of experiment {view.experiment} is saved"
+                + (f" in {state.path}" if state else "")
+                + ": a ticket is needed to enroll one (`dexp tickets issue "
+                f"{view.experiment} --count 1`)"
+            )
+        try:
+            agent = Agent.enroll(
+                self.client, view, self.ticket, self.rng, reconcile_seconds=self.reconcile_seconds
+            )
+        except CoordinatorError as exc:
+            why = {
+                401: "the ticket is unknown, used, expired or another experiment's (or open "
+                "enrollment is off): ask for a new ticket",
+                403: "the experiment has its maximum of agents (DEXP_MAX_AGENTS), or this "
+                "address its maximum under open enrollment: use a ticket, or try later",
+            }.get(exc.status)
+            if why is None:
+                raise
+            raise EnrollmentRefused(f"enrollment refused ({exc}): {why}") from None
+        if state is not None:
+            state.save(view.experiment, view.created_at, agent.record)
+        return agent
+
+
+class DeviceAgent:
+    """One agent on a device. Build it with `enroll`; see the module docstring."""
+
+    def __init__(
+        self,
+        client: CoordinatorClient,
+        agent: Agent,
+        state: StateFile | None,
+        follower: GlobalSetFollower | None,
+        resumed: bool,
+    ) -> None:
+        self.client = client
+        self.agent = agent
+        self.state = state
+        self.follower = follower
+        self.resumed = resumed  # restored from the state file (no new enrollment)
+        self.gone = False  # the experiment was deleted, or deleted and created again
+        self.closed = False
+        self._lock = threading.RLock()
+
+    @classmethod
+    def enroll(
+        cls,
+        coordinator: str,
+        experiment: str,
+        ticket: str | None = None,
+        state_file: str | Path | None = None,
+        *,
+        seed: int | None = None,
+        follow: bool = True,
+        poll_seconds: float = 30.0,
+        reconcile_seconds: float = 300.0,
+        timeout: float = 10.0,
+        retry_max_seconds: float = 30.0,
+    ) -> DeviceAgent:
+        """The agent of `state_file` if it holds one of this experiment, else a new one enrolled
+        with `ticket` (a one-time ticket, `dexp tickets issue`; in development, the coordinator's
+        open-enrollment secret), saved there before anything else.
+
+        `coordinator`: its URL, or several comma-separated (failover). `seed`: the local
+        algorithm's randomness (None: fresh; a resumed agent should not replay its draws).
+        `follow`: follow the global set in a background thread (else only the replies to its
+        own requests, and `refresh`, tell it of changes). `poll_seconds`: the period of the
+        fallback polls while no event stream is open. `reconcile_seconds`: the mean period of the
+        check of its own votes (GET /v1/agents/me), which finds votes a failover lost even when
+        nothing else shows it. Requests are retried (capped back-off up to `retry_max_seconds`,
+        failover, Retry-After) until the coordinator answers; a refusal (4xx) is raised."""
+        client = CoordinatorClient(
+            coordinator, timeout=timeout, retry_max_seconds=retry_max_seconds
+        )
+        state = StateFile(state_file) if state_file is not None else None
+        follower: GlobalSetFollower | None = None
+        try:
+            if state is not None:
+                state.lock()
+            view = GlobalView.fetch(client, experiment)
+            start = _Start(
+                client, view, state, ticket, np.random.default_rng(seed), reconcile_seconds
+            )
+            agent = start.restore()
+            resumed = agent is not None
+            if agent is None:
+                agent = start.enroll()
+            if state is not None:
+                saved, created_at, record = state, view.created_at, agent.record
+                agent.persist = lambda: saved.save(experiment, created_at, record)
+            if follow:
+                follower = GlobalSetFollower(
+                    coordinator,
+                    experiment,
+                    poll_seconds=poll_seconds,
+                    retry_max_seconds=max(retry_max_seconds, 60.0),
+                    timeout=timeout,
+                ).start()
+            device = cls(client, agent, state, follower, resumed)
+            if resumed:
+                agent.resend_pending()  # decided before the restart, not seen acknowledged
+                agent.next_check = 0.0  # and the acknowledged ones checked at the first call
+            return device
+        except BaseException:
+            if follower is not None:
+                follower.close()
+            client.close()
+            if state is not None:
+                state.close()
+            raise
+
+    # -- what the application calls -----------------------------------------------------------
+    def choose(self) -> list[int]:
+        """The arms to play now (indices into `arms`): one, or each of the local set under
+        `every_arm`. Once the best arm is identified, that arm. ExperimentGone if the
+        experiment was deleted."""
+        with self._lock, self._gone_on_404():
+            self._catch_up()
+            arms = self.agent.choose()
+            self.agent.reconcile(time.monotonic())
+            return arms
+
+    def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
+        """The rewards of the arms `choose` gave, in the same order; the arms it voted against
+        (usually none). The rewards stay on the device."""
+        with self._lock, self._gone_on_404():
+            votes = self.agent.observe(arms, rewards)
+            self._catch_up()
+            return votes
+
+    def wait_for_change(self, timeout: float | None = None) -> bool:
+        """Wait until the follower learns of a change of the global set (True), or `timeout`
+        seconds pass (False): what an agent whose local set holds one arm can do meanwhile."""
+        if self.follower is None:
+            time.sleep(timeout or 0.0)
+            return False
+        return self.follower.wait(timeout)
+
+    def refresh(self) -> bool:
+        """Read the experiment's state now (a full GET); True if the global set changed."""
+        with self._lock:
+            return self.agent.view.refresh(self.client)
+
+    def close(self) -> None:
+        """Stop following, close the connections, release the state file. Votes decided and not
+        acknowledged are on record: the next start sends them."""
+        with self._lock:
+            self.closed = True
+            if self.follower is not None:
+                self.follower.close()
+            self.client.close()
+            if self.state is not None:
+                self.state.close()
+
+    def __enter__(self) -> DeviceAgent:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _gone_on_404(self) -> Iterator[None]:
+        """ExperimentGone before and after the block if the experiment is gone, and for a 404
+        within it (a vote or a read of a deleted experiment)."""
+        if self.gone:
+            raise ExperimentGone(f"experiment {self.experiment} was deleted")
+        try:
+            yield
+        except CoordinatorError as exc:
+            if exc.status != 404:
+                raise
+            self.gone = True
+        if self.gone:
+            raise ExperimentGone(f"experiment {self.experiment} was deleted")
+
+    def _catch_up(self) -> None:
+        """Apply the newest change the follower kept (if any) to the view (not once closed:
+        the properties then tell what was known at the close)."""
+        if self.closed:
+            return
+        change = self.follower.take() if self.follower is not None else None
+        view = self.agent.view
+        if change is not None and not self.gone:
+            if change.state is None:
+                self.gone = True
+            else:
+                try:
+                    view.follow(change.state, change.seq, self.client)
+                except CoordinatorError as exc:  # its read again found it gone
+                    if exc.status != 404:
+                        raise
+                    self.gone = True
+        if view.replaced:
+            self.gone = True
+
+    # -- what the application may read --------------------------------------------------------
+    @property
+    def experiment(self) -> str:
+        return self.agent.view.experiment
+
+    @property
+    def agent_id(self) -> str:
+        return self.agent.agent_id
+
+    @property
+    def arms(self) -> list[str]:
+        """The arms' names, by index."""
+        return list(self.agent.view.arms)
+
+    @property
+    def remaining(self) -> list[int]:
+        """The global set: the arms still in play, as far as this agent knows."""
+        with self._lock:
+            self._catch_up()
+            return sorted(self.agent.view.remaining)
+
+    @property
+    def epoch(self) -> int:
+        with self._lock:
+            self._catch_up()
+            return self.agent.view.epoch
+
+    @property
+    def status(self) -> str:
+        """exploring, identified (one arm left), tied (several left, none can reach the
+        threshold with the agents enrolled: the experiment has ended with them), or deleted."""
+        with self._lock:
+            self._catch_up()
+            return "deleted" if self.gone else self.agent.view.status
+
+    @property
+    def best_arm(self) -> int | None:
+        """The identified arm's index (None until then)."""
+        remaining = self.remaining
+        return remaining[0] if len(remaining) == 1 else None
+
+    @property
+    def done(self) -> bool:
+        """The experiment ended (identified, tied or deleted): nothing more to learn. A tie
+        reopens if more agents enroll: `status` then says exploring again."""
+        return self.status != "exploring"
+
+    @property
+    def settled(self) -> bool:
+        """Its local set holds one arm: it sends no more votes until the global set changes
+        (wait_for_change), though it may keep playing that arm."""
+        with self._lock:
+            return self.agent.local.done
+
+    @property
+    def votes_sent(self) -> int:
+        """Votes this object decided and sent (not those sent again)."""
+        return self.agent.votes_sent

