@@ -456,7 +456,10 @@ class ExperimentStore:
         status = self._known_status(exp, state)
         if status is None:
             full = state if voters else await self.get(exp, voters=True)
-            status = "tied" if self._decide_tie(exp, full) else "exploring"
+            # the second read may come after an elimination that left one arm: identified
+            status = self._known_status(exp, full) or (
+                "tied" if self._decide_tie(exp, full) else "exploring"
+            )
             if not voters:  # answer from the read the verdict came from
                 state = {k: v for k, v in full.items() if k not in ("voters", "settled")}
         state["status"] = status
