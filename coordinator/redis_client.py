@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
@@ -26,14 +26,20 @@ from redis.exceptions import RedisError
 log = logging.getLogger(__name__)
 
 AnyRedis = Redis | RedisCluster  # a single Redis, or a cluster (DEXP_REDIS_CLUSTER)
+MAX_CONNECTIONS = 256  # the store's Redis connections in one process (a command waits for one)
 
 
 def client(
-    url: str, cluster: bool = False, name: str | None = None, timeout: float | None = 3.0
+    url: str,
+    cluster: bool = False,
+    name: str | None = None,
+    timeout: float | None = 3.0,
+    bounded: bool = False,
 ) -> AnyRedis:
     """The client of DEXP_REDIS_URL, not connected yet; `name`: its connections' CLIENT SETNAME
     (what CLIENT LIST shows them as); `timeout` (DEXP_REDIS_TIMEOUT_SECONDS): how long a
-    connection or a command may take before it fails.
+    connection or a command may take before it fails; `bounded`: at most MAX_CONNECTIONS
+    connections, a command waiting for one (the store's client, which every request uses).
 
     A connection Redis dropped (restart, CLIENT KILL, idle timeout) is reconnected and the command
     sent again, a few times, instead of failing the request with a 500. Every script is safe to
@@ -57,7 +63,15 @@ def client(
         redis = RedisCluster.from_url(url, **options)
         _drop_keys_option(redis)
         return redis
-    return Redis.from_url(url, **options)
+    if not bounded:
+        return Redis.from_url(url, **options)
+    # A bounded pool that waits (for up to `timeout`) for a free connection: redis-py's default
+    # pool refuses the 101st concurrent command at once (MaxConnectionsError, a 503 for the
+    # request), far below DEXP_MAX_CONCURRENCY; a burst of votes now queues for a connection.
+    pool = BlockingConnectionPool.from_url(
+        url, max_connections=MAX_CONNECTIONS, timeout=timeout, **options
+    )
+    return Redis.from_pool(pool)  # closing the client closes its pool
 
 
 def _drop_keys_option(redis: RedisCluster) -> None:
@@ -83,7 +97,7 @@ async def connect(
     cluster: bool = False,
     timeout: float | None = 3.0,
 ) -> AnyRedis:
-    redis = client(url, cluster, timeout=timeout)
+    redis = client(url, cluster, timeout=timeout, bounded=True)
     for attempt in range(1, attempts + 1):
         try:
             await redis.ping()
