@@ -129,8 +129,9 @@ class EventStream(Response):
         prefix = self.retry  # goes with the first thing written
         while True:
             quiet = False
-            try:
-                await asyncio.wait_for(subscriber.wake.wait(), self.heartbeat)
+            try:  # asyncio.timeout, not wait_for: no task per wake-up (10,000 streams wake at once)
+                async with asyncio.timeout(self.heartbeat):
+                    await subscriber.wake.wait()
             except TimeoutError:
                 quiet = True
             subscriber.wake.clear()
@@ -150,10 +151,8 @@ class EventStream(Response):
             subscriber.up_to_date = False
             prefix = b""
             try:
-                await asyncio.wait_for(
-                    send({"type": "http.response.body", "body": chunk, "more_body": True}),
-                    2 * self.heartbeat,
-                )
+                async with asyncio.timeout(2 * self.heartbeat):
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except TimeoutError:
                 return False
             if subscriber.deleted:
