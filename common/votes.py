@@ -57,6 +57,7 @@ def reachable_votes(
     voters: Mapping[int, Collection[str]],
     settled: Collection[str],
     n_agents: int,
+    liars: int = 0,
 ) -> dict[int, int]:
     """For each remaining arm, the most distinct votes it can have in this epoch while no arm
     leaves: its voters, plus every agent that has not voted against it and can still vote.
@@ -64,15 +65,23 @@ def reachable_votes(
     An agent can still vote unless it has settled: it said so (`settled`), or it voted against
     every remaining arm but one. Agents that never voted count as able to (N = `n_agents` includes
     them). An arm's count is then (settled voters of the arm) + (agents not settled): the voters
-    that can still vote are among the agents not settled."""
+    that can still vote are among the agents not settled. A "settled" message is only a claim:
+    with a tolerance f (`liars`), up to f of the agents that only said so may be lying and vote
+    after all, so each arm can also get the votes of min(f, such agents that have not voted
+    against it)."""
     against: dict[str, set[int]] = {}
     for arm in remaining:
         for agent in voters.get(arm, ()):
             against.setdefault(agent, set()).add(arm)
-    done = set(settled) | {a for a, arms in against.items() if len(remaining) - len(arms) <= 1}
+    by_votes = {a for a, arms in against.items() if len(remaining) - len(arms) <= 1}
+    done = set(settled) | by_votes
+    claimed = set(settled) - by_votes  # done only by their word
     free = max(0, n_agents - len(done))
     return {
-        arm: free + sum(1 for agent in done if arm in against.get(agent, ())) for arm in remaining
+        arm: free
+        + sum(1 for agent in done if arm in against.get(agent, ()))
+        + min(liars, sum(1 for agent in claimed if arm not in against.get(agent, ())))
+        for arm in remaining
     }
 
 
@@ -82,12 +91,14 @@ def is_tied(
     settled: Collection[str],
     n_agents: int,
     threshold: int,
+    tolerance: int = 0,
 ) -> bool:
     """Several arms remain and none can reach the threshold any more: the experiment is tied.
-    What that certifies is `tie_certificate`'s sentence, no more."""
+    With a tolerance f, f agents' "settled" claims are not believed (`reachable_votes`): f liars
+    cannot decide a tie by claims alone. What a tie certifies is `tie_certificate`'s sentence."""
     if len(remaining) < 2:
         return False
-    reachable = reachable_votes(remaining, voters, settled, n_agents)
+    reachable = reachable_votes(remaining, voters, settled, n_agents, liars=tolerance)
     return all(count < threshold for count in reachable.values())
 
 
@@ -155,6 +166,8 @@ class GlobalState:
             self.ignored += 1
             return outcome
         self.voters[arm].add(agent)
+        # it votes: whatever it said, it has not settled (coordinator/lua/vote.lua does the same)
+        self.settled.discard(agent)
         if outcome is VoteOutcome.ELIMINATED:
             self.remaining.discard(arm)
             # A settled agent that did not vote against the arm may have held it: it restarts.

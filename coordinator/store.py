@@ -492,6 +492,7 @@ class ExperimentStore:
             full["settled"],
             full["agents"],
             full["threshold"],
+            tolerance=int(full["params"].get("tolerance", 0)),
         )
         self._remember(exp, full, tied)
         return tied

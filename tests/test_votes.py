@@ -168,14 +168,40 @@ def test_an_elimination_keeps_only_the_settled_agents_that_voted_against_the_arm
     so its flag goes; one that voted against it keeps its flag; voters that never said they
     settled do not become settled."""
     state = GlobalState(3, threshold=2)
+    state.vote("a", 1)  # an honest agent votes, then says it settled
     state.settle("a")
     state.settle("b")
     assert state.settled == {"a", "b"}
-    assert state.messages == 2  # a settled message is a message
-    state.vote("a", 1)
+    assert state.messages == 3  # a settled message is a message
     assert state.vote("c", 1) is V.ELIMINATED
     assert state.settled == {"a"}
     assert state.messages == 4
+
+
+def test_an_agent_that_votes_after_settling_is_no_longer_settled() -> None:
+    """ "Settled" is a claim that holds while the agent keeps still: a counted vote withdraws it,
+    so a settled agent that votes cannot keep a tie standing on its word."""
+    state = GlobalState(3, threshold=2)
+    state.settle("a")
+    state.vote("a", 0)
+    assert state.settled == set()
+    state.settle("b")
+    assert state.vote("b", 0) is V.ELIMINATED and state.settled == set()
+
+
+def test_f_settled_claims_do_not_decide_a_tie() -> None:
+    """The hardened-edge audit: under CE two agents said "settled" with no vote and the experiment
+    turned tied with every arm a candidate. With a tolerance f, f claims are not believed: each
+    arm can still get their votes; f + 1 claims (more than f can lie) are."""
+    remaining, voters, n = {0, 1, 2, 3}, {a: set() for a in range(4)}, 4
+    threshold = 3  # M + f with M = 2, f = 1
+    claims = {"x", "y"}
+    assert is_tied(remaining, voters, claims, n, threshold)  # believed: 2 agents left, < 3
+    assert not is_tied(remaining, voters, claims, n, threshold, tolerance=1)  # 1 may lie: 3
+    assert is_tied(remaining, voters, claims | {"z"}, n, threshold, tolerance=1)  # 1 + 1 < 3
+    # a claim backed by votes (voted against every remaining arm but one) is not a mere word
+    backed = {0: {"x"}, 1: {"x"}, 2: {"x"}, 3: set()}
+    assert reachable_votes(remaining, backed, {"x"}, n, liars=1) == {0: 4, 1: 4, 2: 4, 3: 3}
 
 
 def test_tied_follows_votes_and_settled_messages() -> None:

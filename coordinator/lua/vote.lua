@@ -50,6 +50,8 @@ if redis.call('SCARD', KEYS[2]) <= 1 then return ignored('last_arm') end
 if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then return ignored('duplicate') end
 
 redis.call('SADD', KEYS[3], ARGV[1])
+-- it votes: whatever it said, it has not settled (a settled claim counts only while it keeps still)
+redis.call('SREM', KEYS[7], ARGV[1])
 revise(KEYS[1])
 local votes = redis.call('SCARD', KEYS[3])
 if votes < threshold then

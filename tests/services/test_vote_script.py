@@ -7,6 +7,7 @@ session; the store is the coordinator's own, over redis.asyncio.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -577,5 +578,33 @@ def test_an_identification_between_the_two_reads_of_a_status_is_identified(
         state = await interleaved.get_with_status(EXP)
         assert interleaved.between is None, "the voter sets were not read: no interleaving"
         assert (state["remaining_arms"], state["status"]) == ([0], "identified")
+
+    run(clean_redis, body)
+
+
+def test_settled_claims_under_a_tolerance_and_a_vote_after_settling(clean_redis: str) -> None:
+    """The hardened-edge audit under CE: two agents said "settled" with no vote and the experiment
+    turned tied, every arm a candidate; a settled agent could still vote. Now, with f = 1, one
+    claim too many to believe is discounted (not tied), and an agent that votes after settling is
+    no longer settled (the Lua script and GlobalState alike)."""
+
+    async def body(store: ExperimentStore) -> None:
+        config = dataclasses.replace(ce_config_for_threshold(2, 4), tolerance=1)  # M + f = 3
+        await store.create(EXP, ["a", "b", "c", "d"], config)
+        x, y, z, _ = [await store.enroll(EXP) for _ in range(4)]
+        for agent in (x, y):
+            assert (await store.settle(EXP, agent.token, 0)).added
+        state = await store.get_with_status(EXP)
+        assert state["settled_agents"] == 2
+        # believed, the 2 claims would leave 2 agents that can vote: under 3, tied; f = 1 of
+        # them may lie, so every arm can still reach 3
+        assert state["status"] == "exploring"
+        assert (await store.settle(EXP, z.token, 0)).added  # 3 claims: at most 1 lies
+        assert (await store.get_with_status(EXP))["status"] == "tied"
+        # z votes after saying it settled: its claim is withdrawn, the tie reopens
+        assert (await store.vote(EXP, z.token, 0, 0)).counted
+        state = await store.get_with_status(EXP, voters=True)
+        assert sorted(state["settled"]) == sorted([x.agent_id, y.agent_id])
+        assert state["status"] == "exploring"
 
     run(clean_redis, body)
