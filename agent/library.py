@@ -286,8 +286,11 @@ class Agent:
         """DSER4: ask for a new epoch. The coordinator rate-limits agents' resets; refused (429),
         the agent neither retries nor waits: it resets its own statistics, as SER4 without the
         global reset would, and carries on."""
-        if self.client.reset(self.view.experiment, self.token, self.view.epoch) is not None:
+        result = self.client.reset(self.view.experiment, self.token, self.view.epoch)
+        if result is not None and not result.get("pending"):
             return True
+        if result is not None:  # counted; the reset waits for f + 1 agents: local reset only
+            return False
         self.resets_limited += 1
         log.info(
             "reset agent=%s epoch=%d rate-limited: local statistics reset only",

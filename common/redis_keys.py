@@ -146,6 +146,12 @@ def reset_rate(exp: str) -> str:
     return f"{PREFIX}:{{{exp}}}:reset-rate"
 
 
+def reset_requests(exp: str) -> str:
+    """Sorted set: agent id -> unix ms of its reset request in this epoch, kept while fewer than
+    f + 1 distinct agents asked within the window (a tolerance f > 0; cleared by each reset)."""
+    return f"{PREFIX}:{{{exp}}}:reset-requests"
+
+
 def resets(exp: str) -> str:
     """Hash: agent id -> resets of the experiment it made; '<agent id>:last' -> time of the last
     one (unix ms). What the admin reads to see who resets."""

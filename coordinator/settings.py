@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     reset_burst: int = Field(1, ge=1)
     experiment_reset_rate: float = Field(1.0, ge=0)  # resets per second per experiment
     experiment_reset_burst: int = Field(3, ge=1)
+    # With a tolerance f > 0, a DSER4 reset needs f + 1 distinct agents' requests within this
+    # window (f liars must not reset alone); with f = 0 any agent's request resets, as the papers'.
+    reset_quorum_seconds: float = Field(60.0, gt=0, le=86_400)
     # The HTTP edge (coordinator/server.py, coordinator/edges.py).
     trusted_proxies: str = ""  # comma-separated addresses whose X-Forwarded-For is believed
     max_body_bytes: int = Field(65_536, ge=1024)  # larger bodies: 413, before any parsing

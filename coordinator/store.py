@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
@@ -101,6 +101,8 @@ class Limits:
     reset_burst: int = 1
     experiment_reset_rate: float = 0.0  # agents' DSER4 resets, per experiment
     experiment_reset_burst: int = 1
+    # with a tolerance f, f + 1 distinct agents' reset requests within this window make a reset
+    reset_quorum_seconds: float = 60.0
 
     @classmethod
     def of(cls, settings: Any) -> Limits:
@@ -116,7 +118,20 @@ class Limits:
             reset_burst=settings.reset_burst,
             experiment_reset_rate=settings.experiment_reset_rate,
             experiment_reset_burst=settings.experiment_reset_burst,
+            reset_quorum_seconds=settings.reset_quorum_seconds,
         )
+
+
+class ResetOutcome(NamedTuple):
+    """What a reset request did: `reset` (a new epoch began), the version and epoch now, and
+    under a tolerance f whether it is `pending` (fewer than f + 1 agents asked in the window) with
+    the `requests` counted so far."""
+
+    reset: bool
+    version: int
+    epoch: int
+    pending: bool = False
+    requests: int = 0
 
 
 @dataclass(frozen=True)
@@ -757,9 +772,13 @@ class ExperimentStore:
             sorted(int(_s(a)) for a in reply[4]),
         )
 
-    async def reset(self, exp: str, epoch: int | None, agent: str = "") -> tuple[bool, int, int]:
-        """A new epoch. By an agent (DSER4): only if still in `epoch`, and rate-limited per agent
-        and per experiment (RateLimited); by the admin (`agent` ''): unconditional, unlimited."""
+    async def reset(
+        self, exp: str, epoch: int | None, agent: str = "", quorum: int = 1
+    ) -> ResetOutcome:
+        """A new epoch. By an agent (DSER4): only if still in `epoch`, rate-limited per agent and
+        per experiment (RateLimited), and with a tolerance f (`quorum` f + 1) only once f + 1
+        distinct agents asked within DEXP_RESET_QUORUM_SECONDS (else `pending`); by the admin
+        (`agent` ''): unconditional, unlimited."""
         meta = await self._meta(exp)
         n_arms = int(meta["n_arms"])
         limits = self.limits
@@ -771,6 +790,7 @@ class ExperimentStore:
                 keys.reset_rate(exp),
                 keys.resets(exp),
                 keys.settled(exp),
+                keys.reset_requests(exp),
                 *[keys.voters(exp, arm) for arm in range(n_arms)],
             ],
             args=[
@@ -781,6 +801,8 @@ class ExperimentStore:
                 repr(float(limits.experiment_reset_rate)),
                 limits.experiment_reset_burst,
                 keys.changes(exp),
+                quorum,
+                int(limits.reset_quorum_seconds * 1000),
             ],
         )
         code = int(reply[0])
@@ -797,7 +819,7 @@ class ExperimentStore:
         if code == 1:
             self.on_change(exp)
             await self.redis.publish(keys.events(exp), int(reply[1]))
-        return bool(code), int(reply[1]), int(reply[2])
+        return ResetOutcome(code == 1, int(reply[1]), int(reply[2]), code == 2, int(reply[3]))
 
 
 def _tie_key(state: dict[str, Any]) -> tuple[int, ...]:

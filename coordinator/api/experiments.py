@@ -381,9 +381,16 @@ class ResetRequest(BaseModel):
 
 
 class ResetResult(BaseModel):
-    reset: bool
+    reset: bool = Field(description="a new epoch began")
     version: int
     epoch: int
+    pending: bool = Field(
+        False,
+        description="with a tolerance f > 0: the request is counted, and the reset waits for f + 1 "
+        "distinct agents' requests within DEXP_RESET_QUORUM_SECONDS",
+    )
+    requests: int = Field(0, description="distinct agents' requests counted in the window")
+    needed: int = Field(1, description="requests that make a reset: f + 1")
 
 
 def warnings_of(state: dict[str, Any]) -> list[str]:
@@ -662,7 +669,9 @@ async def reset_experiment(
 ) -> ResetResult:
     """Admin token: unconditional reset. Agent token (DSER4 only): reset if still in `epoch`,
     at most DEXP_RESET_RATE per second per agent and DEXP_EXPERIMENT_RESET_RATE per experiment;
-    each agent's resets are recorded for the admin (GET .../agents)."""
+    with a tolerance f > 0, only once f + 1 distinct agents asked within
+    DEXP_RESET_QUORUM_SECONDS (`pending` until then: f liars cannot reset alone); each agent's
+    resets are recorded for the admin (GET .../agents)."""
     token = bearer_token(credentials)
     epoch = body.epoch if body else None
     agent = ""
@@ -674,13 +683,22 @@ async def reset_experiment(
         if epoch is None:
             raise Invalid("epoch: an agent's reset must name the epoch it is in")
     by = "agent" if agent else "admin"
+    quorum = config.tolerance + 1 if agent else 1
     try:
-        done, version, new_epoch = await store.reset(experiment, epoch, agent)
+        outcome = await store.reset(experiment, epoch, agent, quorum=quorum)
     except RateLimited:
         RESETS.labels(by=by, outcome="rate_limited").inc()
         raise
-    RESETS.labels(by=by, outcome="applied" if done else "stale").inc()
-    return ResetResult(reset=done, version=version, epoch=new_epoch)
+    label = "applied" if outcome.reset else "pending" if outcome.pending else "stale"
+    RESETS.labels(by=by, outcome=label).inc()
+    return ResetResult(
+        reset=outcome.reset,
+        version=outcome.version,
+        epoch=outcome.epoch,
+        pending=outcome.pending,
+        requests=outcome.requests,
+        needed=quorum,
+    )
 
 
 @router.delete(

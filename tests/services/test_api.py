@@ -489,12 +489,22 @@ def test_only_a_ser4_experiment_accepts_an_agent_reset(
 
     done = reset(client, "dser4", a.headers, epoch=0)
     assert done.status_code == 200
-    assert done.json() == {"reset": True, "version": 1, "epoch": 1}
+    assert done.json() == {
+        "reset": True,
+        "version": 1,
+        "epoch": 1,
+        "pending": False,
+        "requests": 1,
+        "needed": 1,
+    }
     # the second agent answering the same reset makes no new epoch
     assert reset(client, "dser4", b.headers, epoch=0).json() == {
         "reset": False,
         "version": 1,
         "epoch": 1,
+        "pending": False,
+        "requests": 0,
+        "needed": 1,
     }
     state = client.get("/v1/experiments/dser4").json()
     assert state["votes"] == [0, 0, 0] and state["epoch"] == 1

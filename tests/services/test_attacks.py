@@ -273,6 +273,43 @@ def test_an_agent_reads_its_own_votes_and_nobody_elses(client: httpx.Client) -> 
 
 
 # -- resets -------------------------------------------------------------------------------------
+def test_with_a_tolerance_one_dser4_agent_cannot_reset_alone(
+    client: httpx.Client, clean_redis: str
+) -> None:
+    """Before: one agent's resets were accepted at t = 0, 10.1 and 20.2 s, each clearing every
+    vote (the per-experiment limit does not help), so a DSER4 experiment never ended. With a
+    tolerance f = 1 its request is counted and `pending`: the honest votes stay; a second agent's
+    request (f + 1 within DEXP_RESET_QUORUM_SECONDS) makes the reset."""
+    create_experiment(
+        client, id="rq", arms=ARMS, subroutine="ser4", phi=0.01, tolerance=1, delta=0.25, eta=0.5
+    )
+    liar, honest, other = enroll_agents(client, "rq", 3)
+    vote = client.post(
+        "/v1/experiments/rq/votes", json={"arm": 2, "epoch": 0}, headers=honest.headers
+    )
+    assert vote.json()["counted"]
+    alone = client.post("/v1/experiments/rq/reset", json={"epoch": 0}, headers=liar.headers)
+    assert alone.status_code == 200, alone.text
+    assert alone.json() == {
+        "reset": False,
+        "version": 0,
+        "epoch": 0,
+        "pending": True,
+        "requests": 1,
+        "needed": 2,
+    }
+    state = client.get("/v1/experiments/rq").json()
+    assert (state["epoch"], state["votes"][2]) == (0, 1)  # nothing cleared
+    again = client.post("/v1/experiments/rq/reset", json={"epoch": 0}, headers=liar.headers)
+    assert again.status_code == 429  # its own rate limit, and still one request if it were not
+    second = client.post("/v1/experiments/rq/reset", json={"epoch": 0}, headers=other.headers)
+    assert (second.json()["reset"], second.json()["epoch"], second.json()["requests"]) == (
+        True,
+        1,
+        2,
+    )
+
+
 def test_a_dser4_agent_cannot_flood_resets(
     client: httpx.Client, clean_redis: str, redis_state: RedisState
 ) -> None:
@@ -293,7 +330,14 @@ def test_a_dser4_agent_cannot_flood_resets(
     try:
         refill = now() + 1 / settings.reset_rate  # no second reset of the attacker before
         first = client.post("/v1/experiments/rs/reset", json={"epoch": 0}, headers=attacker.headers)
-        assert first.json() == {"reset": True, "version": 1, "epoch": 1}
+        assert first.json() | {"requests": 1} == {
+            "reset": True,
+            "version": 1,
+            "epoch": 1,
+            "pending": False,
+            "requests": 1,
+            "needed": 1,
+        }
         vote = client.post(
             "/v1/experiments/rs/votes", json={"arm": 1, "epoch": 1}, headers=honest.headers
         )

@@ -157,7 +157,7 @@ def test_a_vote_on_an_eliminated_arm_is_a_message_and_changes_nothing(clean_redi
 def test_a_stale_epoch_is_ignored(clean_redis: str) -> None:
     async def body(store: ExperimentStore) -> None:
         a, b = await setup(store, threshold=2, n_agents=2)
-        assert await store.reset(EXP, 0) == (True, 1, 1)
+        assert (await store.reset(EXP, 0))[:3] == (True, 1, 1)
         stale = await store.vote(EXP, a.token, 0, 0)
         assert (stale.outcome, stale.counted, stale.epoch, stale.version) == (
             "stale_epoch",
@@ -187,7 +187,7 @@ def test_reset_clears_votes_restores_arms_and_is_conditional_on_the_epoch(
         state = await store.get(EXP, voters=True)
         assert (state["remaining_arms"], state["votes"], state["version"]) == ([1, 2], [2, 1, 0], 1)
 
-        assert await store.reset(EXP, 0) == (True, 2, 1)
+        assert (await store.reset(EXP, 0))[:3] == (True, 2, 1)
         state = await store.get(EXP, voters=True)
         assert state["remaining_arms"] == [0, 1, 2]
         assert state["votes"] == [0, 0, 0]
@@ -197,12 +197,12 @@ def test_reset_clears_votes_restores_arms_and_is_conditional_on_the_epoch(
         assert (state["messages"], state["ignored_messages"]) == (3, 0)  # messages are history
 
         # a second agent answering the same epoch-0 reset makes no second epoch
-        assert await store.reset(EXP, 0) == (False, 2, 1)
+        assert (await store.reset(EXP, 0))[:3] == (False, 2, 1)
         # the same agent may vote against the same arm again in the new epoch
         assert (await store.vote(EXP, a.token, 0, 1)).outcome == VoteOutcome.COUNTED
         assert (await store.vote(EXP, b.token, 0, 1)).outcome == VoteOutcome.ELIMINATED
         # the administrative reset is unconditional
-        assert await store.reset(EXP, None) == (True, 4, 2)
+        assert (await store.reset(EXP, None))[:3] == (True, 4, 2)
         assert (await store.get(EXP, voters=True))["remaining_arms"] == [0, 1, 2]
 
     run(clean_redis, body)
@@ -515,7 +515,7 @@ def test_a_reset_clears_the_settled_agents_and_a_stale_settled_message_is_ignore
         again = await store.settle(EXP, a.token, 0)
         assert (again.outcome, again.added) == ("settled", False)
         assert (await store.get(EXP, voters=True))["settled"] == [a.agent_id]
-        assert await store.reset(EXP, None) == (True, 1, 1)
+        assert (await store.reset(EXP, None))[:3] == (True, 1, 1)
         state = await store.get(EXP, voters=True)
         assert state["settled"] == [] and state["settled_agents"] == 0
         stale = await store.settle(EXP, b.token, 0)
@@ -606,5 +606,53 @@ def test_settled_claims_under_a_tolerance_and_a_vote_after_settling(clean_redis:
         state = await store.get_with_status(EXP, voters=True)
         assert sorted(state["settled"]) == sorted([x.agent_id, y.agent_id])
         assert state["status"] == "exploring"
+
+
+def test_with_a_tolerance_one_agent_cannot_reset_a_dser4_experiment_alone(
+    clean_redis: str,
+) -> None:
+    """The hardened-edge audit: one agent's resets were accepted at t = 0, 10.1 and 20.2 s, each
+    clearing every vote, and the experiment never ended. With f = 0 any agent's request resets
+    (the papers' DSER4); with a tolerance f, f + 1 distinct agents must ask within the window:
+    one agent asking again and again stays pending and clears nothing."""
+
+    async def body(store: ExperimentStore) -> None:
+        config = dataclasses.replace(
+            config_for_threshold(2, subroutine="ser4", phi=0.1), tolerance=1
+        )
+        await store.create(EXP, ["a", "b", "c"], config)
+        x, y, z = [await store.enroll(EXP) for _ in range(3)]
+        assert (await store.vote(EXP, z.token, 2, 0)).counted
+        for _ in range(3):  # the same agent, again and again: one request
+            outcome = await store.reset(EXP, 0, x.agent_id, quorum=2)
+            assert (outcome.reset, outcome.pending, outcome.requests) == (False, True, 1)
+        state = await store.get(EXP)
+        assert (state["epoch"], state["votes"]) == (0, [0, 0, 1])  # nothing cleared
+        outcome = await store.reset(EXP, 0, y.agent_id, quorum=2)  # a second agent: f + 1
+        assert (outcome.reset, outcome.epoch, outcome.requests) == (True, 1, 2)
+        state = await store.get(EXP)
+        assert (state["epoch"], state["votes"]) == (1, [0, 0, 0])
+        # the requests were cleared with the epoch: the next reset needs two agents again
+        assert (await store.reset(EXP, 1, y.agent_id, quorum=2)).pending
+        # without a tolerance (quorum 1) one agent's request resets at once
+        assert (await store.reset(EXP, 1, x.agent_id, quorum=1)).reset
+
+    run(clean_redis, body)
+
+
+def test_reset_requests_count_only_within_their_window(clean_redis: str) -> None:
+    async def body(store: ExperimentStore) -> None:
+        config = dataclasses.replace(
+            config_for_threshold(2, subroutine="ser4", phi=0.1), tolerance=1
+        )
+        await store.create(EXP, ["a", "b"], config)
+        x, y = [await store.enroll(EXP) for _ in range(2)]
+        await store.reset(EXP, 0, x.agent_id, quorum=2)
+        # the window is 60 s in the settings; here it is 1 ms, and more than 1 ms goes by:
+        # x's request has expired when y asks, so y alone makes no reset
+        store.limits = dataclasses.replace(store.limits, reset_quorum_seconds=0.001)
+        await asyncio.sleep(0.01)
+        outcome = await store.reset(EXP, 0, y.agent_id, quorum=2)
+        assert (outcome.reset, outcome.pending, outcome.requests) == (False, True, 1)
 
     run(clean_redis, body)
