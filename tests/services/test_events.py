@@ -34,12 +34,22 @@ from .helpers import (
     create_experiment,
     enroll_agents,
     open_store,
+    redis_server,
 )
 from .sse import DEADLINE, Stream, event_order, wait_until
 
 HEARTBEAT = 0.2  # seconds: short, so that a test sees heartbeats soon; waits are for conditions
 M3 = {"delta": 0.2, "eta": 0.5}  # threshold M = 3
 ARMS = ["A", "B", "C"]
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    """A Redis of this module's own: the tests count the hub's connections in CLIENT LIST, where
+    the session's Redis also shows other coordinators' (the session's, which other modules
+    stream from)."""
+    with redis_server() as own:
+        yield own.url
 
 
 @pytest.fixture(scope="module")
