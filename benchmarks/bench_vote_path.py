@@ -53,7 +53,7 @@ import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-ADMIN = "bench-admin-token"
+ADMIN = "bench-Wq7Zt2mXx9KpV4cNb8LsR3e"  # random-looking: production refuses a guessable one
 SECRET = "bench-enrollment-secret"
 EXPERIMENT = "bench"
 

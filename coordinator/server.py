@@ -99,11 +99,21 @@ class Stream(StreamHandle):
         self.protocol = protocol
         self.stop = stop
         protocol.streams[protocol] = self
+        task = asyncio.current_task()
+        if task is not None:  # a lost stream leaves the task count when its task is done
+            task.add_done_callback(self.done)
 
     def release(self) -> None:
+        """The stream ended on a live connection: it counts as an ordinary one again. (On a lost
+        one its task is still unwinding: `done` takes it out once the task ends.)"""
         if self.protocol.streams.get(self.protocol) is self:
             del self.protocol.streams[self.protocol]
-        self.protocol.unwinding.pop(self.protocol, None)
+
+    def done(self, _: object) -> None:
+        if self.protocol.streams.get(self.protocol) is self:
+            del self.protocol.streams[self.protocol]
+        if self.protocol.unwinding.get(self.protocol) is self:
+            del self.protocol.unwinding[self.protocol]
 
     def abort(self) -> None:
         self.protocol.transport.abort()
