@@ -202,14 +202,26 @@ class Hub:
             SUBSCRIBERS.dec()
 
     # -- subscriptions ----------------------------------------------------------------------
-    async def join(self, exp: str, subscriber: Subscriber) -> None:
+    async def join(self, exp: str, subscriber: Subscriber, created_at: int | None = None) -> None:
         """Add `subscriber` to the experiment's topic, subscribing to its channel if it is the
         first; it is offered the latest state the topic knows (if any: else the first read,
-        which follows the subscription's confirmation, brings it)."""
+        which follows the subscription's confirmation, brings it). `created_at`: of the
+        experiment the subscriber asked for; a topic of an earlier experiment under the same id
+        (deleted, or lost with a flushed Redis, and created again before any read of the topic
+        saw it) ends with `deleted` for its subscribers, and a new topic begins."""
         topic = self.topics.get(exp)
+        if (
+            topic is not None
+            and created_at is not None
+            and topic.created_at is not None
+            and topic.created_at != created_at
+        ):
+            self._deleted(topic)
+            topic = None
         subscriber.topic = topic
         if topic is None:
             topic = subscriber.topic = self.topics[exp] = Topic(exp)
+            topic.created_at = created_at
             TOPICS.set(len(self.topics))
             topic.subscribers.add(subscriber)
             await self._subscribe(exp)

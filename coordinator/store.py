@@ -245,6 +245,12 @@ class ExperimentStore:
     async def exists(self, exp: str) -> bool:
         return bool(await self.redis.exists(keys.meta(exp)))
 
+    async def created_at(self, exp: str) -> int | None:
+        """When `exp` was created (unix ms; an experiment deleted and created again under the
+        same id is another one), or None if it does not exist."""
+        value = await self.redis.hget(keys.meta(exp), "created_at")
+        return None if value is None else int(value)
+
     async def ids(self, after: str = "", limit: int = 50) -> list[str]:
         """Experiment ids in order, after `after`: one page of at most `limit`."""
         low = f"({after}" if after else "-"

@@ -75,6 +75,7 @@ class EventStream(Response):
         self,
         hub: Hub,
         experiment: str,
+        created_at: int,
         client: str,
         last_event_id: str | None,
         heartbeat: float,
@@ -83,6 +84,7 @@ class EventStream(Response):
         super().__init__(status_code=200)
         self.hub = hub
         self.experiment = experiment
+        self.created_at = created_at
         self.client = client
         self.subscriber = Subscriber(last_event_id)
         self.heartbeat = heartbeat
@@ -104,7 +106,7 @@ class EventStream(Response):
         await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
         watcher = asyncio.create_task(self.watch(receive))
         try:
-            await self.hub.join(self.experiment, subscriber)
+            await self.hub.join(self.experiment, subscriber, self.created_at)
             if await self.write_events(send):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             else:
@@ -200,11 +202,13 @@ async def events(
     heartbeats. A client that reconnects with Last-Event-ID gets the current state, unless it has
     it. `event: deleted`, then the end, when the experiment is deleted. Streams have bounds of
     their own (per process, and per client address), separate from the connection limit."""
-    if not await store.exists(experiment):
+    created_at = await store.created_at(experiment)
+    if created_at is None:
         raise NotFound(f"experiment {experiment!r} does not exist")
     return EventStream(
         request.app.state.hub,
         experiment,
+        created_at,
         request.client.host if request.client else "",
         last_event_id,
         settings.sse_heartbeat_seconds,

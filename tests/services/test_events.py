@@ -211,6 +211,35 @@ def test_a_deletion_ends_the_stream_and_a_missing_experiment_is_404(
         }
 
 
+def test_a_new_stream_never_gets_a_lost_experiments_state(
+    url: str, http: httpx.Client, redis_url: str
+) -> None:
+    """Redis is flushed (a failover to an empty replica, an operator's FLUSHALL) while a stream
+    is open, and the experiment is created again under the same id, with other arms: nothing is
+    published, so the hub still holds the lost one's state. A new stream gets the new experiment's
+    state first, never the lost one's and never `deleted`; the old stream ends with `deleted`."""
+    create_experiment(http, id="reborn", arms=ARMS, **M3)
+    agents = enroll_agents(http, "reborn", 3)
+    with Stream(url, "/v1/experiments/reborn/events") as old:
+        old.next_event()
+        for agent in agents:
+            vote(http, "reborn", agent, 2)
+        assert old.next_event().json()["remaining_arms"] == [0, 1]
+        flusher = redis.Redis.from_url(redis_url)
+        try:
+            flusher.flushall()
+        finally:
+            flusher.close()
+        create_experiment(http, id="reborn", arms=["X", "Y", "Z", "W"], **M3)
+        with Stream(url, "/v1/experiments/reborn/events") as new:
+            first = new.next_event()
+            assert (first.event, first.json()) == (
+                "state",
+                state("reborn", 0, 0, "exploring", [0, 1, 2, 3]),
+            )
+        assert [b.event for b in old.ended() if b.is_event] == ["deleted"]
+
+
 def test_one_subscription_per_experiment_whatever_the_number_of_clients(
     url: str, http: httpx.Client, redis_url: str
 ) -> None:
