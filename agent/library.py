@@ -80,6 +80,7 @@ class GlobalView:
     remaining: frozenset[int] = field(default_factory=frozenset)
     version: int = -1
     epoch: int = 0
+    epoch_started_at: int | None = None  # when this epoch began: its identity with its number
     created_at: int = 0
     status: str = "exploring"  # exploring | identified | tied, as the last state read said
     # The public vote count of each arm in the last state read (empty if the coordinator sent
@@ -138,6 +139,15 @@ class GlobalView:
         changed = (epoch, version) != (self.epoch, self.version) or remaining != self.remaining
         if epoch != self.epoch:
             self.counts = {}  # another epoch's counts say nothing of this one's
+        started = state.get("epoch_started_at")
+        started = None if started is None else int(started)
+        known = self.epoch_started_at
+        if epoch == self.epoch and started is not None and known is not None and started != known:
+            # the same number, another epoch: the one this view knew was lost with a failover
+            self.counts = {}
+            self.note_loss(f"epoch {epoch} began again (a failover lost the one that began first)")
+        if started is not None or epoch != self.epoch:  # (a state without it: the same epoch)
+            self.epoch_started_at = started
         self.epoch, self.version, self.remaining = epoch, version, remaining
         # One arm left is the identification, whatever `status` says: a coordinator whose status
         # came from a tie check (store.get_with_status's second read) has sent "exploring" so.
@@ -188,6 +198,8 @@ class GlobalView:
         if at < (self.epoch, self.version):
             return self.refresh(client)
         same = frozenset(int(a) for a in state["remaining_arms"]) == self.remaining
+        started = state.get("epoch_started_at")
+        same = same and (started is None or int(started) == self.epoch_started_at)
         if at == (self.epoch, self.version) and same and "created_at" not in state:
             return False  # nothing new (an event's data carries no vote counts to take)
         return self.update(state, seq)
@@ -299,7 +311,21 @@ class Agent:
         )
         return False
 
+    def _forget_lost_epoch(self) -> None:
+        """Votes of an epoch a failover lost, whose number the coordinator's current epoch has
+        taken again, are not this epoch's: forgotten, never sent again."""
+        if self.record.forget_lost_epoch(self.view.epoch, self.view.epoch_started_at):
+            log.warning(
+                "agent=%s: its votes of a lost epoch %d are dropped (a failover lost that epoch)",
+                self.agent_id,
+                self.view.epoch,
+            )
+            self.local.voted = set()
+            self.local.voted.update(self.record.decided(self.view.epoch))
+            self.persist()
+
     def _sync(self) -> None:
+        self._forget_lost_epoch()
         epoch = self.local.epoch
         votes = self.local.sync(self.view.remaining, self.view.epoch)
         if self.local.epoch != epoch:  # a new epoch (or one a failover brought back)
@@ -352,6 +378,8 @@ class Agent:
     def _send(self, votes: list[int]) -> None:
         for arm in votes:
             epoch = self.view.epoch
+            if self.view.epoch_started_at is not None:
+                self.record.epoch_starts.setdefault(epoch, self.view.epoch_started_at)
             self.record.pending.append((arm, epoch))
             self.persist()  # decided: a crash from here on re-sends it, never decides it again
             self._deliver(arm, epoch, "decided")
@@ -359,7 +387,8 @@ class Agent:
 
     def _deliver(self, arm: int, epoch: int, kind: str) -> None:
         """Send one vote (retried until the coordinator answers) and record its acknowledgement."""
-        reply = self.client.vote(self.view.experiment, self.token, arm, epoch)
+        started = self.record.epoch_starts.get(epoch)
+        reply = self.client.vote(self.view.experiment, self.token, arm, epoch, started)
         outcome = str(reply["outcome"])
         record = self.record
         record.pending = [p for p in record.pending if p != (arm, epoch)]
@@ -387,6 +416,7 @@ class Agent:
         """After a restart: send again the votes decided but not known to be acknowledged (the
         coordinator may or may not have them; a second copy is harmless). Pending votes of another
         epoch are dropped: the coordinator would ignore them."""
+        self._forget_lost_epoch()
         sent = 0
         for arm, epoch in list(self.record.pending):
             if epoch == self.view.epoch:
@@ -464,6 +494,7 @@ class Agent:
             view.refresh(self.client)  # the view is behind (or ahead of) what `me` describes
             if view.epoch != int(me["epoch"]):
                 return 0  # another epoch meanwhile: these votes no longer count
+        self._forget_lost_epoch()
         voted_against = {int(arm) for arm in me["voted_against"]}
         for v in self.record.acknowledged:  # present: the count to watch is the current one
             if v.epoch == view.epoch and v.arm in voted_against and v.arm < len(view.votes):

@@ -57,6 +57,26 @@ class AgentRecord:
     token: str
     acknowledged: list[Acknowledged] = field(default_factory=list)
     pending: list[tuple[int, int]] = field(default_factory=list)  # (arm, epoch), sent or about to
+    # epoch -> when it began (unix ms, the coordinator's epoch_started_at), for the epochs of the
+    # votes above: an epoch's identity with its number (a failover may lose an epoch, and a later
+    # one take its number)
+    epoch_starts: dict[int, int] = field(default_factory=dict)
+
+    def forget_lost_epoch(self, epoch: int, started: int | None) -> bool:
+        """The coordinator's epoch `epoch` began at `started`: if this agent's votes of an epoch of
+        that number belong to another start (an epoch a failover lost), they are forgotten (never
+        sent again, never counted as decided); True if any were."""
+        if started is None:
+            return False
+        known = self.epoch_starts.get(epoch)
+        self.epoch_starts = {
+            e: s for e, s in self.epoch_starts.items() if e >= epoch - 1 and e != epoch
+        } | {epoch: started}
+        if known is None or known == started:
+            return False
+        self.acknowledged = [v for v in self.acknowledged if v.epoch != epoch]
+        self.pending = [p for p in self.pending if p[1] != epoch]
+        return True
 
     def decided(self, epoch: int) -> set[int]:
         """Arms this agent decided against in `epoch`: it never decides on them again."""
@@ -70,6 +90,7 @@ class AgentRecord:
             "token": self.token,
             "acknowledged": [[v.arm, v.epoch, v.outcome] for v in self.acknowledged],
             "pending": [list(p) for p in self.pending],
+            "epoch_starts": {str(e): s for e, s in self.epoch_starts.items()},
         }
 
     @classmethod
@@ -79,6 +100,7 @@ class AgentRecord:
             str(data["token"]),
             [Acknowledged(int(a), int(e), str(o)) for a, e, o in data.get("acknowledged", [])],
             [(int(a), int(e)) for a, e in data.get("pending", [])],
+            {int(e): int(s) for e, s in data.get("epoch_starts", {}).items()},
         )
 
 

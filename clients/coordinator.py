@@ -355,12 +355,16 @@ class CoordinatorClient:
         result: dict[str, Any] = self.request("GET", "/v1/agents/me", token=token)
         return result
 
-    def vote(self, experiment: str, token: str, arm: int, epoch: int) -> dict[str, Any]:
+    def vote(
+        self, experiment: str, token: str, arm: int, epoch: int, started: int | None = None
+    ) -> dict[str, Any]:
+        """One vote; `started`: when its epoch began (the coordinator refuses a vote of another
+        epoch of the same number, one a failover lost, as stale_epoch)."""
+        body: dict[str, int] = {"arm": arm, "epoch": epoch}
+        if started is not None:
+            body["epoch_started_at"] = started
         result: dict[str, Any] = self.request(
-            "POST",
-            f"/v1/experiments/{experiment}/votes",
-            token=token,
-            json={"arm": arm, "epoch": epoch},
+            "POST", f"/v1/experiments/{experiment}/votes", token=token, json=body
         )
         return result
 

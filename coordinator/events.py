@@ -91,6 +91,7 @@ def public_state(exp: str, state: dict[str, Any]) -> bytes:
         "experiment": exp,
         "version": state["version"],
         "epoch": state["epoch"],
+        "epoch_started_at": state["epoch_started_at"],
         "status": status,
         "remaining_arms": remaining,
         "candidates": remaining if status == "tied" else [],

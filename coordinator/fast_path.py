@@ -28,19 +28,23 @@ VOTE_PATH = re.compile(r"/v1/experiments/([A-Za-z0-9_-]{1,64})/votes")
 MAX_BODY = 1024  # a vote is ~20 bytes; anything longer takes the ordinary route
 
 
-def plain_vote(body: bytes) -> tuple[int, int] | None:
-    """(arm, epoch) if `body` is a JSON object VoteCreate accepts as is, else None."""
+def plain_vote(body: bytes) -> tuple[int, int, int | None] | None:
+    """(arm, epoch, epoch_started_at or None) if `body` is a JSON object VoteCreate accepts as
+    is, else None."""
     try:
         data = json.loads(body)
     except ValueError:
         return None
-    if type(data) is not dict or not data.keys() <= {"arm", "epoch"}:
+    if type(data) is not dict or not data.keys() <= {"arm", "epoch", "epoch_started_at"}:
         return None
     arm, epoch = data.get("arm"), data.get("epoch", 0)
+    started = data.get("epoch_started_at")
     # type() is: StrictInt refuses bool (a subclass of int) and floats like 1.0
     if type(arm) is not int or type(epoch) is not int or arm < 0 or epoch < 0:
         return None
-    return arm, epoch
+    if started is not None and (type(started) is not int or not 0 <= started <= 2**53):
+        return None
+    return arm, epoch, started
 
 
 def bearer(value: bytes) -> str | None:
@@ -93,9 +97,7 @@ class VoteFastPath:
             return await self.app(scope, replay(body, receive), send)
 
         try:
-            reply = await vote_reply(
-                scope["app"].state.store, match.group(1), token, vote[0], vote[1]
-            )
+            reply = await vote_reply(scope["app"].state.store, match.group(1), token, *vote)
         except CoordinatorError as exc:  # as app.py's handler answers it
             return await send_problem(send, exc.status, exc.message, exc.headers())
         except RedisError as exc:  # as app.py's handler answers it: 503, retry later

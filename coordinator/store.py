@@ -696,8 +696,11 @@ class ExperimentStore:
         ]
 
     # -- votes ------------------------------------------------------------------------------
-    async def vote(self, exp: str, token: str, arm: int, epoch: int) -> VoteResult:
-        """Apply the vote of the agent whose bearer token is `token`: one round trip to Redis."""
+    async def vote(
+        self, exp: str, token: str, arm: int, epoch: int, epoch_started_at: int | None = None
+    ) -> VoteResult:
+        """Apply the vote of the agent whose bearer token is `token`: one round trip to Redis.
+        `epoch_started_at` (if given) must be the epoch's start too: else stale_epoch."""
         agent = agent_of(token)
         rate, burst = self._vote_limit
         reply = await self._vote(
@@ -710,7 +713,17 @@ class ExperimentStore:
                 keys.vote_rate(exp),
                 keys.settled(exp),
             ],
-            args=[agent, arm, epoch, _now_ms(), _digest(token), rate, burst, keys.changes(exp)],
+            args=[
+                agent,
+                arm,
+                epoch,
+                _now_ms(),
+                _digest(token),
+                rate,
+                burst,
+                keys.changes(exp),
+                "" if epoch_started_at is None else epoch_started_at,
+            ],
         )
         outcome = _s(reply[0])
         if outcome == "no_experiment":

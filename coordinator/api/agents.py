@@ -71,6 +71,16 @@ class VoteCreate(BaseModel):
 
     arm: StrictInt = Field(ge=0, description="index of the arm voted against", examples=[0])
     epoch: StrictInt = Field(0, ge=0, description="the reset epoch the agent is in", examples=[0])
+    epoch_started_at: StrictInt | None = Field(
+        None,
+        ge=0,
+        le=2**53,
+        description="when that epoch began (unix ms, as the experiment's state and events say): "
+        "an epoch's identity. An epoch a failover lost and a later one may share a number; a vote "
+        "that names another start is stale_epoch, so a lost epoch's votes never count in a new "
+        "one",
+        examples=[1767225600123],
+    )
 
 
 class VotePublic(BaseModel):
@@ -203,14 +213,23 @@ async def vote(
     # A plain, valid vote is answered by coordinator.fast_path before it reaches FastAPI; this route
     # documents the endpoint and answers every other request (its validation is the reference).
     store: ExperimentStore = request.app.state.store
-    reply = await vote_reply(store, experiment, bearer_token(credentials), body.arm, body.epoch)
+    reply = await vote_reply(
+        store, experiment, bearer_token(credentials), body.arm, body.epoch, body.epoch_started_at
+    )
     return Response(reply, media_type="application/json")
 
 
-async def vote_reply(store: ExperimentStore, exp: str, token: str, arm: int, epoch: int) -> bytes:
+async def vote_reply(
+    store: ExperimentStore,
+    exp: str,
+    token: str,
+    arm: int,
+    epoch: int,
+    epoch_started_at: int | None = None,
+) -> bytes:
     """Apply a vote; the VotePublic document as JSON bytes, encoded once (no response model
     validation: every field comes from the store's typed VoteResult)."""
-    result = await store.vote(exp, token, arm, epoch)
+    result = await store.vote(exp, token, arm, epoch, epoch_started_at)
     outcome = str(result.outcome)
     _vote_counter(outcome).inc()
     return json.dumps(

@@ -5,8 +5,9 @@ The wire format (what a client in any language reads):
     retry: 2000                     <- with the first event: the reconnection delay, ms
     id: 1767225600123-0             <- opaque, increasing with the changes: send it back as
     event: state                       Last-Event-ID when reconnecting
-    data: {"experiment":"demo","version":3,"epoch":0,"status":"exploring",
-           "remaining_arms":[0,1,4],"candidates":[],"best_arm":null}      <- one line
+    data: {"experiment":"demo","version":3,"epoch":0,"epoch_started_at":1767225600000,
+           "status":"exploring","remaining_arms":[0,1,4],"candidates":[],
+           "best_arm":null}                                               <- one line
 
     : heartbeat                     <- every DEXP_SSE_HEARTBEAT_SECONDS when nothing else was sent
 
@@ -59,7 +60,8 @@ def json_problems(*statuses: int, **descriptions: str) -> dict[int | str, dict[s
 
 STREAM_DESCRIPTION = (
     "text/event-stream: `retry:` with the first event, then events `state` (`id:`, and `data:` "
-    "one JSON line: experiment, version, epoch, status, remaining_arms, candidates, best_arm), "
+    "one JSON line: experiment, version, epoch, epoch_started_at, status, remaining_arms, "
+    "candidates, best_arm), "
     "`: heartbeat` comments, and `deleted` before the stream ends"
 )
 

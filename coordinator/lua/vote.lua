@@ -7,7 +7,9 @@
 -- ARGV[5] the SHA-256 hex digest of the bearer token the vote came with, ARGV[6] votes per second
 -- per agent (0: no limit), ARGV[7] the burst of votes an agent may send at once, ARGV[8] the
 -- experiment's changes channel (changes.lua, prepended with gcra.lua: a counted vote revises the
--- document and may change the tie status; an elimination is announced).
+-- document and may change the tie status; an elimination is announced), ARGV[9] when the agent's
+-- epoch began ('' if it does not say): an epoch's identity, with its number (an epoch a failover
+-- lost and a later one may share a number, never a start).
 -- Returns {outcome, version, epoch, votes on the arm}; outcome is one of counted, eliminated,
 -- duplicate, arm_out, last_arm, stale_epoch, or an error sentinel that changes nothing and counts
 -- no message: no_experiment, unauthorized (no such agent in this experiment, or a wrong token),
@@ -19,7 +21,7 @@
 -- vote count, arm or version. An elimination keeps only the settled agents that voted against the
 -- arm that left (GlobalState.vote): a settled agent that did not may have held that arm, and
 -- restarts.
-local meta = redis.call('HMGET', KEYS[1], 'threshold', 'n_arms', 'version', 'epoch')
+local meta = redis.call('HMGET', KEYS[1], 'threshold', 'n_arms', 'version', 'epoch', 'epoch_started_at')
 local threshold = tonumber(meta[1])
 if not threshold then return {'no_experiment', 0, 0, 0} end
 -- A plain (not constant-time) comparison is acceptable here: what is compared is the SHA-256 digest
@@ -44,6 +46,7 @@ local function ignored(outcome)
   return {outcome, version, epoch, redis.call('SCARD', KEYS[3])}
 end
 if tonumber(ARGV[3]) ~= epoch then return ignored('stale_epoch') end
+if ARGV[9] ~= '' and meta[5] and ARGV[9] ~= meta[5] then return ignored('stale_epoch') end
 if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 0 then return ignored('arm_out') end
 -- identified: the last arm's answer is final, a vote against it is ignored (and says so)
 if redis.call('SCARD', KEYS[2]) <= 1 then return ignored('last_arm') end

@@ -46,7 +46,8 @@ def test_demo_runs_the_sharpest_subroutine_in_the_services() -> None:
 
 def test_agents_send_only_arm_indices() -> None:
     """Every request the coordinator receives from agents: enrollment, reading the global set, or
-    a vote whose body is exactly an arm index (and the reset epoch). No reward, no mean.
+    a vote whose body is exactly an arm index (and the reset epoch, and when it began). No reward,
+    no mean.
 
     What an agent sends does not depend on the problem's size, so this runs a small one (3 arms,
     M = 5, 10 agents in 2 processes: a run of a few seconds) rather than Problem 1 again, which
@@ -83,7 +84,7 @@ def test_agents_send_only_arm_indices() -> None:
         if request.path.endswith("/votes"):
             assert request.method == "POST"
             body = json.loads(request.body)
-            assert set(body) == {"arm", "epoch"}
+            assert set(body) <= {"arm", "epoch", "epoch_started_at"} and "arm" in body
             assert all(type(v) is int for v in body.values())
             assert 0 <= body["arm"] < n_arms
         elif request.path == "/v1/agents":

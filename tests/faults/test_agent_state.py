@@ -68,7 +68,9 @@ class FakeCoordinator:
         self.remaining = set(range(ARMS))
         return {"epoch": self.epoch}
 
-    def vote(self, experiment: str, token: str, arm: int, epoch: int) -> dict[str, Any]:
+    def vote(
+        self, experiment: str, token: str, arm: int, epoch: int, started: int | None = None
+    ) -> dict[str, Any]:
         agent = token.split(".")[0]
         self.calls.append((agent, arm))
         if self.on_vote is not None:
@@ -128,6 +130,7 @@ def test_state_dir_round_trip_private_and_atomic(tmp_path: Path) -> None:
         "token",
         "acknowledged",
         "pending",
+        "epoch_starts",
     }
 
 

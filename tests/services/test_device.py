@@ -74,6 +74,34 @@ def public(client: httpx.Client) -> dict[str, object]:
     return state
 
 
+# What a failover can lose of the experiment: its state, not its agents' credentials.
+FAILOVER_KEYS = [
+    keys.meta(EXPERIMENT),
+    keys.remaining(EXPERIMENT),
+    keys.eliminations(EXPERIMENT),
+    keys.settled(EXPERIMENT),
+    *[keys.voters(EXPERIMENT, arm) for arm in range(len(ARMS))],
+]
+
+
+def copy_keys(store: redis.Redis, names: list[str]) -> dict[str, bytes | None]:
+    """The keys as they are now (DUMP in one MULTI): what a replica holds before a failover."""
+    pipe = store.pipeline(transaction=True)
+    for key in names:
+        pipe.dump(key)
+    return dict(zip(names, pipe.execute(), strict=True))
+
+
+def restore_keys(store: redis.Redis, copy: dict[str, bytes | None]) -> None:
+    """The failover: the keys back as copied (RESTORE in one MULTI), what came after lost."""
+    pipe = store.pipeline(transaction=True)
+    for key, data in copy.items():
+        pipe.delete(key)
+        if data is not None:
+            pipe.restore(key, 0, data, replace=True)
+    pipe.execute()
+
+
 def test_a_restarted_device_is_the_same_agent_and_never_votes_twice(
     coordinator_url: str, client: httpx.Client, tickets: Iterator[str], tmp_path: Path
 ) -> None:
@@ -113,27 +141,13 @@ def test_an_acknowledged_vote_a_failover_lost_is_sent_again(
 ) -> None:
     """What a Sentinel or Cluster failover can do, as tests/faults does it: the experiment's keys
     restored from a copy taken before the votes (DUMP, RESTORE in one MULTI)."""
-    lost_keys = [
-        keys.meta(EXPERIMENT),
-        keys.remaining(EXPERIMENT),
-        keys.eliminations(EXPERIMENT),
-        *[keys.voters(EXPERIMENT, arm) for arm in range(len(ARMS))],
-    ]
     store = redis.Redis.from_url(clean_redis)
     agent = device(coordinator_url, tmp_path / "agent.json", next(tickets), reconcile_seconds=0.2)
     try:
-        pipe = store.pipeline(transaction=True)
-        for key in lost_keys:
-            pipe.dump(key)
-        copy = dict(zip(lost_keys, pipe.execute(), strict=True))
+        copy = copy_keys(store, FAILOVER_KEYS)
         play_until(agent, lambda: agent.settled)
         assert public(client)["votes"] == [0, 1, 1]
-        pipe = store.pipeline(transaction=True)
-        for key, data in copy.items():
-            pipe.delete(key)
-            if data is not None:
-                pipe.restore(key, 0, data, replace=True)
-        pipe.execute()
+        restore_keys(store, copy)
         assert public(client)["votes"] == [0, 0, 0]  # the acknowledged votes are lost
 
         play_until(agent, lambda: public(client)["votes"] == [0, 1, 1])
@@ -242,3 +256,56 @@ def test_the_sdk_imports_no_redis_client() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_lost_epochs_votes_never_count_in_a_new_one(
+    coordinator_url: str,
+    client: httpx.Client,
+    clean_redis: str,
+    tickets: Iterator[str],
+    tmp_path: Path,
+) -> None:
+    """The hardened-edge audit: epoch 0, a reset to epoch 1, votes, Redis restored to the copy
+    taken before the reset (epoch 0), a reset again: the new epoch was numbered 1 again and the
+    agents re-sent their votes of the lost epoch 1 into it. An epoch is now its number and its
+    start (epoch_started_at): the device forgets the lost epoch's votes instead of re-sending
+    them, and the coordinator refuses a vote that names the lost start (stale_epoch)."""
+    store = redis.Redis.from_url(clean_redis)
+    agent = device(coordinator_url, tmp_path / "agent.json", next(tickets), reconcile_seconds=0.2)
+    try:
+        copy = copy_keys(store, FAILOVER_KEYS)
+        reset = client.post(f"/v1/experiments/{EXPERIMENT}/reset", headers=admin_headers())
+        assert reset.json()["epoch"] == 1
+        lost_start = int(public(client)["epoch_started_at"])  # type: ignore[call-overload]
+        play_until(agent, lambda: agent.settled and agent.agent.view.epoch == 1)
+        assert public(client)["votes"] == [0, 1, 1]
+        assert agent.agent.record.epoch_starts[1] == lost_start
+        restore_keys(store, copy)  # the reset and its votes are lost: epoch 0 again
+        # Redis's clock past the lost start (a condition), then the reset again: epoch 1 again
+        wait_for_clock = time.monotonic() + 30
+        while int(store.time()[0]) * 1000 + int(store.time()[1]) // 1000 <= lost_start:
+            assert time.monotonic() < wait_for_clock
+        again = client.post(f"/v1/experiments/{EXPERIMENT}/reset", headers=admin_headers())
+        assert again.json()["epoch"] == 1
+        new_start = int(public(client)["epoch_started_at"])  # type: ignore[call-overload]
+        assert new_start != lost_start
+
+        def forgot() -> bool:
+            agent.choose()
+            return agent.agent.view.epoch_started_at == new_start and (
+                agent.agent.record.epoch_starts.get(1) == new_start
+            )
+
+        play_until(agent, forgot, timeout=20)
+        assert agent.agent.votes_resent == 0  # the lost epoch's votes were not sent again
+        # and the coordinator refuses a vote that names the lost epoch's start
+        stale = client.post(
+            f"/v1/experiments/{EXPERIMENT}/votes",
+            json={"arm": 1, "epoch": 1, "epoch_started_at": lost_start},
+            headers={"Authorization": f"Bearer {agent.agent.token}"},
+        )
+        assert stale.json()["outcome"] == "stale_epoch", stale.text
+        assert public(client)["votes"][1] in (0, 1)  # only a vote decided in the new epoch
+    finally:
+        agent.close()
+        store.close()

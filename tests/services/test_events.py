@@ -79,12 +79,25 @@ def vote(http: httpx.Client, exp: str, agent: Agent, arm: int, epoch: int = 0) -
     return result
 
 
+class AnyInt:
+    """Equal to any int (not a bool): an epoch's start is Redis's clock, not known in advance."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int) and not isinstance(other, bool)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "<any int>"
+
+
 def state(exp: str, version: int, epoch: int, status: str, remaining: list[int]) -> dict[str, Any]:
     """An event's data: the public state, nothing about agents."""
     return {
         "experiment": exp,
         "version": version,
         "epoch": epoch,
+        "epoch_started_at": AnyInt(),
         "status": status,
         "remaining_arms": remaining,
         "candidates": remaining if status == "tied" else [],

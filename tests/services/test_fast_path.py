@@ -50,6 +50,13 @@ BODIES = [
     b'{"arm": 0',
     '{"arm": 0, "é": 1}'.encode(),
     b'\xef\xbb\xbf{"arm": 0}',
+    b'{"arm": 1, "epoch": 2, "epoch_started_at": 1767225600123}',
+    b'{"arm": 1, "epoch": 2, "epoch_started_at": null}',
+    b'{"arm": 1, "epoch_started_at": -1}',
+    b'{"arm": 1, "epoch_started_at": 1.5}',
+    b'{"arm": 1, "epoch_started_at": "1767225600123"}',
+    b'{"arm": 1, "epoch_started_at": true}',
+    b'{"arm": 1, "epoch_started_at": 9007199254740993}',
 ]
 
 
@@ -64,7 +71,7 @@ def test_plain_vote_accepts_exactly_what_vote_create_accepts(body: bytes) -> Non
     if fast is None:
         assert model is None, "the fast path must hand on only what the route refuses"
     else:
-        assert model is not None and fast == (model.arm, model.epoch)
+        assert model is not None and fast == (model.arm, model.epoch, model.epoch_started_at)
 
 
 @pytest.mark.parametrize(
@@ -89,7 +96,9 @@ class FakeStore:
         self.calls: list[tuple[str, str, int, int]] = []
         self.error = error
 
-    async def vote(self, exp: str, token: str, arm: int, epoch: int) -> VoteResult:
+    async def vote(
+        self, exp: str, token: str, arm: int, epoch: int, epoch_started_at: int | None = None
+    ) -> VoteResult:
         self.calls.append((exp, token, arm, epoch))
         if self.error:
             raise self.error

@@ -656,3 +656,22 @@ def test_reset_requests_count_only_within_their_window(clean_redis: str) -> None
         assert (outcome.reset, outcome.pending, outcome.requests) == (False, True, 1)
 
     run(clean_redis, body)
+
+
+def test_a_vote_that_names_another_start_of_its_epoch_is_stale(clean_redis: str) -> None:
+    """An epoch is its number and its start (epoch_started_at): a failover that loses a reset lets
+    a later reset take the lost epoch's number, never its start. A vote naming another start is
+    stale_epoch (counted as a message and ignored); one naming none is matched by number, as
+    before; one naming the start counts."""
+
+    async def body(store: ExperimentStore) -> None:
+        a, b = await setup(store, threshold=3, n_agents=2)
+        started = (await store.get(EXP))["epoch_started_at"]
+        stale = await store.vote(EXP, a.token, 1, 0, epoch_started_at=started - 1)
+        assert (stale.outcome, stale.counted) == ("stale_epoch", False)
+        assert (await store.vote(EXP, a.token, 1, 0, epoch_started_at=started)).counted
+        assert (await store.vote(EXP, b.token, 1, 0)).counted
+        state = await store.get(EXP)
+        assert (state["votes"][1], state["messages"], state["ignored_messages"]) == (2, 3, 1)
+
+    run(clean_redis, body)
