@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import unicodedata
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Path, Query, Response, status
@@ -23,6 +22,7 @@ from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
 from common.subroutines import USER_SUBROUTINES
 from common.votes import tie_certificate
+from coordinator.api.arm_names import MAX_ARM_NAME, arm_name, distinct_arms
 from coordinator.api.deps import (
     AdminDep,
     Credentials,
@@ -74,39 +74,6 @@ def positive(default: float | None, description: str) -> Any:
     return Field(default, gt=0, le=MAX_NUMBER, allow_inf_nan=False, description=description)
 
 
-MAX_ARM_NAME = 64
-
-
-def arm_name(name: str) -> str:
-    """An arm's name as stored: NFKC-normalized and trimmed, printable, at most MAX_ARM_NAME
-    characters. Control, format (e.g. right-to-left overrides, zero-width) and separator characters
-    other than the space are refused: a name must read as what it is, on a dashboard or in a log."""
-    normal = unicodedata.normalize("NFKC", name).strip()
-    if not normal:
-        raise ValueError("an arm name must not be empty or blank")
-    if len(normal) > MAX_ARM_NAME:
-        raise ValueError(f"an arm name has at most {MAX_ARM_NAME} characters")
-    bad = next((c for c in normal if not c.isprintable()), None)
-    if bad is not None:
-        raise ValueError(
-            f"an arm name must be printable: U+{ord(bad):04X} ({unicodedata.name(bad, 'unnamed')})"
-            " is not"
-        )
-    return normal
-
-
-def distinct_arms(names: list[str]) -> list[str]:
-    """Arm names that stay distinct after normalization, ignoring case ("A", "A " and "a" are one
-    name): two arms a reader cannot tell apart are one arm too many."""
-    seen: dict[str, str] = {}
-    for name in names:
-        key = name.casefold()
-        if key in seen:
-            raise ValueError(f"arm names must be distinct: {seen[key]!r} and {name!r} are the same")
-        seen[key] = name
-    return names
-
-
 # At most 100 characters as sent (blanks around a name are trimmed, then MAX_ARM_NAME holds).
 ArmName = Annotated[StrictStr, Field(min_length=1, max_length=100), AfterValidator(arm_name)]
 
@@ -122,7 +89,9 @@ class ExperimentCreate(BaseModel):
             max_length=1000,
             examples=[["A", "B", "C"]],
             description="arm names: printable, trimmed and NFKC-normalized, at most "
-            f"{MAX_ARM_NAME} characters, distinct ignoring case",
+            f"{MAX_ARM_NAME} characters, with no invisible character, stacked marks or mixed "
+            "look-alike scripts, and no two that read the same (ignoring case, or with one "
+            "Unicode confusable skeleton, UTS #39)",
         ),
         AfterValidator(distinct_arms),
     ]

@@ -436,9 +436,25 @@ def test_while_redis_is_down_requests_get_a_json_503_with_retry_after() -> None:
         (["A\nB", "C"], "U+000A"),
         (["\u202eA", "B"], "U+202E"),
         (["A\u200b", "B"], "U+200B"),
-        (["A", "A "], "'A' and 'A' are the same"),
-        (["Café", "Cafe\u0301"], "are the same"),  # NFC and NFD spellings of one name
-        (["arm", "ARM"], "are the same"),
+        (["A", "A "], "'A' and 'A' look the same"),
+        (["Café", "Cafe\u0301"], "look the same"),  # NFC and NFD spellings of one name
+        (["arm", "ARM"], "look the same"),
+        # The audit's look-alikes (issue 23, point 7): UTS #39 skeletons, named character by
+        # character; fillers and a blank glyph that draw nothing; stacked marks; mixed scripts.
+        (["A", "\u0410"], "U+0410 (CYRILLIC CAPITAL LETTER A)"),
+        (["A", "B", "\u0391"], "U+0391 (GREEK CAPITAL LETTER ALPHA)"),
+        (["I", "l"], "look the same"),
+        (["Arm1", "Arml"], "look the same"),
+        (["rn", "m"], "look the same"),
+        (["A\u1160", "B"], "U+1160 (HANGUL JUNGSEONG FILLER) draws nothing"),
+        (["A\u2800", "B"], "U+2800 (BRAILLE PATTERN BLANK) draws nothing"),
+        (["\u115f", "B"], "U+115F (HANGUL CHOSEONG FILLER) draws nothing"),
+        (["A\uffa0B", "B"], "U+1160 (HANGUL JUNGSEONG FILLER)"),  # NFKC of U+FFA0
+        (["A\ufe0f", "B"], "U+FE0F (VARIATION SELECTOR-16) draws nothing"),
+        (["A" + "".join(chr(0x300 + i) for i in range(60)), "B"], "at most 4 nonspacing marks"),
+        (["e\u0301\u0301", "B"], "U+0301 (COMBINING ACUTE ACCENT) twice in a row"),
+        (["p\u0430ypal", "B"], "mixes Latin and Cyrillic"),
+        (["1\u0663", "B"], "one set of digits"),
         (["   ", "B"], "empty or blank"),
         (["x" * 65, "B"], "at most 64 characters"),
     ],
@@ -458,6 +474,23 @@ def test_unreadable_or_indistinct_arm_names_are_refused(
 def test_arm_names_are_stored_trimmed_and_normalized(client: httpx.Client) -> None:
     state = create_experiment(client, id="norm", arms=["  A ", "Cafe\u0301", "ﬁve"])
     assert state["arms"] == ["A", "Café", "five"]
+
+
+def test_names_in_any_one_script_and_symbols_are_accepted(client: httpx.Client) -> None:
+    """The look-alike rules refuse what misleads, not what is foreign: each name below is in one
+    script (or Latin with Han, as UTS #39's moderately restrictive level allows), marks included."""
+    arms = [
+        "Москва",
+        "Αθήνα",
+        "東京 Tokyo",
+        "हिन्दी",
+        "ภาษาไทย",
+        "Tiếng Việt",
+        "😀 smile",
+        "v2 (blue)!",
+    ]
+    state = create_experiment(client, id="scripts", arms=arms)
+    assert state["arms"] == arms
 
 
 def test_a_threshold_above_the_agent_cap_is_refused(redis_url: str, clean_redis: str) -> None:
