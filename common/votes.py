@@ -40,13 +40,15 @@ def decide_vote(
     arm: int,
     threshold: int,
 ) -> VoteOutcome:
-    """The rule as a pure function of the arm's state before the vote."""
+    """The rule as a pure function of the arm's state before the vote. A repeated vote is a
+    duplicate even once its arm is out: the replies to an agent that repeats itself do not change
+    with the votes of others (and so cannot time them)."""
+    if agent in voters:
+        return VoteOutcome.DUPLICATE
     if arm not in remaining:
         return VoteOutcome.ARM_OUT
     if len(remaining) == 1:  # identified: the answer is final, a vote against it changes nothing
         return VoteOutcome.LAST_ARM
-    if agent in voters:
-        return VoteOutcome.DUPLICATE
     if len(voters) + 1 >= threshold:
         return VoteOutcome.ELIMINATED
     return VoteOutcome.COUNTED

@@ -6,9 +6,11 @@ devices poll. Each answer carries `ETag: "<tag>"` and `Cache-Control: public, ma
 `If-None-Match` names the current tag gets `304 Not Modified` with no body.
 
 The tag is a digest of what determines the document: the meta hash's REVISION_FIELDS
-(coordinator/store.py: the counters, and the revision every script that changes the document moves
-without moving a counter, lua/changes.lua) and, for "state", the load generator's lease, which its
-own process rewrites. So it changes whenever a byte of the document would, across coordinators, and
+(coordinator/store.py: the publication of the votes, lua/publish.lua, and the revision every other
+script that changes the document moves, lua/changes.lua) and, for "state", the load generator's
+lease, which its own process rewrites. A vote moves the tag only with its batch's publication. A
+revision whose publication is due (store.due_at: a batch complete, an elimination's tick come) is
+not answered 304: the route reads the document, which takes the publication. So it changes whenever a byte of the document would, across coordinators, and
 across a Redis failover that lost writes (the revision carries Redis's clock). A full read computes
 the tag from the same fields, read in the same transaction as the document.
 
@@ -37,6 +39,7 @@ import contextlib
 import hashlib
 import logging
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,7 +50,7 @@ from starlette.responses import Response
 
 from common import redis_keys as keys
 from coordinator.asgi import ASGIApp, Receive, Scope, Send, header
-from coordinator.store import REVISION_FIELDS, ExperimentStore, lease_bytes
+from coordinator.store import PUBLICATION_FIELDS, REVISION_FIELDS, ExperimentStore, lease_bytes
 
 log = logging.getLogger("dexp.coordinator.caching")
 
@@ -117,7 +120,9 @@ def not_modified(tag: str, headers: Mapping[str, str]) -> Response:
     return Response(status_code=304, headers={**headers, "ETag": tag})
 
 
-Revision = tuple[tuple[str, ...], bytes]  # REVISION_FIELDS' values, and the lease as read
+# REVISION_FIELDS' values, the lease as read, and when a publication is due (ms; None: none waits,
+# store.due_at): a document whose publication is due is not answered from its revision
+Revision = tuple[tuple[str, ...], bytes, int | None]
 INVALIDATE = "__redis__:invalidate"  # where Redis sends what a tracking connection read and changed
 PING_SECONDS = 1.0  # the listening connection is checked this often; silent for 3: broken
 MAX_ENTRIES = 100_000  # experiments whose revision a process keeps
@@ -168,7 +173,7 @@ class RevisionCache:
                 return await store.revision(exp, lease)
             token = self.reading[exp] = object()
             try:
-                entry = await self.read(exp)
+                entry = await self.read(store, exp)
             except (RedisError, OSError):
                 self.failed = True
                 self.broken()
@@ -179,14 +184,16 @@ class RevisionCache:
                 self.entries[exp] = entry
             if self.reading.get(exp) is token:
                 del self.reading[exp]
-        return entry if lease else (entry[0], b"")
+        return entry if lease else (entry[0], b"", entry[2])
 
-    async def read(self, exp: str) -> Revision | None:
+    async def read(self, store: ExperimentStore, exp: str) -> Revision | None:
         """The revision fields and the lease, over the tracking connection: Redis remembers both
         keys for this process from now on."""
         async with self.lock:
             reader = self.reader
-            await reader.send_command("HMGET", keys.meta(exp), *REVISION_FIELDS)
+            await reader.send_command(
+                "HMGET", keys.meta(exp), *REVISION_FIELDS, *PUBLICATION_FIELDS
+            )
             fields = await reader.read_response()
             if fields[0] is None:
                 return None
@@ -195,7 +202,12 @@ class RevisionCache:
                 raw = await reader.read_response()
             except ResponseError as exc:  # not a string: the lease is unreadable
                 raw = exc
-        return tuple("" if v is None else v.decode() for v in fields), lease_bytes(raw)
+        revision = fields[: len(REVISION_FIELDS)]
+        return (
+            tuple("" if v is None else v.decode() for v in revision),
+            lease_bytes(raw),
+            store.due_at(fields[len(REVISION_FIELDS) :]),
+        )
 
     def broken(self) -> None:
         self.ready = False
@@ -304,8 +316,8 @@ class ConditionalReads:
             known = await state.revisions.revision(state.store, match.group(1), kind == "state")
         except RedisError:
             known = None  # the route answers: 503 if Redis is still unreachable
-        if known is not None:
-            tag = etag(kind, *known)
+        if known is not None and (known[2] is None or known[2] > time.time() * 1000):
+            tag = etag(kind, known[0], known[1])
             matched = matching(condition.decode("latin-1"), tag)
             if matched is not None:
                 headers = [

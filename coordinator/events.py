@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -61,6 +62,7 @@ from coordinator.store import ExperimentStore
 log = logging.getLogger("dexp.coordinator.events")
 LISTEN_SECONDS = 5.0  # a blocked read of the pub/sub connection wakes this often (health checks)
 RETRY_MAX_SECONDS = 2.0  # back-off cap while Redis is unreachable
+DUE_SLACK_SECONDS = 0.05  # a due publication is read this long after its tick (clocks differ)
 REFUSED_RETRY_SECONDS = 30  # Retry-After of a stream refused at a bound
 EVENTS_CLIENT = "dexp-events"  # the name of the hub's connection (CLIENT LIST)
 
@@ -145,6 +147,9 @@ class Topic:
         self.reading = False
         self.again = False  # a message came during a read: read once more
         self.closed = False
+        # a read at the tick when the publication of an elimination is due (lua/publish.lua):
+        # no vote need come after it for the streams to send it
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class Hub:
@@ -242,6 +247,8 @@ class Hub:
 
     def _drop(self, topic: Topic) -> None:
         topic.closed = True
+        if topic.timer is not None:
+            topic.timer.cancel()
         if self.topics.get(topic.exp) is topic:
             del self.topics[topic.exp]
         TOPICS.set(len(self.topics))
@@ -341,6 +348,7 @@ class Hub:
             topic.created_at = state["created_at"]
         elif state["created_at"] != topic.created_at:
             return self._deleted(topic)  # deleted and created again: another experiment
+        self._read_when_due(topic, state["publication_due_at"])
         tied = state["status"] == "tied"
         if tied != state["announced_tied"]:
             # announced here, or already by another coordinator: either way its 's' follows,
@@ -356,6 +364,15 @@ class Hub:
         EVENTS.inc()
         for subscriber in list(topic.subscribers):
             subscriber.offer(latest)
+
+    def _read_when_due(self, topic: Topic, due_at: int | None) -> None:
+        """Read the topic again when its next publication is due (ms), if one waits."""
+        if topic.timer is not None:
+            topic.timer.cancel()
+            topic.timer = None
+        if due_at is not None and not topic.closed:
+            delay = max(0.0, due_at / 1000 - time.time()) + DUE_SLACK_SECONDS
+            topic.timer = asyncio.get_running_loop().call_later(delay, self.read, topic)
 
     def _deleted(self, topic: Topic) -> None:
         """The experiment is gone: every stream of it ends with `event: deleted`."""

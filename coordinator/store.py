@@ -23,7 +23,7 @@ import math
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -60,17 +60,59 @@ def _script(name: str, *helpers: str) -> str:
 
 
 # The fields of the meta hash that, with the experiment's other keys, determine its public
-# documents: any change of a document moves one of them (lua/changes.lua). coordinator/caching.py
-# makes the ETag of them (and of the load generator's lease, part of GET /v1/experiments/{id}).
+# documents: any change of a document moves one of them (lua/changes.lua, lua/publish.lua: the
+# votes show only through publications). coordinator/caching.py makes the ETag of them (and of the
+# load generator's lease, part of GET /v1/experiments/{id}).
 REVISION_FIELDS = (
     "created_at",
     "revision",
     "revised_at",
-    "version",
     "epoch",
+    "published",
+    "published_at",
+)
+# What a listing shows (summaries): the live counters, then the published ones.
+SUMMARY_FIELDS = (
+    "n_arms",
+    "threshold",
+    "version",
     "messages",
     "ignored",
+    "created_at",
+    "epoch",
+    "p_remaining",
+    "p_version",
+    "p_messages",
+    "p_ignored",
 )
+# What publication_due needs: read with the revision by coordinator/caching.py.
+PUBLICATION_FIELDS = ("messages", "p_messages", "version", "p_version", "changed_at", "p_votes")
+
+
+def cadence_ms(limits: Limits) -> int:
+    return max(0, round(limits.publish_cadence_seconds * 1000))
+
+
+def publication_due(meta: dict[str, str], now: int, batch: int, cadence: int) -> bool:
+    """Whether a publication is due (the twin of lua/publish.lua's `due`, which decides): `batch`
+    messages came since the last one, or the global set changed and the tick of the `cadence`
+    (ms) after the change has come. An experiment never published has one due."""
+    if "p_votes" not in meta or meta["p_votes"] is None:
+        return True
+    if int(meta["messages"]) - int(meta.get("p_messages") or 0) >= batch:
+        return True
+    due_at = publication_due_at(meta, cadence)
+    return due_at is not None and now >= due_at
+
+
+def publication_due_at(meta: Mapping[str, str | None], cadence: int) -> int | None:
+    """When the publication of a change of the global set is due (ms), if one waits: the first
+    tick of the cadence after the change (lua/publish.lua)."""
+    if meta.get("version") == meta.get("p_version"):
+        return None
+    if cadence <= 0:
+        return 0
+    return (int(meta.get("changed_at") or 0) // cadence + 1) * cadence
 
 
 def revision_of(meta: dict[str, str]) -> tuple[str, ...]:
@@ -103,6 +145,10 @@ class Limits:
     experiment_reset_burst: int = 1
     # with a tolerance f, f + 1 distinct agents' reset requests within this window make a reset
     reset_quorum_seconds: float = 60.0
+    # votes are published in batches of this many messages, and an elimination at the next tick
+    # of this cadence (lua/publish.lua); 1 and 0: every vote at once
+    publish_batch: int = 1
+    publish_cadence_seconds: float = 0.0
 
     @classmethod
     def of(cls, settings: Any) -> Limits:
@@ -119,6 +165,8 @@ class Limits:
             experiment_reset_rate=settings.experiment_reset_rate,
             experiment_reset_burst=settings.experiment_reset_burst,
             reset_quorum_seconds=settings.reset_quorum_seconds,
+            publish_batch=settings.publish_batch,
+            publish_cadence_seconds=settings.publish_cadence_seconds,
         )
 
 
@@ -196,10 +244,12 @@ class ExperimentStore:
         self.redis = redis
         self.limits = limits or Limits()
         limited = ("gcra.lua", "changes.lua")
-        self._vote = redis.register_script(_script("vote.lua", *limited))
+        published = ("changes.lua", "publish.lua")
+        self._vote = redis.register_script(_script("vote.lua", "gcra.lua", *published))
         self._settle = redis.register_script(_script("settled.lua", *limited))
-        self._reset = redis.register_script(_script("reset.lua", *limited))
-        self._create = redis.register_script(_script("create.lua", "changes.lua"))
+        self._reset = redis.register_script(_script("reset.lua", "gcra.lua", *published))
+        self._create = redis.register_script(_script("create.lua", *published))
+        self._publish = redis.register_script(_script("published.lua", *published))
         self._enroll = redis.register_script(_script("enroll.lua", *limited))
         self._announce = redis.register_script(_script("announce.lua", "changes.lua"))
         # exp -> (what the verdict depends on, tied): see get_with_status
@@ -215,6 +265,7 @@ class ExperimentStore:
     def limits(self, limits: Limits) -> None:
         self._limits = limits
         self._vote_limit = (repr(float(limits.vote_rate)), limits.vote_burst)  # the script's ARGV
+        self._publication = (max(1, limits.publish_batch), cadence_ms(limits))
 
     # -- experiments --------------------------------------------------------------------
     async def create(
@@ -233,8 +284,14 @@ class ExperimentStore:
             raise Invalid("sigma: DP-MASE needs rewards in [0, 1]")
         document = {"arms": arms, "params": asdict(config), "sigma": sigma}
         created = await self._create(
-            keys=[keys.meta(exp), keys.remaining(exp)],
-            args=[json.dumps(document), int(threshold or 0), len(arms), _now_ms()],
+            keys=[keys.meta(exp), keys.remaining(exp), keys.eliminations(exp)],
+            args=[
+                json.dumps(document),
+                int(threshold or 0),
+                len(arms),
+                _now_ms(),
+                keys.changes(exp),
+            ],
         )
         if not created:
             raise Conflict(f"experiment {exp!r} already exists")
@@ -264,27 +321,26 @@ class ExperimentStore:
         tie verdict is not known for its counters costs one more read (see get_with_status)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for exp in ids:
-                pipe.hmget(
-                    keys.meta(exp),
-                    "n_arms",
-                    "threshold",
-                    "version",
-                    "epoch",
-                    "created_at",
-                    "messages",
-                    "ignored",
-                )
+                pipe.hmget(keys.meta(exp), *SUMMARY_FIELDS)
                 pipe.smembers(keys.remaining(exp))
                 pipe.zcard(keys.agents(exp))
             replies = await pipe.execute()
         result = []
         for i, exp in enumerate(ids):
-            meta, remaining, agents = replies[3 * i : 3 * i + 3]
+            meta, live_remaining, agents = replies[3 * i : 3 * i + 3]
             if meta[0] is None:
                 continue
-            n_arms, threshold, version, epoch, created, messages, ignored = (int(v) for v in meta)
+            # the last publication; the live counters for an experiment never published
+            if meta[7] is not None:
+                remaining = json.loads(meta[7])
+                meta = meta[:2] + meta[8:11] + meta[5:7]
+            else:
+                remaining = [int(_s(a)) for a in live_remaining]
+            n_arms, threshold, version, messages, ignored, created, epoch = (
+                int(v) for v in meta[:7]
+            )
             counters = {
-                "remaining_arms": [int(_s(a)) for a in remaining],
+                "remaining_arms": remaining,
                 "threshold": threshold,
                 "agents": int(agents),
                 "version": version,
@@ -371,25 +427,28 @@ class ExperimentStore:
         """The state: config, threshold, global set, votes per arm, eliminations, counters (of
         every epoch, and of this one: epoch_messages, epoch_started_at), and the live figures of
         the load generator feeding it (None if none: see load_generator_figures), in one round
-        trip; with `voters`, also the agent ids that voted against each arm (the admin's view
-        only)."""
+        trip (two when a publication is due). Without `voters`, the votes, global set,
+        eliminations and counters are the last publication (lua/publish.lua), as anyone may
+        read them; with `voters` (the admin's view only), they are live, with the agent ids that
+        voted against each arm."""
         meta = await self._meta(exp)
+        if not voters:
+            await self._publish_if_due(exp, meta)
         document = json.loads(meta["config"])
         arms: list[str] = document["arms"]
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.smembers(keys.remaining(exp))
-            for arm in range(len(arms)):
-                if voters:
-                    pipe.smembers(keys.voters(exp, arm))
-                else:
-                    pipe.scard(keys.voters(exp, arm))
-            pipe.lrange(keys.eliminations(exp), 0, -1)
-            pipe.zcard(keys.agents(exp))
             pipe.hgetall(keys.meta(exp))
+            pipe.zcard(keys.agents(exp))
             if voters:
                 pipe.smembers(keys.settled(exp))
+                pipe.smembers(keys.remaining(exp))
+                pipe.lrange(keys.eliminations(exp), 0, -1)
+                for arm in range(len(arms)):
+                    pipe.smembers(keys.voters(exp, arm))
             else:
                 pipe.scard(keys.settled(exp))
+                # the published eliminations: the first p_eliminations of the list (read below)
+                pipe.lrange(keys.eliminations(exp), 0, len(arms))
             pipe.get(keys.load_generator(exp))
             # The lease is written by a process without admin rights: it may be anything, even a
             # key of another type (WRONGTYPE), which must not fail the read of the experiment.
@@ -398,12 +457,22 @@ class ExperimentStore:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-        remaining = sorted(int(_s(a)) for a in replies[0])
-        per_arm = replies[1 : 1 + len(arms)]
-        eliminations = [json.loads(_s(e)) for e in replies[1 + len(arms)]]
-        n_agents = int(replies[2 + len(arms)])
-        meta = {_s(k): _s(v) for k, v in replies[3 + len(arms)].items()} or meta
-        settled = replies[4 + len(arms)]
+        meta = {_s(k): _s(v) for k, v in replies[0].items()} or meta
+        n_agents, settled = int(replies[1]), replies[2]
+        if voters:
+            remaining = sorted(int(_s(a)) for a in replies[3])
+            listed = replies[4]
+            per_arm = replies[5:]
+            votes = [len(v) for v in per_arm]
+            counters = (meta["messages"], meta["ignored"], meta.get("epoch_messages"))
+            version = meta["version"]
+        else:
+            remaining = json.loads(meta["p_remaining"])
+            listed = replies[3][: int(meta["p_eliminations"])]
+            votes = json.loads(meta["p_votes"])
+            counters = (meta["p_messages"], meta["p_ignored"], meta.get("p_epoch_messages"))
+            version = meta["p_version"]
+        eliminations = [json.loads(_s(e)) for e in listed]
         for e in eliminations:
             e["name"] = arms[e["arm"]]
         state: dict[str, Any] = {
@@ -413,12 +482,12 @@ class ExperimentStore:
             "sigma": document.get("sigma"),
             "threshold": int(meta["threshold"]),
             "remaining_arms": remaining,
-            "votes": [len(v) for v in per_arm] if voters else [int(v) for v in per_arm],
+            "votes": votes,
             "eliminations": eliminations,
-            "messages": int(meta["messages"]),
-            "ignored_messages": int(meta["ignored"]),
-            "epoch_messages": int(meta.get("epoch_messages") or 0),  # older experiments: 0
-            "version": int(meta["version"]),
+            "messages": int(counters[0]),
+            "ignored_messages": int(counters[1]),
+            "epoch_messages": int(counters[2] or 0),  # older experiments: 0
+            "version": int(version),
             "epoch": int(meta["epoch"]),
             "epoch_started_at": _epoch_started_at(meta),
             "agents": n_agents,
@@ -430,17 +499,39 @@ class ExperimentStore:
             "lease": lease_bytes(lease),
             "event_id": meta.get("event_id") or "0-0",
             "announced_tied": meta.get("tied") == "1",
+            "publication_due_at": publication_due_at(meta, self._publication[1]),
         }
         if voters:
             state["voters"] = [sorted(_s(v) for v in ids) for ids in per_arm]
             state["settled"] = sorted(_s(a) for a in settled)
         return state
 
-    async def revision(self, exp: str, lease: bool) -> tuple[tuple[str, ...], bytes] | None:
+    async def _publish_if_due(self, exp: str, meta: dict[str, str]) -> None:
+        """Take the publication that is due, if one is (lua/published.lua decides again, atomically):
+        before a public read, so that an elimination shows at its cadence's tick even when no vote
+        comes after it. An experiment never published (created before publications) gets its
+        first one, from its voter sets."""
+        batch, cadence = self._publication
+        now = _now_ms()
+        if "p_votes" in meta and not publication_due(meta, now, batch, cadence):
+            return
+        experiment_keys = [keys.meta(exp), keys.remaining(exp), keys.eliminations(exp)]
+        if "p_votes" not in meta:
+            experiment_keys += [keys.voters(exp, arm) for arm in range(int(meta["n_arms"]))]
+        taken = await self._publish(
+            keys=experiment_keys, args=[now, batch, cadence, keys.changes(exp)]
+        )
+        if int(taken) == 1:
+            self.on_change(exp)
+
+    async def revision(
+        self, exp: str, lease: bool
+    ) -> tuple[tuple[str, ...], bytes, int | None] | None:
         """What the ETag of the experiment's documents is made of (REVISION_FIELDS, and with
-        `lease` the load generator's lease), in one round trip; None if it does not exist."""
+        `lease` the load generator's lease), and when a publication is due (`due_at`), in one
+        round trip; None if it does not exist."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(keys.meta(exp), *REVISION_FIELDS)
+            pipe.hmget(keys.meta(exp), *REVISION_FIELDS, *PUBLICATION_FIELDS)
             if lease:
                 pipe.get(keys.load_generator(exp))
             replies = await pipe.execute(raise_on_error=False)
@@ -449,8 +540,26 @@ class ExperimentStore:
             raise fields
         if fields[0] is None:
             return None
-        revision = tuple("" if v is None else _s(v) for v in fields)
-        return revision, lease_bytes(replies[1]) if lease else b""
+        values = tuple("" if v is None else _s(v) for v in fields)
+        return (
+            values[: len(REVISION_FIELDS)],
+            lease_bytes(replies[1]) if lease else b"",
+            self.due_at(fields[len(REVISION_FIELDS) :]),
+        )
+
+    def due_at(self, fields: Sequence[bytes | str | None]) -> int | None:
+        """When a publication is due (ms; 0: now), given PUBLICATION_FIELDS' values as read;
+        None if none waits: until then the public documents, and their tags, stay as they are."""
+        meta = {
+            name: None if value is None else _s(value)
+            for name, value in zip(PUBLICATION_FIELDS, fields, strict=True)
+        }
+        batch, cadence = self._publication
+        if meta["p_votes"] is None:
+            return 0
+        if int(meta["messages"] or 0) - int(meta["p_messages"] or 0) >= batch:
+            return 0
+        return publication_due_at(meta, cadence)
 
     async def announce_status(self, exp: str, tied: bool, created_at: int) -> tuple[int, str]:
         """Announce that `exp` (created at `created_at`) is tied, or no longer tied, unless that
@@ -477,12 +586,14 @@ class ExperimentStore:
         status = self._known_status(exp, state)
         if status is None:
             full = state if voters else await self.get(exp, voters=True)
-            # the second read may come after an elimination that left one arm: identified
+            # The verdict comes from the live voter sets, and is kept under the counters of the
+            # state it answers for: a public state's status changes with its publications only.
+            # The second read may come after an elimination that left one arm: identified.
             status = self._known_status(exp, full) or (
-                "tied" if self._decide_tie(exp, full) else "exploring"
+                "tied" if self._decide_tie(exp, full, state) else "exploring"
             )
-            if not voters:  # answer from the read the verdict came from
-                state = {k: v for k, v in full.items() if k not in ("voters", "settled")}
+            if not voters and status == "identified":
+                status = "exploring"  # the publication of that elimination is still to come
         state["status"] = status
         return state
 
@@ -505,8 +616,9 @@ class ExperimentStore:
             return "tied" if known[1] else "exploring"
         return None
 
-    def _decide_tie(self, exp: str, full: dict[str, Any]) -> bool:
-        """is_tied over a state read with its voters; remembered under the state's counters."""
+    def _decide_tie(self, exp: str, full: dict[str, Any], answered: dict[str, Any]) -> bool:
+        """is_tied over a state read with its voters; remembered under the counters of the state
+        it `answered` for."""
         tied = is_tied(
             full["remaining_arms"],
             dict(enumerate(full["voters"])),
@@ -515,7 +627,7 @@ class ExperimentStore:
             full["threshold"],
             tolerance=int(full["params"].get("tolerance", 0)),
         )
-        self._remember(exp, full, tied)
+        self._remember(exp, answered, tied)
         return tied
 
     def _remember(self, exp: str, state: dict[str, Any], tied: bool) -> None:
@@ -650,12 +762,13 @@ class ExperimentStore:
         meta = await self._meta(exp)
         n_arms = int(meta["n_arms"])
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hmget(keys.meta(exp), "version", "epoch")
+            pipe.hmget(keys.meta(exp), "p_version", "epoch", "version")
             pipe.zscore(keys.agents(exp), agent)
             for arm in range(n_arms):
                 pipe.sismember(keys.voters(exp, arm), agent)
             replies = await pipe.execute()
-        (version, epoch), index, member = replies[0], replies[1], replies[2:]
+        (published, epoch, live), index, member = replies[0], replies[1], replies[2:]
+        version = live if published is None else published  # the version as published
         return {
             "agent_id": agent,
             "experiment": exp,
@@ -723,6 +836,7 @@ class ExperimentStore:
                 burst,
                 keys.changes(exp),
                 "" if epoch_started_at is None else epoch_started_at,
+                *self._publication,
             ],
         )
         outcome = _s(reply[0])

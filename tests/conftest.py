@@ -5,11 +5,19 @@ that names its reason."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.prerequisites import under_ci
+
+# Every coordinator the tests start (in process or as a subprocess, which inherits this
+# environment) publishes each vote at once, as most tests read votes back right after sending
+# them. tests/services/test_timing.py tries the batches and the cadence (the defaults, 10 and 5 s),
+# and the Docker stacks run with the defaults.
+os.environ.setdefault("DEXP_PUBLISH_BATCH", "1")
+os.environ.setdefault("DEXP_PUBLISH_CADENCE_SECONDS", "0")
 
 
 @pytest.hookimpl(hookwrapper=True)

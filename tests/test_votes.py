@@ -39,14 +39,14 @@ def test_decide_vote_never_removes_the_last_arm() -> None:
     # identified: a vote against the last arm is ignored, whatever its count
     assert decide_vote({1}, {"b", "c"}, "a", 1, threshold=3) is V.LAST_ARM
     assert decide_vote({1}, set(), "a", 1, threshold=3) is V.LAST_ARM
-    assert decide_vote({1}, {"a"}, "a", 1, threshold=3) is V.LAST_ARM
+    assert decide_vote({1}, {"a"}, "a", 1, threshold=3) is V.DUPLICATE  # its vote is in
     assert decide_vote({1, 2}, {"b"}, "a", 1, threshold=2) is V.ELIMINATED
 
 
 def test_decide_vote_on_an_arm_already_out() -> None:
     assert decide_vote({0, 2}, {"b", "c", "d"}, "a", 1, threshold=3) is V.ARM_OUT
-    # arm out takes precedence over duplicate
-    assert decide_vote({0, 2}, {"a", "c", "d"}, "a", 1, threshold=3) is V.ARM_OUT
+    # a repeated vote is a duplicate, arm out or not: its reply cannot time the elimination
+    assert decide_vote({0, 2}, {"a", "c", "d"}, "a", 1, threshold=3) is V.DUPLICATE
 
 
 def test_decide_vote_is_pure() -> None:
@@ -112,7 +112,7 @@ def test_state_late_votes_are_messages_that_change_nothing() -> None:
     state.vote("b", 0)
     version, voters = state.version, set(state.voters[0])
     assert state.vote("c", 0) is V.ARM_OUT
-    assert state.vote("a", 0) is V.ARM_OUT
+    assert state.vote("a", 0) is V.DUPLICATE
     assert state.voters[0] == voters
     assert state.version == version
     assert state.messages == 4

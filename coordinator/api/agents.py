@@ -92,8 +92,11 @@ class VotePublic(BaseModel):
     )
     eliminated: bool = Field(description="this vote brought the arm to the threshold")
     arm_out: bool = Field(description="the arm is no longer in the global set")
-    votes: int
-    version: int
+    votes: int = Field(
+        description="votes against the arm as last published (DEXP_PUBLISH_BATCH): what anyone "
+        "reads, which may not count this vote yet"
+    )
+    version: int = Field(description="the global set's version as last published")
     epoch: int
 
 

@@ -111,7 +111,7 @@ def distinct_arms(names: list[str]) -> list[str]:
         for key in dict.fromkeys((folded, skeleton(name), skeleton(folded))):
             if key in seen:
                 raise ValueError(
-                    f"arm names must read differently: {seen[key]!r} and {name!r} look the same"
+                    f"arm names must be distinct: {seen[key]!r} and {name!r} look the same"
                     f" ({', '.join(_differences(seen[key], name))})"
                 )
         for key in (folded, skeleton(name), skeleton(folded)):
@@ -121,5 +121,7 @@ def distinct_arms(names: list[str]) -> list[str]:
 
 def _differences(first: str, second: str) -> list[str]:
     """The characters where two look-alike names differ, named: what makes them two names."""
+    if first == second:
+        return ["one name once normalized"]
     differ = [describe(c) for c in dict.fromkeys(first + second) if (c in first) != (c in second)]
-    return differ or ["they differ only in case"]
+    return differ if first.casefold() != second.casefold() else ["they differ only in case"]

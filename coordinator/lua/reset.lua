@@ -11,8 +11,8 @@
 -- ARGV[1] the epoch the caller is in ('' for an unconditional, administrative reset), ARGV[2] the
 -- agent id ('' for the admin), ARGV[3] resets per second per agent, ARGV[4] its burst, ARGV[5]
 -- resets per second per experiment, ARGV[6] its burst (rate 0: no limit), ARGV[7] the experiment's
--- changes channel (changes.lua: a reset revises the document and is announced; nothing is tied
--- after it), ARGV[8] the quorum: distinct agents whose requests make a reset (f + 1 with a
+-- changes channel (changes.lua: a reset revises the document and is published and announced at
+-- once, publish.lua; nothing is tied after it), ARGV[8] the quorum: distinct agents whose requests make a reset (f + 1 with a
 -- tolerance f; 1: any agent's request resets at once, as in the papers), ARGV[9] the window (ms)
 -- in which those requests must fall.
 -- Returns {reset (1/0), version, epoch, requests}; {2, version, epoch, requests} if the request is
@@ -53,9 +53,10 @@ redis.call('DEL', KEYS[2], KEYS[3])
 for arm = 0, n_arms - 1 do redis.call('SADD', KEYS[2], arm) end
 epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
-redis.call('HSET', KEYS[1], 'epoch_messages', 0, 'epoch_started_at', now, 'tied', 0)
+redis.call('HSET', KEYS[1], 'epoch_messages', 0, 'epoch_started_at', now, 'tied', 0,
+  'p_votes', zeros(n_arms), 'pending_votes', '{}')
 revise(KEYS[1])
-announce(KEYS[1], ARGV[7])
+publish(KEYS[1], KEYS[2], KEYS[3], ARGV[7])  -- at once: a new epoch must reach every agent
 if agent ~= '' then
   redis.call('HINCRBY', KEYS[5], agent, 1)
   redis.call('HSET', KEYS[5], agent .. ':last', now)

@@ -75,10 +75,10 @@ class FakeCoordinator:
         self.calls.append((agent, arm))
         if self.on_vote is not None:
             self.on_vote(agent, arm)
-        if arm not in self.remaining:
-            outcome = "arm_out"
-        elif agent in self.voters[arm]:
+        if agent in self.voters[arm]:  # common.votes.decide_vote's order
             outcome = "duplicate"
+        elif arm not in self.remaining:
+            outcome = "arm_out"
         else:
             self.voters[arm].add(agent)
             outcome = "counted"

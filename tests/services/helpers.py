@@ -151,6 +151,10 @@ def coordinator_settings(redis_url: str, **overrides: Any) -> Settings:
         # needs the next request checked, not throttled: tests/services/test_throttle.py tries
         # the throttle (DEXP_AUTH_FAILURE_LIMIT) itself
         "auth_failure_limit": "1000000/minute",
+        # every vote published at once, as the tests read it back; tests/services/test_timing.py
+        # tries the batches (DEXP_PUBLISH_BATCH, DEXP_PUBLISH_CADENCE_SECONDS) themselves
+        "publish_batch": 1,
+        "publish_cadence_seconds": 0,
     }
     values.update(overrides)
     return Settings(**values)

@@ -109,10 +109,17 @@ def test_a_replayed_vote_is_a_duplicate_and_changes_no_count(
     meta = keys.meta("rp")
     # only the message counters and the agent's rate-limit state: no voter, arm or version
     assert diff.keys() == {meta, keys.vote_rate("rp")}, diff
+    published_at = diff[meta].pop("published_at")  # Redis's clock
+    assert published_at[0] < published_at[1]
     assert diff[meta] == {
         "messages": ("1", "4"),
         "epoch_messages": ("1", "4"),
         "ignored": ("0", "3"),
+        # each message published at once (DEXP_PUBLISH_BATCH 1): the counters, no vote
+        "p_messages": ("1", "4"),
+        "p_epoch_messages": ("1", "4"),
+        "p_ignored": ("0", "3"),
+        "published": ("2", "5"),
     }
     assert diff[keys.vote_rate("rp")].keys() == {a.agent_id}
     state = client.get("/v1/experiments/rp/voters", headers=admin_headers()).json()

@@ -554,11 +554,13 @@ def test_refused_settled_messages_change_nothing(clean_redis: str) -> None:
 def test_an_identification_between_the_two_reads_of_a_status_is_identified(
     clean_redis: str,
 ) -> None:
-    """get_with_status reads the counters, then (when they cannot rule a tie out) every voter
-    set. An elimination between the two reads that leaves one arm must give `identified`: the
-    event streams send what it answers, and no later change would correct an `exploring` with
-    one arm left (the SDK's guide engineer found it in 9 of 30 runs of a stress script). The
-    interleaving is made deterministic: the last vote is applied inside the second read."""
+    """get_with_status reads the published counters, then (when they cannot rule a tie out)
+    every live voter set. An elimination between the two reads that leaves one arm must not
+    give a state that contradicts itself (`exploring` is fine for the two arms it shows,
+    `identified` with two arms is not; the SDK's guide engineer once found `exploring` with one
+    arm left, which no later change corrected), and the next read, after the elimination's
+    publication, is `identified`. The interleaving is made deterministic: the last vote is
+    applied inside the second read."""
 
     class Interleaved(ExperimentStore):
         between: Callable[[], Awaitable[object]] | None = None
@@ -577,6 +579,8 @@ def test_an_identification_between_the_two_reads_of_a_status_is_identified(
         interleaved.between = lambda: interleaved.vote(EXP, b.token, 1, 0)
         state = await interleaved.get_with_status(EXP)
         assert interleaved.between is None, "the voter sets were not read: no interleaving"
+        assert (state["remaining_arms"], state["status"]) == ([0, 1], "exploring")
+        state = await interleaved.get_with_status(EXP)
         assert (state["remaining_arms"], state["status"]) == ([0], "identified")
 
     run(clean_redis, body)

@@ -1,0 +1,58 @@
+-- Publication, prepended (after changes.lua) to the scripts that count votes or start an epoch.
+-- What anyone may read of the votes (GET /v1/experiments/{id}, .../best-arm, the event streams,
+-- an agent's vote replies and GET /v1/agents/me) is the last publication: the p_* fields of the
+-- meta hash, a snapshot of the votes per arm, the global set, the eliminations and the message
+-- counters. A new one is taken once `batch` messages came since the last, or, when the global set
+-- changed (an elimination), at the first tick of the cadence (every `cadence` ms of Redis's
+-- clock) after the change: a reader who polls, and knows when a device voted, sees its vote
+-- arrive with the others of its batch, never alone unless it removed an arm in a quiet moment
+-- (docs/PRIVACY.md). batch 1 and cadence 0: every vote is published at once.
+-- pending_vote(meta, arm): a counted vote, in `pending_votes` until the next publication.
+-- changed(meta, now): the global set changed at `now` (ms): published at the next tick.
+-- due(meta, now, batch, cadence): whether a publication is due.
+-- publish(meta, remaining, eliminations, channel): take it: the document's `published` counter
+--   and `published_at` (Redis's clock, us) move, and the change is announced (a new global set:
+--   a new event id, 's') or touched ('c': the counts, and so maybe the tie status, moved).
+local function pending_vote(meta, arm)
+  local pending = cjson.decode(redis.call('HGET', meta, 'pending_votes') or '{}')
+  local key = tostring(arm)
+  pending[key] = (pending[key] or 0) + 1
+  redis.call('HSET', meta, 'pending_votes', cjson.encode(pending))
+end
+local function changed(meta, now)
+  redis.call('HSET', meta, 'changed_at', now)
+end
+local function due(meta, now, batch, cadence)
+  local m = redis.call('HMGET', meta, 'messages', 'p_messages', 'version', 'p_version',
+    'changed_at', 'p_votes')
+  if not m[6] then return false end  -- published by a reader (store.py), who has the voter sets
+  if tonumber(m[1]) - tonumber(m[2] or 0) >= batch then return true end
+  if m[3] == m[4] then return false end
+  if cadence <= 0 then return true end
+  local tick = (math.floor(tonumber(m[5] or 0) / cadence) + 1) * cadence
+  return now >= tick
+end
+local function publish(meta, remaining, eliminations, channel)
+  local m = redis.call('HMGET', meta, 'p_votes', 'pending_votes', 'messages', 'ignored',
+    'epoch_messages', 'version', 'p_version')
+  local votes = cjson.decode(m[1])
+  for arm, n in pairs(cjson.decode(m[2] or '{}')) do
+    local i = tonumber(arm) + 1
+    votes[i] = votes[i] + n
+  end
+  local arms = {}
+  for _, arm in ipairs(redis.call('SMEMBERS', remaining)) do arms[#arms + 1] = tonumber(arm) end
+  table.sort(arms)
+  redis.call('HSET', meta, 'p_votes', cjson.encode(votes), 'pending_votes', '{}',
+    'p_remaining', cjson.encode(arms), 'p_eliminations', redis.call('LLEN', eliminations),
+    'p_messages', m[3], 'p_ignored', m[4], 'p_epoch_messages', m[5] or 0, 'p_version', m[6])
+  redis.call('HINCRBY', meta, 'published', 1)
+  local clock = redis.call('TIME')
+  redis.call('HSET', meta, 'published_at', clock[1] .. '.' .. clock[2])
+  if m[6] ~= m[7] then announce(meta, channel) else touched(channel) end
+end
+local function zeros(n)
+  local votes = {}
+  for i = 1, n do votes[i] = 0 end
+  return cjson.encode(votes)
+end
