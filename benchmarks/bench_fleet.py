@@ -17,7 +17,8 @@ keep-alive connections per client process. Three phases, all on the same coordin
 1. Fan-out. Experiment `probe` (eta=0.5, delta=0.05: M=5 votes remove an arm), streams opened on
    it from distinct addresses (1,000, then --agents): the coordinator's RSS (/proc) before and
    after they open, divided by their number, is its memory per connection. At each size the
-   driver removes --eliminations arms one after the other (M votes each) and waits until every
+   driver removes --eliminations arms one after the other (M votes each; each published at its
+   tick of DEXP_PUBLISH_CADENCE_SECONDS, one event per elimination) and waits until every
    stream has the new state: the delay of one delivery is its arrival (the client's clock) minus
    the event id's time ('<ms>-<seq>', Redis's clock: the same machine's clock).
 2. The fleet. Experiment `fleet` (DE-SER3, eta=0.9, delta=0.05: M=29, Bernoulli arms of means
@@ -73,6 +74,7 @@ from bench_vote_path import (
 
 from common.agent import AgentSpec, LocalAgent
 from common.algorithms import AlgorithmConfig
+from coordinator.settings import Settings
 
 PROBE, FLEET = "probe", "fleet"
 PROBE_ETA, PROBE_DELTA = 0.5, 0.05  # M = 5: a few votes remove a probe arm
@@ -610,7 +612,7 @@ def fan_out(
                 "idle_server_cpu_s": idle_cpu,
             }
         since = time.time() * 1000
-        cpu0, t0 = cpu_seconds(server), time.perf_counter()
+        cpu, wall = 0.0, 0.0
         for _ in range(eliminations):
             for token in voters:
                 reply = client.post(
@@ -622,9 +624,16 @@ def fan_out(
             answer = reply.json()
             if answer["outcome"] != "eliminated":
                 raise RuntimeError(f"probe arm {arm}: {answer}")
+            # The fan-out's cost: the coordinator's CPU from just before the elimination's tick
+            # until every stream has it (not the wait for the tick, heartbeats only).
+            tick = (time.time() // CADENCE_SECONDS + 1) * CADENCE_SECONDS if CADENCE_SECONDS else 0
+            time.sleep(max(0.0, tick - time.time() - 0.1))
+            cpu0, t0 = cpu_seconds(server), time.perf_counter()
+            version = published(client, arm, timeout)
             arm += 1
-            clients.ask("probe-wait", [{"version": answer["version"]}] * processes, timeout)
-        cpu, wall = cpu_seconds(server) - cpu0, time.perf_counter() - t0
+            clients.ask("probe-wait", [{"version": version}] * processes, timeout)
+            cpu += cpu_seconds(server) - cpu0
+            wall += time.perf_counter() - t0
         replies = clients.ask("probe-deliveries", [{"since": since}] * processes, timeout)
         delays = [d for _, _, r in replies for _, d in r]
         per_event: dict[str, float] = {}
@@ -640,7 +649,7 @@ def fan_out(
                 "eliminations": eliminations,
                 "wall_s": wall,
                 "server_cpu_s": cpu,
-                "server_cpu_us_per_delivery": 1e6 * cpu / (eliminations * size),
+                "server_cpu_us_per_delivery": 1e6 * cpu / max(1, len(delays)),
                 "delivery": spread(delays),
                 "to_all": spread(to_all),
             }
@@ -649,6 +658,28 @@ def fan_out(
     memory["refused_while_closing"] = streams_closed(client, timeout)
     client.delete(f"/v1/experiments/{PROBE}").raise_for_status()
     return levels, memory
+
+
+# the coordinator's cadence of publication of an elimination (its setting, from the environment)
+CADENCE_SECONDS = float(
+    os.environ.get(
+        "DEXP_PUBLISH_CADENCE_SECONDS",
+        Settings.model_fields["publish_cadence_seconds"].default,
+    )
+)
+
+
+def published(client: httpx.Client, arm: int, timeout: float) -> int:
+    """The version of the publication that shows `arm` out: an elimination is published at the
+    next tick of DEXP_PUBLISH_CADENCE_SECONDS (a read takes the publication once it is due), so
+    that each elimination is one event, as before publications were batched."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = client.get(f"/v1/experiments/{PROBE}").json()
+        if arm not in state["remaining_arms"]:
+            return int(state["version"])
+        time.sleep(0.05)
+    raise RuntimeError(f"probe arm {arm}: not published within {timeout} s")
 
 
 def fleet(
