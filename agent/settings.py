@@ -6,15 +6,16 @@ import re
 from pathlib import Path
 
 from pydantic import AliasChoices, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from clients.coordinator import coordinator_urls
+from clients.secret_files import SecretFileSettings
 
 EXPERIMENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the coordinator's own rule for an id
 EVERY_EXPERIMENT = "*"
 
 
-class AgentSettings(BaseSettings):
+class AgentSettings(SecretFileSettings):
     model_config = SettingsConfigDict(env_prefix="DEXP_", extra="ignore")
 
     coordinator_url: str = Field(

@@ -28,6 +28,7 @@ its lease needs (docs/RELIABILITY.md, "Redis users").
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -210,6 +211,17 @@ def server_args(passwords: Mapping[str, str], extra: tuple[RedisUser, ...] = ())
     for user in [USERS[name] for name in SERVICES] + list(extra):
         args += user_args(user, passwords[user.name])
     return args
+
+
+def acl_file(passwords: Mapping[str, str]) -> str:
+    """The same users as an ACL file (redis-server --aclfile), each password as its SHA-256
+    (`#<hex>`), so that the file holds no password: deploy/swarm/production.yml gives it to Redis
+    as a Docker secret (scripts/swarm_secrets.py writes it)."""
+    lines = [" ".join(["user", *DEFAULT_OFF])]
+    for user in (USERS[name] for name in SERVICES):
+        digest = hashlib.sha256(passwords[user.name].encode()).hexdigest()
+        lines.append(" ".join(["user", user.name, "on", f"#{digest}", *user.rules()]))
+    return "\n".join(lines) + "\n"
 
 
 def bitnami_users() -> list[dict[str, str]]:

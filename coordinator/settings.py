@@ -1,7 +1,8 @@
 """The coordinator's configuration, read from the environment (prefix DEXP_).
 
 Secrets (the admin token, the enrollment secret, the Redis password inside DEXP_REDIS_URL) come
-from the environment only; the image holds none. The defaults below, and the development Redis
+from the environment, or from files (DEXP_ADMIN_TOKEN_FILE=/run/secrets/...: Docker secrets,
+clients/secret_files.py); the image holds none. The defaults below, and the development Redis
 passwords of the compose and Swarm files (common/redis_acl.py), are development placeholders:
 with DEXP_ENVIRONMENT=production the coordinator refuses to start while any of them is still in use,
 or while a secret is shorter than MIN_SECRET_LENGTH characters.
@@ -14,9 +15,10 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 from zxcvbn import zxcvbn
 
+from clients.secret_files import SecretFileSettings
 from common.redis_acl import USERS
 from coordinator.cors import parse_origins
 from coordinator.throttle import failure_limit
@@ -37,7 +39,7 @@ class InsecureSettings(ValueError):
     """Production settings that still hold a development placeholder or a short secret."""
 
 
-class Settings(BaseSettings):
+class Settings(SecretFileSettings):
     model_config = SettingsConfigDict(env_prefix="DEXP_", extra="ignore")
 
     environment: Literal["development", "production"] = "development"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from clients.coordinator import coordinator_urls
+from clients.secret_files import SecretFileSettings
 
 
-class LoadSettings(BaseSettings):
+class LoadSettings(SecretFileSettings):
     model_config = SettingsConfigDict(env_prefix="DEXP_", extra="ignore")
 
     # one URL, or several comma-separated (clients/coordinator.py)

@@ -7,6 +7,8 @@ change to the files is caught before any image is built."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -118,3 +120,143 @@ def test_env_example_asks_for_each_password() -> None:
     required = {line.removesuffix("=") for line in example.splitlines() if line.endswith("=")}
     assert {acl.USERS[u].password_variable for u in acl.SERVICES} <= required
     assert "DEXP_REDIS_PASSWORD" not in example
+
+
+# ----------------------------------------------------------------------------- the proxy
+# The reverse proxy of the production files (deploy/proxy/), and Swarm's production stack with its
+# Docker secrets (deploy/swarm/production.yml): what their content promises, checked offline.
+# tests/e2e/test_compose.py and test_swarm.py attack and run them.
+
+PROXY = ROOT / "deploy" / "proxy"
+SWARM_PRODUCTION = "deploy/swarm/production.yml"
+EDGE_SUBNET = "${DEXP_EDGE_SUBNET:-172.16.213.0/24}"
+
+
+def haproxy_config() -> str:
+    return (PROXY / "haproxy.cfg").read_text()
+
+
+def seconds(config: str, directive: str) -> float:
+    (value,) = re.findall(rf"^\s*{directive} (\d+)s$", config, re.M)
+    return float(value)
+
+
+def test_the_proxy_keeps_the_coordinators_edge_limits() -> None:
+    """The proxy's deadlines and body bound are the coordinator's own defaults, so a client meets
+    the same edge whether the proxy or the coordinator stops it first; X-Forwarded-For is set
+    (never appended to what the client sent); every limit has a reason written above it."""
+    config, settings = haproxy_config(), Settings()
+    timeouts = re.findall(r"^\s*timeout http-request (\d+)s$", config, re.M)
+    assert timeouts == [str(int(settings.header_timeout_seconds))]
+    assert settings.body_timeout_seconds == settings.header_timeout_seconds
+    assert config.count("option http-buffer-request") == 2  # bodies under the deadline too
+    assert seconds(config, "timeout http-keep-alive") == settings.keep_alive_seconds
+    assert f"req.hdr_val(content-length) gt {settings.max_body_bytes} }}" in config
+    assert f"at most {settings.max_body_bytes} bytes" in config
+    assert "http-request set-header X-Forwarded-For %[src]" in config
+    assert "option forwardfor" not in config and "add-header X-Forwarded-For" not in config
+    assert "bind :8443 ssl crt /run/secrets/dexp_tls.pem alpn http/1.1" in config
+    assert "ssl-min-ver TLSv1.2" in config
+    for limit in ("tcp-request connection reject", "sc0_http_req_rate gt", "timeout client"):
+        (line,) = [i for i, text in enumerate(config.splitlines()) if limit in text]
+        assert config.splitlines()[line - 1].strip().startswith("#"), limit
+
+
+def test_the_proxys_errors_are_json() -> None:
+    """Every error HAProxy answers itself is the API's {"detail": ...} with a right length."""
+    config = haproxy_config()
+    files = set(re.findall(r"errorfile \d+ (/etc/dexp-proxy/errors/\d+\.http)", config))
+    assert {f"/etc/dexp-proxy/errors/{p.name}" for p in (PROXY / "errors").iterdir()} == files
+    for path in sorted((PROXY / "errors").iterdir()):
+        head, _, body = path.read_bytes().partition(b"\r\n\r\n")
+        status, *headers = head.decode().split("\r\n")
+        assert status.startswith(f"HTTP/1.1 {path.stem} "), path
+        fields = dict(line.lower().split(": ", 1) for line in headers)
+        assert fields["content-type"] == "application/json", path
+        assert int(fields["content-length"]) == len(body), path
+        assert set(json.loads(body)) == {"detail"}, path
+    answers = re.findall(r"return status (\d+) content-type (\S+) .*string '([^']*)'", config)
+    assert {status for status, _, _ in answers} == {"200", "404", "413", "429"}
+    assert all(kind == "application/json" and json.loads(body) for _, kind, body in answers)
+
+
+def test_the_proxys_image_builds_from_base_image() -> None:
+    dockerfile = (PROXY / "Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=python:3.12-slim\nFROM ${BASE_IMAGE}\n" in dockerfile
+    assert "apt-get install -y --no-install-recommends haproxy" in dockerfile
+    assert "STOPSIGNAL SIGUSR1" in dockerfile  # haproxy -db ignores SIGTERM
+    assert re.search(r"^\s*user haproxy$", haproxy_config(), re.M)  # serves unprivileged
+
+
+def networks_of(spec: dict[str, Any]) -> set[str]:
+    return set(spec.get("networks") or ["default"])
+
+
+@pytest.mark.parametrize("name", [PRODUCTION, SWARM_PRODUCTION])
+def test_only_the_proxy_faces_clients_and_the_coordinator_trusts_it_alone(name: str) -> None:
+    """The coordinator publishes no port; the proxy publishes HTTPS (compose: on 127.0.0.1 by
+    default). The edge network holds the proxy and the coordinators only, has no route out, and
+    is the one source of X-Forwarded-For the coordinator believes."""
+    loaded = yaml.load((ROOT / name).read_text(), Loader=ComposeLoader)
+    specs = loaded["services"]
+    assert specs["coordinator"].get("ports") is None  # compose: !reset
+    assert specs["coordinator"]["environment"]["DEXP_TRUSTED_PROXIES"] == EDGE_SUBNET
+    edge = loaded["networks"]["edge"]
+    assert edge["internal"] is True and edge["ipam"]["config"] == [{"subnet": EDGE_SUBNET}]
+    on_edge = {service for service, spec in specs.items() if "edge" in networks_of(spec)}
+    assert on_edge == {"coordinator", "proxy"}
+    assert networks_of(specs["proxy"]) == {"public", "edge"}
+    (port,) = specs["proxy"]["ports"]
+    if name == PRODUCTION:
+        assert port == "${DEXP_PROXY_HOST:-127.0.0.1}:${DEXP_PROXY_PORT:-443}:8443"
+        assert specs["proxy"]["environment"]["DEXP_PROXY_UPSTREAM"] == "coordinator:8000"
+    else:  # host mode: the proxy sees the client's address, not the routing mesh's
+        assert (port["target"], port["mode"]) == (8443, "host")
+        assert specs["proxy"]["environment"]["DEXP_PROXY_UPSTREAM"] == "tasks.coordinator:8000"
+    for target in ("dexp_tls.pem", "dexp_tls.pem.key"):
+        assert target in [s["target"] for s in specs["proxy"]["secrets"]]
+
+
+def swarm_secrets_script() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "swarm_secrets", ROOT / "scripts/swarm_secrets.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_swarm_production_stack_holds_no_secret() -> None:
+    """deploy/swarm/production.yml names no secret value or secret variable: every secret is a
+    Docker secret that scripts/swarm_secrets.py makes, read from its file (DEXP_X_FILE, Redis's
+    --aclfile); each service reads its own Redis URL. Production mode, tickets only."""
+    text = (ROOT / SWARM_PRODUCTION).read_text()
+    for variable in ("DEXP_ADMIN_TOKEN}", "DEXP_ENROLLMENT_SECRET", "_PASSWORD", "REDISCLI_AUTH"):
+        assert variable not in text.split("version:")[1], variable
+    loaded = yaml.load(text, Loader=ComposeLoader)
+    specs, declared = loaded["services"], loaded["secrets"]
+    made = swarm_secrets_script().contents("token", dict.fromkeys(acl.SERVICES, "pw"), b"", b"")
+    assert {f"${{DEXP_SECRETS:-dexp}}_{suffix}" for suffix in made} - {
+        "${DEXP_SECRETS:-dexp}_tickets"
+    } | {"${DEXP_TICKETS_SECRET:-dexp_tickets}"} == {s["name"] for s in declared.values()}
+    assert all(s["external"] is True for s in declared.values())
+    for service, spec in specs.items():
+        targets = {
+            s if isinstance(s, str) else s.get("target", s["source"])
+            for s in spec.get("secrets", [])
+        }
+        for variable, value in (spec.get("environment") or {}).items():
+            assert not re.search(r"TOKEN|PASSWORD|SECRET", variable) or variable.endswith("_FILE")
+            if variable.endswith("_FILE"):
+                assert value.removeprefix("/run/secrets/") in targets, (service, variable)
+        if service in SERVICE_USERS:
+            user = SERVICE_USERS[service].replace("load-", "")
+            assert spec["environment"]["DEXP_REDIS_URL_FILE"] == f"/run/secrets/redis_{user}_url"
+    coordinator = specs["coordinator"]["environment"]
+    assert coordinator["DEXP_ENVIRONMENT"] == "production"
+    assert coordinator["DEXP_OPEN_ENROLLMENT"] == "false"
+    assert specs["agent"]["environment"]["DEXP_TICKETS_FILE"] == "/run/secrets/tickets"
+    command = specs["redis"]["command"]
+    assert "--user" not in command and "--requirepass" not in command
+    assert command[command.index("--aclfile") + 1] == "/run/secrets/redis-users.acl"

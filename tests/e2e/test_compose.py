@@ -1,9 +1,11 @@
 """The docker compose stack end to end: build, `up`, the demo identifies the best arm, scaling adds
 agents, `down -v`; then the production override (docker-compose.production.yml) as an operator runs
 it: secrets from an env file, tickets issued with `exec coordinator dexp tickets issue`, agents
-enrolled with them, the shared enrollment secret refused. Runs where a Docker engine answers (CI
-gets one from docker-sandbox.sh). The production stack comes up while the development stack's tests
-run (ProductionLauncher)."""
+enrolled with them, the shared enrollment secret refused, the API reached only through the HAProxy
+proxy over HTTPS (a certificate from a test CA made here); and attacks on that proxy from client
+containers, each with an address of its own, while an honest device is served. Runs where a Docker
+engine answers (CI gets one from docker-sandbox.sh). The production stack comes up while the
+development stack's tests run (ProductionLauncher)."""
 
 from __future__ import annotations
 
@@ -12,17 +14,22 @@ import os
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
 import time
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from common import redis_acl as acl
+from coordinator.settings import Settings
+from tests.e2e.tls import TlsFiles, make_certificate
 from tests.prerequisites import missing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -255,15 +262,22 @@ def test_scaling_adds_agents(stack: tuple[dict[str, str], str]) -> None:
 
 @dataclass
 class Production:
-    """The production stack of one test module: compose runner, URL, secrets, tickets, timings."""
+    """The production stack of one test module: compose runner, the proxy's URL and the CA that
+    signed its certificate, secrets, tickets, timings."""
 
     env: dict[str, str]
     env_file: Path
-    url: str
+    url: str  # https://127.0.0.1:PORT, the proxy (the coordinator publishes no port)
+    tls: TlsFiles
     admin_token: str
     tickets: list[str]
     seconds: dict[str, float]
     started: float = field(default_factory=time.monotonic)  # agents and load generator up
+
+    def client(self) -> httpx.Client:
+        """An HTTPS client of the proxy that trusts the test CA (from this host: the proxy sees
+        the address of the public network's gateway)."""
+        return httpx.Client(base_url=self.url, verify=self.tls.context(), timeout=10)
 
     def compose(
         self, *args: str, timeout: float = 600, env_file: Path | None = None
@@ -285,6 +299,10 @@ class Production:
             text=True,
             timeout=timeout,
         )
+
+
+def _tls_settings(tls: TlsFiles) -> dict[str, str]:
+    return {"DEXP_TLS_CERT": str(tls.certificate), "DEXP_TLS_KEY": str(tls.key)}
 
 
 def _env_file(path: Path, values: dict[str, str]) -> Path:
@@ -322,22 +340,26 @@ class ProductionLauncher:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DEXP_", "AGENT"))}
         admin_token, port = secrets.token_urlsafe(32), _free_port()
         tickets_file = tmp / "tickets.txt"
+        tls = make_certificate(tmp / "tls", ("proxy", "localhost"))
         env_file = _env_file(
             tmp / ".env",
             {
                 "DEXP_ADMIN_TOKEN": admin_token,
                 **{variable: secrets.token_urlsafe(32) for variable in REDIS_PASSWORDS},
-                "DEXP_PORT": str(port),
+                **_tls_settings(tls),
+                "DEXP_PROXY_PORT": str(port),
                 "DEXP_TICKETS_FILE_HOST": str(tickets_file),
             },
         )
-        prod = Production(env, env_file, f"http://127.0.0.1:{port}", admin_token, [], {})
+        prod = Production(env, env_file, f"https://127.0.0.1:{port}", tls, admin_token, [], {})
         self.prod = prod
         prod.compose("down", "-v", timeout=120)
         start = time.monotonic()
-        up = prod.compose(
-            "up", "-d", *(["--build"] if build else []), "--wait", "redis", "coordinator"
-        )
+        # The proxy's image is built here (the development stack has no proxy); the app's too
+        # when the development stack did not build it.
+        built = prod.compose("build", *([] if build else ["proxy"]))
+        assert built.returncode == 0, built.stderr[-2000:]
+        up = prod.compose("up", "-d", "--wait", "redis", "coordinator", "proxy")
         assert up.returncode == 0, up.stderr[-2000:]
         prod.seconds["up_coordinator"] = time.monotonic() - start
         start = time.monotonic()
@@ -390,13 +412,16 @@ def test_production_needs_real_secrets(production: Production, tmp_path: Path) -
     """A missing secret stops compose before anything starts; the development defaults stop the
     coordinator at start-up. (Judged by the messages: some builds of the compose plugin exit 0 on
     an error, this sandbox's among them.)"""
-    no_token = _env_file(tmp_path / "no-token.env", dict.fromkeys(REDIS_PASSWORDS, "x" * 32))
+    tls = _tls_settings(production.tls)
+    no_token = _env_file(
+        tmp_path / "no-token.env", {**dict.fromkeys(REDIS_PASSWORDS, "x" * 32), **tls}
+    )
     config = production.compose("config", "--quiet", env_file=no_token, timeout=60)
     assert "required variable DEXP_ADMIN_TOKEN is missing a value" in config.stderr
     assert "set DEXP_ADMIN_TOKEN in .env" in config.stderr
     defaults = _env_file(
         tmp_path / "dev.env",
-        {"DEXP_ADMIN_TOKEN": "dev-admin-token", **REDIS_PASSWORDS},
+        {"DEXP_ADMIN_TOKEN": "dev-admin-token", **REDIS_PASSWORDS, **tls},
     )
     run = production.compose(
         "run", "--rm", "--no-deps", "coordinator", env_file=defaults, timeout=120
@@ -416,35 +441,255 @@ def test_production_tickets_enroll_the_agents_and_the_run_ends_identified(
     print({k: round(v, 1) for k, v in production.seconds.items()})
     assert generator.get("State") == "exited", generator
     assert generator.get("ExitCode") == 0, generator
-    best = httpx.get(f"{production.url}/v1/experiments/demo/best-arm", timeout=10).json()
-    assert best["status"] == "identified"
-    assert best["best_arm"] == {"index": 0, "name": "A"}
-    state = httpx.get(f"{production.url}/v1/experiments/demo", timeout=10).json()
-    assert state["agents"] == 32  # one per ticket
-    assert "voters" not in state  # who voted against what: admin only
-    voters = httpx.get(
-        f"{production.url}/v1/experiments/demo/voters",
-        headers={"Authorization": f"Bearer {production.admin_token}"},
-        timeout=10,
-    )
-    assert voters.status_code == 200
-    assert [len(ids) for ids in voters.json()["voters"]] == state["votes"]
-    # Every ticket was used, once: a second use is refused.
-    again = httpx.post(
-        f"{production.url}/v1/agents",
-        headers={"Authorization": f"Bearer {production.tickets[0]}"},
-        json={"experiment": "demo"},
-        timeout=10,
-    )
-    assert again.status_code == 401
+    with production.client() as client:  # through the proxy, with the real admin token
+        best = client.get("/v1/experiments/demo/best-arm").json()
+        assert best["status"] == "identified"
+        assert best["best_arm"] == {"index": 0, "name": "A"}
+        state = client.get("/v1/experiments/demo").json()
+        assert state["agents"] == 32  # one per ticket
+        assert "voters" not in state  # who voted against what: admin only
+        voters = client.get(
+            "/v1/experiments/demo/voters",
+            headers={"Authorization": f"Bearer {production.admin_token}"},
+        )
+        assert voters.status_code == 200
+        assert [len(ids) for ids in voters.json()["voters"]] == state["votes"]
+        # Every ticket was used, once: a second use is refused.
+        again = client.post(
+            "/v1/agents",
+            headers={"Authorization": f"Bearer {production.tickets[0]}"},
+            json={"experiment": "demo"},
+        )
+        assert again.status_code == 401
 
 
 def test_production_refuses_the_enrollment_secret(production: Production) -> None:
-    for secret in ("dev-enrollment-secret", production.admin_token):
-        reply = httpx.post(
-            f"{production.url}/v1/agents",
-            headers={"Authorization": f"Bearer {secret}"},
-            json={"experiment": "demo"},
-            timeout=10,
+    with production.client() as client:
+        for secret in ("dev-enrollment-secret", production.admin_token):
+            reply = client.post(
+                "/v1/agents",
+                headers={"Authorization": f"Bearer {secret}"},
+                json={"experiment": "demo"},
+            )
+            assert reply.status_code == 401, reply.text
+
+
+# ----------------------------------------------------------------------------- the proxy
+# HAProxy in front of the production coordinator (deploy/proxy/haproxy.cfg). The attacks come from
+# containers on the stack's public network, one address each, as clients on the Internet would;
+# each test checks that another client, an honest device, was served meanwhile, and that nothing
+# changed that should not have.
+
+EDGE = "edge"  # the experiment the attacks play on: M = 2 (delta 0.25, eta 0.5), arms A to D
+ROLES = ("device", "slowloris", "burst", "trickle", "guesser", "bystander")
+# deploy/proxy/haproxy.cfg's bounds, as docker-compose.production.yml sets them by default
+PER_CLIENT = 200  # DEXP_PROXY_MAX_CONNECTIONS_PER_CLIENT
+RATE = 200  # DEXP_PROXY_RATE, requests per 10 s
+DEADLINE = 10.0  # timeout http-request: headers, and bodies, whole within 10 s
+
+
+@dataclass
+class EdgeClients:
+    """One container per role on the production stack's public network (its own address there),
+    each with tests/e2e mounted at /probe and the test CA at /tls."""
+
+    production: Production
+    addresses: dict[str, str]
+    tickets: list[str]
+
+    def container(self, role: str) -> str:
+        return f"{PRODUCTION_PROJECT}-{role}"
+
+    def command(self, role: str, *args: str) -> list[str]:
+        return [
+            "docker", "exec", "-i", self.container(role), "python", "/probe/edge_client.py",
+            args[0], "proxy", "8443", "/tls/ca.pem", *args[1:],
+        ]  # fmt: skip
+
+    def run(self, role: str, *args: str) -> dict[str, Any]:
+        """A client command run to its end: its JSON report."""
+        result = subprocess.run(
+            self.command(role, *args), capture_output=True, text=True, timeout=300
         )
-        assert reply.status_code == 401, reply.text
+        assert result.returncode == 0, result.stderr[-2000:]
+        report: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
+        return report
+
+    def start(self, role: str, *args: str) -> subprocess.Popen[str]:
+        """A client command that keeps its attack up until its stdin closes; started once it
+        says `ready`."""
+        process = subprocess.Popen(
+            self.command(role, *args),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.strip() == "ready", line + (process.stderr.read() if process.stderr else "")
+        return process
+
+
+def _stop(process: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = process.communicate(timeout=120)  # closes its stdin: the attack ends
+    assert process.returncode == 0, err[-2000:]
+    report: dict[str, Any] = json.loads(out.splitlines()[-1])
+    return report
+
+
+@pytest.fixture(scope="module")
+def edge_clients(production: Production) -> Iterator[EdgeClients]:
+    with production.client() as admin:
+        auth = {"Authorization": f"Bearer {production.admin_token}"}
+        created = admin.post(
+            "/v1/experiments",
+            headers=auth,
+            json={"id": EDGE, "arms": ["A", "B", "C", "D"], "delta": 0.25, "eta": 0.5},
+        )
+        assert created.status_code == 201, created.text
+        issued = admin.post(f"/v1/experiments/{EDGE}/tickets", headers=auth, json={"count": 6})
+        assert issued.status_code == 201, issued.text
+    network, image = f"{PRODUCTION_PROJECT}_public", "dexp-app:latest"
+
+    def run_container(role: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [
+                "docker", "run", "-d", "--rm", "--network", network, "--name",
+                f"{PRODUCTION_PROJECT}-{role}", "-v", f"{ROOT / 'tests' / 'e2e'}:/probe:ro",
+                "-v", f"{production.tls.ca.parent}:/tls:ro", image, "sleep", "900",
+            ],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    started = [run_container(role) for role in ROLES]
+    clients = EdgeClients(production, {}, issued.json()["tickets"])
+    try:
+        for process in started:
+            _, err = process.communicate(timeout=120)
+            assert process.returncode == 0, err
+        for role in ROLES:
+            clients.addresses[role] = subprocess.run(
+                [
+                    "docker", "inspect", clients.container(role), "--format",
+                    f'{{{{(index .NetworkSettings.Networks "{network}").IPAddress}}}}',
+                ],
+                capture_output=True, text=True, timeout=60, check=True,
+            ).stdout.strip()  # fmt: skip
+        assert len(set(clients.addresses.values())) == len(ROLES), clients.addresses
+        yield clients
+    finally:
+        names = [f"{PRODUCTION_PROJECT}-{role}" for role in ROLES]
+        subprocess.run(["docker", "rm", "-f", *names], capture_output=True, timeout=120)
+
+
+def test_the_proxy_serves_https_only(production: Production) -> None:
+    """HTTPS with the test CA: the API, the proxy's own /healthz, HSTS; ETag/304 and gzip pass
+    through; /metrics is not public. Plain HTTP on the port gets no answer at all, nor do TLS 1.1
+    and a TLS 1.2 cipher without AEAD. The coordinator publishes no port: the proxy is the way in."""
+    with production.client() as client:
+        health = client.get("/healthz")
+        assert (health.status_code, health.json()) == (200, {"status": "ok"})
+        state = client.get("/v1/experiments/demo")
+        assert state.status_code == 200
+        assert state.headers["strict-transport-security"] == "max-age=31536000"
+        again = client.get("/v1/experiments/demo", headers={"If-None-Match": state.headers["etag"]})
+        assert again.status_code == 304 and again.content == b""
+        schema = client.get("/openapi.json", headers={"Accept-Encoding": "gzip"})
+        assert schema.headers["content-encoding"] == "gzip" and schema.json()["openapi"]
+        metrics = client.get("/metrics")
+        assert (metrics.status_code, metrics.json()) == (404, {"detail": "not found"})
+    port = int(production.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as plain:
+        plain.sendall(b"GET /v1/experiments/demo HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert plain.recv(4096) == b""  # closed: not a byte of HTTP back
+    old = production.tls.context()
+    with warnings.catch_warnings():  # an obsolete client, on purpose
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old.minimum_version = old.maximum_version = ssl.TLSVersion.TLSv1_1
+    old.set_ciphers("DEFAULT:@SECLEVEL=0")
+    cbc = production.tls.context()
+    cbc.maximum_version = ssl.TLSVersion.TLSv1_2
+    cbc.set_ciphers("ECDHE-ECDSA-AES128-SHA")
+    for context, alert in ((old, "PROTOCOL_VERSION"), (cbc, "HANDSHAKE_FAILURE")):
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=30) as raw,
+            pytest.raises(ssl.SSLError, match=alert),
+        ):
+            context.wrap_socket(raw, server_hostname="localhost")
+    (coordinator,) = [
+        c for c in _containers(production.env, PRODUCTION_PROJECT) if c["Service"] == "coordinator"
+    ]
+    publishers = coordinator.get("Publishers") or []
+    assert all(not p.get("PublishedPort") for p in publishers), publishers  # type: ignore[union-attr]
+
+
+def test_attackers_at_the_proxy_do_not_stop_a_device(edge_clients: EdgeClients) -> None:
+    """Three attackers at once, each from its own address, while a device enrolls, reads, votes
+    and follows the event stream through the proxy:
+
+    - slowloris: 250 connections, half idle, half trickling headers, each reopened when cut. The
+      proxy accepts PER_CLIENT of them and closes the others at once; it cuts the rest at the
+      header deadline (never before), without a word;
+    - a burst of reads over one kept-alive connection: RATE requests in 10 s are served, then
+      429 with Retry-After and a JSON body;
+    - a vote whose body comes a byte every 0.5 s, with a real agent token: 408 JSON at the
+      deadline, and the vote never reaches the coordinator.
+
+    The device's every request succeeds, its two votes remove arm C (M = 2), and its event stream
+    shows the removal and a heartbeat."""
+    clients = edge_clients
+    slowloris = clients.start("slowloris", "slowloris", str(PER_CLIENT + 50))
+    burst = clients.start("burst", "burst", f"/v1/experiments/{EDGE}")
+    with ThreadPoolExecutor(2) as pool:
+        trickled = pool.submit(clients.run, "trickle", "trickle", EDGE, "3", clients.tickets[2])
+        device = clients.run("device", "device", EDGE, "2", *clients.tickets[:2])
+        trickle = trickled.result(timeout=300)
+    hoarded, hammered = _stop(slowloris), _stop(burst)
+    print({"device": device, "slowloris": hoarded, "burst": hammered, "trickle": trickle})
+
+    assert [status for _, status, _ in device["steps"]] == [201, 201, 200, 200, 200, 200, 200]
+    stream = device["stream"]
+    assert stream["status"] == 200
+    assert stream["headers"]["content-type"].startswith("text/event-stream")
+    assert stream["states"][0]["remaining_arms"] == [0, 1, 2, 3]
+    assert stream["states"][-1]["remaining_arms"] == [0, 1, 3] and stream["heartbeats"] >= 1
+
+    assert hoarded["held"] == PER_CLIENT and hoarded["refused"] >= 50, hoarded
+    assert hoarded["cuts"] >= 1 and hoarded["first_cut"] >= DEADLINE - 1, hoarded
+    assert hoarded["said"] == "", hoarded  # cut without an answer (no HTML page)
+
+    assert hammered["statuses"].get("200", 0) >= RATE and hammered["statuses"].get("429"), hammered
+    assert hammered["refused"]["retry_after"] == "10"
+    assert hammered["refused"]["content_type"] == "application/json"
+    assert "DEXP_PROXY_RATE" in hammered["refused"]["body"]["detail"]
+
+    assert trickle["status"] == 408, trickle
+    assert json.loads(trickle["body"])["detail"].startswith("the request did not arrive within")
+    assert trickle["seconds"] >= DEADLINE - 1, trickle
+    assert trickle["bytes_sent"] < trickle["body_bytes"], trickle
+    with clients.production.client() as admin:
+        state = admin.get(f"/v1/experiments/{EDGE}").json()
+        voters = admin.get(
+            f"/v1/experiments/{EDGE}/voters",
+            headers={"Authorization": f"Bearer {clients.production.admin_token}"},
+        ).json()["voters"]
+    assert state["remaining_arms"] == [0, 1, 3] and state["votes"] == [0, 0, 2, 0]
+    assert state["messages"] == 2 and voters[3] == []  # the trickled vote was never counted
+
+
+def test_the_coordinator_sees_each_client_behind_the_proxy(edge_clients: EdgeClients) -> None:
+    """X-Forwarded-For is the proxy's word, not the client's. A guesser sends wrong agent tokens,
+    each claiming another address (the bystander's among them): the coordinator's throttle of
+    failed credentials (DEXP_AUTH_FAILURE_LIMIT) counts them all against the guesser's real
+    address and refuses even its right token after the limit. The bystander, whose address the
+    guesser claimed, is served; so the coordinator tells the clients behind the proxy apart."""
+    clients = edge_clients
+    limit = int(Settings().auth_failure_limit.split("/")[0])  # the production default: 20/minute
+    guesser = clients.run(
+        "guesser", "credentials", EDGE, clients.tickets[3], str(limit + 1),
+        clients.addresses["bystander"],
+    )  # fmt: skip
+    assert guesser["statuses"] == [201, *[401] * limit, 429, 429], guesser
+    assert "too many failed credential checks" in guesser["last"]["detail"]
+    bystander = clients.run(
+        "bystander", "credentials", EDGE, clients.tickets[4], "0", clients.addresses["guesser"]
+    )
+    assert bystander["statuses"] == [201, 200], bystander
