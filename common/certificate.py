@@ -27,9 +27,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
+
+if TYPE_CHECKING:  # common.simulation imports common.votes, which imports this module
+    from common.simulation.config import SimulationConfig
 
 ZETA3 = 1.2020569031595942  # Apery's constant, zeta(3)
 ZETA2 = math.pi**2 / 6
@@ -382,4 +386,16 @@ def certify(
         threshold,
         lying,
         per_epoch=algo.global_reset,
+    )
+
+
+def certify_simulation(config: SimulationConfig) -> Certificate:
+    """The certificate of a simulated configuration: its N, its Byzantine agents as the liars
+    (they are known there), and nothing certified when its rewards drift."""
+    return certify(
+        config.algorithm,
+        config.environment.n_arms,
+        config.n_agents,
+        liars=config.attackers,
+        drifting=bool(config.environment.drift),
     )

@@ -29,7 +29,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from common.algorithms import ALGORITHMS, USER_SUBROUTINES, AlgorithmConfig
-from common.certificate import VOTES, Certificate, certify, upper
+from common.certificate import VOTES, Certificate, certify_simulation, upper
 from common.environments import build_problem
 from common.errors import ParameterError
 from common.hillel import HILLEL_ALGORITHMS, HillelConfig
@@ -364,7 +364,7 @@ def simulate(
         attackers=attackers,
     )
     trial_function(engine)
-    certificate = certify(algo, env.n_arms, agents, liars=attackers, drifting=bool(env.drift))
+    certificate = certify_simulation(config)
     warnings = simulation_warnings(config, seed)
     uncertified = certificate.warning()  # certified failure above delta: what would certify it
     warnings += [uncertified] if uncertified else []
@@ -740,7 +740,7 @@ def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
     out = _console()
     table = Table(title=title, title_justify="left")
     columns = ("series", "N", "M", "trials", "samples", "± 95% CI", "messages", "± 95% CI")
-    for column in (*columns, "failures", "stopped by"):
+    for column in (*columns, "failures", "certified", "stopped by"):
         table.add_column(
             column,
             justify="left" if column in ("series", "stopped by") else "right",
@@ -758,9 +758,15 @@ def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
             str(r["trials"]),
             *cells,
             f"{r['failure_rate']:.2f}",
+            upper(r["certified_failure"]),
             r["stopped_by"],
         )
     out.print(table)
+    out.print(
+        "failures: trials whose answer was not eps-optimal; certified: the probability bound on "
+        "the best arm voted out by error for that configuration and N (docs/SUBROUTINES.md, "
+        "section 3), a bound on failures when no other arm is within eps of the best."
+    )
 
 
 def reproduce_privacy_frontier(

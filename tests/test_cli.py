@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from common.certificate import LOCAL_ERROR_FACTORS
 from dexp.cli import app
 from dexp.experiments import EXPERIMENTS
 from dexp.reproduce import SUMMARY_COLUMNS, TRIAL_COLUMNS, build_points
@@ -310,6 +311,9 @@ def test_reproduce_tiny_feraud(tmp_path: Path) -> None:
         failure_low, failure_high = float(r["failure_ci95_low"]), float(r["failure_ci95_high"])
         assert 0.0 <= failure_low <= float(r["failure_rate"]) <= failure_high <= 1.0
         assert failure_high > 0.0  # two trials cannot show a failure rate of 0
+        # one central run at delta = 0.05: the subroutine's constant times delta
+        factor = LOCAL_ERROR_FACTORS["ser3" if r["series"] == "central-SER3" else "lucb"]
+        assert float(r["certified_failure"]) == pytest.approx(factor * 0.05)
 
     for png in ("feraud-fig1_sample_complexity.png", "feraud-fig1_messages.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
