@@ -54,8 +54,8 @@ LOCAL_ERROR_FACTORS: dict[str, float] = {
     "me": 1.0,  # Even-Dar et al.'s rounds, sum of delta_l < conf
     "dp-se": SE_ROUNDS,  # Hoeffding and Laplace, one side each, conf / (8 K e^2) per epoch e
 }
-# A computed tail is within about 1e-11 of the exact one (log-gamma and a sum of doubles): rounding
-# up by this keeps it an upper bound; below TINY a double cannot say more than "at most TINY".
+# A computed tail is within about 1e-13 (relative) of the exact one: Loader's terms and a sum of
+# doubles. Rounding up by this keeps it an upper bound; below TINY a double says "at most TINY".
 RELATIVE_MARGIN = 1e-8
 TINY = 1e-300
 NO_LIMIT = 10**9  # largest_agents searches no further
@@ -313,10 +313,20 @@ class Certificate:
             else f"the {n:,} agents"
         )
         epoch = "In each epoch, the" if self.per_epoch else "The"
+        if self.honest_votes <= 0:
+            return (
+                f"{epoch} best arm can be voted out by the {self.liars} lying agents alone: the "
+                f"threshold is {self.threshold}. Nothing below 1 is certified."
+            )
         if self.honest_votes > honest:
+            there = (
+                f"at most {honest:,} of the {n:,} agents are honest"
+                if self.liars
+                else f"there {'is' if n == 1 else 'are'} only {n:,} agent{'' if n == 1 else 's'}"
+            )
             return (
                 f"{epoch} best arm cannot be voted out by error: it takes {self.honest_votes} "
-                f"honest votes and there are only {who}."
+                f"honest votes and {there}."
             )
         answer = (
             "That is the probability of a wrong answer."

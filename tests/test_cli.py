@@ -389,6 +389,7 @@ def test_attackers_without_tolerance_remove_the_best_arm() -> None:
     assert doc["summary"]["failure_rate"] == 1.0
     # the 5 attackers alone reach the threshold: nothing is certified, and it says so
     assert doc["certified_failure"] == 1.0 and doc["summary"]["best_arm_voted_out"] == 3
+    assert "voted out by the 5 lying agents alone" in doc["certificate"]
     assert any(w.startswith("certified failure 1 is above delta") for w in doc["warnings"])
 
 
