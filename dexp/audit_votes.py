@@ -120,7 +120,7 @@ def run_point(
 def print_points(points: Sequence[dict[str, Any]], title: str) -> None:
     out = Console(highlight=False)
     if not out.is_terminal:
-        out = Console(highlight=False, width=180)
+        out = Console(highlight=False, width=200)
     table = Table(title=title, title_justify="left")
     columns = (
         "point",
