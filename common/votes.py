@@ -19,10 +19,11 @@ have been the agent's own arm, which restarts it); an agent still settled then s
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from common.certificate import upper
 
 
 class VoteOutcome(StrEnum):
@@ -104,28 +105,21 @@ def is_tied(
     return all(count < threshold for count in reachable.values())
 
 
-def tie_certificate(
-    delta: float, tolerance: int = 0, threshold: int | None = None, agents: int | None = None
-) -> str:
+def tie_certificate(threshold: int, agents: int, failure: float, tolerance: int = 0) -> str:
     """What a tie certifies, exactly. An arm leaves only with M distinct votes (with tolerance f:
-    M honest ones). Theorem 1 bounds by eta^M <= delta the chance that M given agents all voted the
-    best arm out by error; with N agents the union over the sets of M of them gives
-    C(N, M) delta, which certifies nothing once it reaches 1 (docs/SUBROUTINES.md, section 3).
-    And the best arm may leave without any error when another arm is within epsilon of it (SE's
-    epsilon-stop; measured: of two equal arms, arm 0 left in 79 of 200 runs at N = 64). Nothing
-    is certified about how the candidates compare. `threshold` is M (without f), `agents` N."""
-    m = "M" if threshold is None else f"M = {threshold}"
+    M honest ones), so the best arm is among the candidates unless M honest agents voted it out by
+    error, whose probability with the N enrolled agents is at most `failure`, the configuration's
+    certified failure P(Bin(N - f, p) >= M) (common/certificate.py; docs/SUBROUTINES.md,
+    section 3). And the best arm may leave without any error when another arm is within epsilon
+    of it (SE's epsilon-stop; measured: of two equal arms, arm 0 left in 79 of 200 runs at
+    N = 64). Nothing is certified about how the candidates compare. `threshold` is M (without f),
+    `agents` N."""
     sentence = (
-        f"the best arm is among the candidates unless {m} agents voted it out by error, or "
-        "another arm is within epsilon of it (then either may have been voted out without "
-        f"error); delta = {delta:g} bounds the first for M given agents"
+        f"the best arm is among the candidates unless M = {threshold} agents voted it out by "
+        f"error (probability at most {upper(failure)} with the N = {agents:,} agents enrolled), "
+        "or another arm is within epsilon of it (then either may have been voted out without "
+        "error); nothing is certified about the differences between the candidates"
     )
-    if threshold is not None and agents is not None and agents > threshold:
-        union = math.comb(agents, threshold) * delta
-        sentence += f", and over the N = {agents} agents the union C(N, M) delta = {union:.3g}" + (
-            ", which certifies nothing" if union >= 1 else ""
-        )
-    sentence += "; nothing is certified about the differences between the candidates"
     return f"while at most f = {tolerance} agents lie, {sentence}" if tolerance else sentence
 
 

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from common.activation import Activation
 from common.algorithms import AlgorithmConfig
+from common.certificate import certify_simulation, upper
 from common.environments import Environment, build_problem
 from common.errors import ParameterError
 from common.privacy import audit_votes
@@ -111,6 +112,7 @@ def run_point(
         "beta": algo.beta,
         "dp_epsilon": algo.dp_epsilon,
         "seed": seed,
+        "certified_failure": certify_simulation(config).failure,
         **audit.to_json(),
     }
 
@@ -118,11 +120,12 @@ def run_point(
 def print_points(points: Sequence[dict[str, Any]], title: str) -> None:
     out = Console(highlight=False)
     if not out.is_terminal:
-        out = Console(highlight=False, width=180)
+        out = Console(highlight=False, width=200)
     table = Table(title=title, title_justify="left")
     columns = (
         "point",
         "M",
+        "certified failure",
         "certified",
         "votes only (95% CI)",
         "adversary",
@@ -143,6 +146,7 @@ def print_points(points: Sequence[dict[str, Any]], title: str) -> None:
         table.add_row(
             p["label"],
             str(p["threshold"]),
+            upper(p["certified_failure"]),
             f"{p['certified']:.3f}",
             rate(p["votes_only"]),
             p["votes_only"]["adversary"],
@@ -154,6 +158,8 @@ def print_points(points: Sequence[dict[str, Any]], title: str) -> None:
         )
     out.print(table)
     out.print(
+        "certified failure: the probability bound on the best arm voted out by error for the "
+        "point's configuration and N (docs/SUBROUTINES.md, section 3). "
         "certified: what the method promises no adversary can be surer of (not a bound on how "
         "often a guess hits). votes only: the strongest adversary reading one agent's votes, "
         "their order and times. with outcome: also the published answer. baseline: the "

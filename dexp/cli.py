@@ -29,6 +29,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from common.algorithms import ALGORITHMS, USER_SUBROUTINES, AlgorithmConfig
+from common.certificate import VOTES, Certificate, certify_simulation, upper
 from common.environments import build_problem
 from common.errors import ParameterError
 from common.hillel import HILLEL_ALGORITHMS, HillelConfig
@@ -184,10 +185,22 @@ def _json_number(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def summary_json(results: list[TrialResult]) -> dict[str, Any]:
+def voted_out(result: TrialResult, best: int) -> bool:
+    """Whether the best arm left the global set in the trial's last epoch: the event
+    certified_failure bounds (common/certificate.py)."""
+    return any(e.arm == best and e.epoch == result.resets for e in result.eliminations)
+
+
+def summary_json(results: list[TrialResult], best: int | None = None) -> dict[str, Any]:
     """common.simulation.summarize, with sorted stop counts, a 95% CI on each mean and a 95%
-    Wilson interval on the failure and tie rates."""
+    Wilson interval on the failure and tie rates; with the `best` arm, how often it was voted out
+    (what certified_failure bounds), with its interval."""
     summary = summarize(results)
+    if best is not None:
+        out = sum(voted_out(r, best) for r in results)
+        summary["best_arm_voted_out"] = out
+        summary["best_arm_voted_out_rate"] = out / len(results)
+        summary["best_arm_voted_out_ci95"] = list(proportion_interval(out, len(results)))
     summary["stopped_by"] = dict(sorted(summary["stopped_by"].items()))
     for metric in ("sample_complexity", "messages"):
         d = describe([getattr(r, metric) for r in results])
@@ -200,11 +213,37 @@ def summary_json(results: list[TrialResult]) -> dict[str, Any]:
 
 TIE_MEANING = (
     "tie: the votes can remove none of the remaining arms (the candidates). The best arm is "
-    "among them unless M agents voted it out by error (delta bounds that for M given agents; "
-    "C(N, M) delta over N agents, docs/SUBROUTINES.md) or another arm is within eps of it (then "
-    "either may have been voted out without error); nothing is said about how they compare. "
-    "best arm = the candidate with the fewest votes; correct = every candidate is eps-optimal."
+    "among them unless M agents voted it out by error (at most the certified failure above, "
+    "docs/SUBROUTINES.md) or another arm is within eps of it (then either may have been voted "
+    "out without error); nothing is said about how they compare. best arm = the candidate with "
+    "the fewest votes; correct = every candidate is eps-optimal."
 )
+
+
+def simulation_certificate(config: SimulationConfig, certificate: Certificate) -> str:
+    """The certificate's sentence, and what it means on this simulated problem, whose means are
+    known: whether another arm is within eps of the best (then the best arm can also leave without
+    error, which the bound does not cover)."""
+    statement = certificate.statement()
+    if certificate.kind != VOTES or config.algorithm.algorithm == "dp-mase":
+        return statement
+    means = config.environment.means_at(0)
+    best = config.attacked_arm
+    near = [
+        a
+        for a in range(len(means))
+        if a != best and means[a] >= means[best] - config.algorithm.epsilon
+    ]
+    if near:
+        arms = ", ".join(str(a) for a in near)
+        return (
+            f"{statement} Here arm {arms} is within epsilon of the best arm {best}: the best arm "
+            "can also leave without error, which this does not bound."
+        )
+    return (
+        f"{statement} Here no other arm is within epsilon of the best arm {best}: how often it is "
+        "voted out (best arm voted out) must stay within the bound."
+    )
 
 
 def _warn(message: str) -> None:
@@ -325,7 +364,11 @@ def simulate(
         attackers=attackers,
     )
     trial_function(engine)
-    for warning in simulation_warnings(config, seed):
+    certificate = certify_simulation(config)
+    warnings = simulation_warnings(config, seed)
+    uncertified = certificate.warning()  # certified failure above delta: what would certify it
+    warnings += [uncertified] if uncertified else []
+    for warning in warnings:
         _warn(warning)
 
     with _progress() as progress:
@@ -368,11 +411,15 @@ def simulate(
         "workers": workers,
         "engine": engine,
     }
-    summary = summary_json(results)
+    summary = summary_json(results, config.attacked_arm)
+    statement = simulation_certificate(config, certificate)
     if as_json:
         document = {
             "config": config_json,
             "threshold": config.threshold,
+            "certified_failure": certificate.failure,
+            "certificate": statement,
+            "warnings": warnings,
             "trials": [r.to_json() for r in results],
             "summary": summary,
         }
@@ -385,7 +432,12 @@ def simulate(
         "drift": drift is not None,
     }
     print_simulation(
-        config, {**config_json, "replaced": replaced}, results, summary, show_per_trial
+        config,
+        {**config_json, "replaced": replaced},
+        results,
+        summary,
+        show_per_trial,
+        (certificate.failure, statement),
     )
 
 
@@ -432,6 +484,7 @@ def print_simulation(
     results: list[TrialResult],
     summary: dict[str, Any],
     per_trial: bool,
+    certified: tuple[float, str] | None = None,
 ) -> None:
     out = _console()
     algo = config.algorithm
@@ -530,6 +583,16 @@ def print_simulation(
         table.add_row(
             label, f"{summary[rate]:.3f}", "", f"[{low:.3f}, {high:.3f}] ({summary[count]}/{n})"
         )
+    if certified is not None and "best_arm_voted_out" in summary:
+        low, high = summary["best_arm_voted_out_ci95"]
+        out_count = summary["best_arm_voted_out"]
+        table.add_row(
+            "best arm voted out",
+            f"{summary['best_arm_voted_out_rate']:.3f}",
+            "",
+            f"[{low:.3f}, {high:.3f}] ({out_count}/{n})",
+        )
+        table.add_row("certified failure", upper(certified[0]), "", "at most (see below)")
     if any_tie:
         kept: dict[str, int] = {}
         for r in results:
@@ -552,6 +615,8 @@ def print_simulation(
             f"every attacker a suspect in {caught}/{len(results)}",
         )
     out.print(table)
+    if certified is not None:
+        out.print(f"certified failure: {certified[1]}")
     if any_tie:
         out.print(TIE_MEANING)
 
@@ -675,7 +740,7 @@ def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
     out = _console()
     table = Table(title=title, title_justify="left")
     columns = ("series", "N", "M", "trials", "samples", "± 95% CI", "messages", "± 95% CI")
-    for column in (*columns, "failures", "stopped by"):
+    for column in (*columns, "failures", "certified", "stopped by"):
         table.add_column(
             column,
             justify="left" if column in ("series", "stopped by") else "right",
@@ -693,9 +758,15 @@ def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
             str(r["trials"]),
             *cells,
             f"{r['failure_rate']:.2f}",
+            upper(r["certified_failure"]),
             r["stopped_by"],
         )
     out.print(table)
+    out.print(
+        "failures: trials whose answer was not eps-optimal; certified: the probability bound on "
+        "the best arm voted out by error for that configuration and N (docs/SUBROUTINES.md, "
+        "section 3), a bound on failures when no other arm is within eps of the best."
+    )
 
 
 def reproduce_privacy_frontier(

@@ -28,6 +28,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from common.certificate import upper
 from common.subroutines import USER_SUBROUTINES
 from dexp.admin import (
     DEFAULT_COORDINATOR_URL,
@@ -135,6 +136,23 @@ def load_generator_text(lg: dict[str, Any], now: float | None = None) -> str:
     return ", ".join(parts) or "running (no figures yet)"
 
 
+def certified_text(doc: dict[str, Any]) -> str | None:
+    """The experiment's certified failure with the agents enrolled (and at the coordinator's cap),
+    against its delta, then its sentence; None for a document without one."""
+    failure = doc.get("certified_failure")
+    if isinstance(failure, bool) or not isinstance(failure, int | float):
+        return None
+    delta = doc.get("params", {}).get("delta")
+    text = f"at most {upper(failure)} with {_count(doc.get('certified_agents'))} agents"
+    if isinstance(delta, int | float) and not isinstance(delta, bool):
+        text += f" ({'within' if failure <= delta else 'ABOVE'} delta = {delta:g})"
+    cap = doc.get("certified_failure_at_max_agents")
+    if isinstance(cap, int | float) and not isinstance(cap, bool):
+        text += f"; at most {upper(cap)} with as many agents as the coordinator admits"
+    sentence = doc.get("certificate")
+    return f"{text}\n{sentence}" if sentence else text
+
+
 def summaries_table(experiments: Sequence[dict[str, Any]], title: str) -> Table:
     """GET /v1/experiments's summaries, one row each."""
     table = Table(title=title, title_justify="left")
@@ -230,6 +248,9 @@ def overview_table(
         + (f" (M + f, f = {tolerance})" if tolerance else ""),
     )
     table.add_row("agents", f"{_count(doc.get('agents'))} ({doc.get('settled_agents', 0)} settled)")
+    certified = certified_text(doc)
+    if certified is not None:
+        table.add_row("certified failure", certified)
     messages = f"{_count(doc.get('messages'))} ({_count(doc.get('ignored_messages', 0))} ignored)"
     if doc.get("epoch_messages") is not None:
         messages += f"; {_count(doc['epoch_messages'])} this epoch"

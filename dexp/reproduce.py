@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from common.certificate import certify_simulation
 from common.errors import ParameterError
 from common.simulation import SimulationConfig, TrialResult, trial_seeds
 from common.simulation.config import DEFAULT_BUDGET
@@ -68,6 +69,7 @@ SUMMARY_COLUMNS = (
     "failures",
     "failure_ci95_low",
     "failure_ci95_high",
+    "certified_failure",
     "stopped_by",
 )
 
@@ -284,6 +286,7 @@ def summary_row(exp: Experiment, p: Point) -> dict[str, Any]:
         "failures": failures,
         "failure_ci95_low": failure_ci[0],
         "failure_ci95_high": failure_ci[1],
+        "certified_failure": certify_simulation(p.config).failure,
         "stopped_by": stopped_by_text(results),
     }
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from common.certificate import LOCAL_ERROR_FACTORS
 from dexp.cli import app
 from dexp.experiments import EXPERIMENTS
 from dexp.reproduce import SUMMARY_COLUMNS, TRIAL_COLUMNS, build_points
@@ -50,8 +51,14 @@ def invoke_json(*args: str) -> dict:
 def test_json_shape_for_the_defaults() -> None:
     # A budget cuts the trials short: the shape is what matters here.
     doc = simulate_json(*ENGINE, "--trials", "2", "--budget", "3000")
-    assert set(doc) == {"config", "threshold", "trials", "summary"}
+    assert set(doc) == {
+        "config", "threshold", "certified_failure", "certificate", "warnings", "trials", "summary"
+    }  # fmt: skip
     assert doc["threshold"] == 29
+    # P(Bin(32, (pi^2 / 24) 0.9) >= 29): 29 of the 32 agents erring
+    assert doc["certified_failure"] == pytest.approx(3.9866e-10, rel=1e-4)
+    assert "29 of the 32 agents to err" in doc["certificate"]
+    assert not any(w.startswith("certified failure") for w in doc["warnings"])  # 4e-10 <= delta
     config = doc["config"]
     assert config["problem"] == "feraud-1"
     assert config["agents"] == 32
@@ -304,6 +311,9 @@ def test_reproduce_tiny_feraud(tmp_path: Path) -> None:
         failure_low, failure_high = float(r["failure_ci95_low"]), float(r["failure_ci95_high"])
         assert 0.0 <= failure_low <= float(r["failure_rate"]) <= failure_high <= 1.0
         assert failure_high > 0.0  # two trials cannot show a failure rate of 0
+        # one central run at delta = 0.05: the subroutine's constant times delta
+        factor = LOCAL_ERROR_FACTORS["ser3" if r["series"] == "central-SER3" else "lucb"]
+        assert float(r["certified_failure"]) == pytest.approx(factor * 0.05)
 
     for png in ("feraud-fig1_sample_complexity.png", "feraud-fig1_messages.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -377,6 +387,10 @@ def test_attackers_without_tolerance_remove_the_best_arm() -> None:
         assert trial["best_arm"] == 1 and trial["correct"] is False
         assert trial["suspects"] == 0  # nobody voted against the arm that won
     assert doc["summary"]["failure_rate"] == 1.0
+    # the 5 attackers alone reach the threshold: nothing is certified, and it says so
+    assert doc["certified_failure"] == 1.0 and doc["summary"]["best_arm_voted_out"] == 3
+    assert "voted out by the 5 lying agents alone" in doc["certificate"]
+    assert any(w.startswith("certified failure 1 is above delta") for w in doc["warnings"])
 
 
 def test_tolerance_f_withstands_f_attackers() -> None:
@@ -391,6 +405,8 @@ def test_tolerance_f_withstands_f_attackers() -> None:
         assert trial["best_arm"] == 0 and trial["correct"] is True
         assert trial["suspects"] >= 5  # every attacker voted against the returned arm
     assert doc["summary"]["failure_rate"] == 0.0
+    # 5 of the 10 honest agents must err: P(Bin(10, (pi^2 / 24) 0.5) >= 5)
+    assert doc["certified_failure"] == pytest.approx(0.036649, rel=1e-4)
 
 
 def test_readable_output_shows_tolerance_attackers_and_suspects() -> None:

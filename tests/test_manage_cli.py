@@ -123,7 +123,13 @@ def test_create_list_show_vote_watch_reset_delete(url: str, http: httpx.Client) 
     shown = dexp(url, "experiments", "show", "life", DEXP_ADMIN_TOKEN=None)
     assert shown.exit_code == 0, shown.stderr
     assert "3 distinct votes remove an arm" in shown.stdout
-    assert "agents     3 (0 settled)" in shown.stdout
+    words = " ".join(shown.stdout.split())
+    assert "agents 3 (0 settled)" in words
+    # 3 of the 3 agents erring, each at most (pi^2 / 24) 0.5: p^3, rounded up
+    assert (
+        "certified failure at most 0.0087 with 3 agents (within delta = 0.2); at most 1 with as "
+        "many agents as the coordinator admits The best arm is voted out by error" in words
+    )
 
     # A real `dexp watch` (stdout a pipe: one line per change) follows the votes to the end.
     watcher = spawn(url, "watch", "life", "--interval", "0.1")
@@ -182,7 +188,8 @@ def test_json_outputs_are_the_coordinators_documents(
     assert shown["status"] == "tied" and shown["votes"] == [1, 2]
     assert shown["outcome"]["status"] == "tied"
     assert [c["name"] for c in shown["outcome"]["candidates"]] == ["X", "Y"]
-    assert "delta = 0.2 bounds the first" in shown["outcome"]["certified"]
+    assert "with the N = 3 agents enrolled" in shown["outcome"]["certified"]
+    assert shown["certified_agents"] == shown["outcome"]["certified_agents"] == 3
 
     table = dexp(url, "experiments", "show", "j0")
     assert (
@@ -394,6 +401,18 @@ def test_show_renders_the_new_fields_when_present_and_works_without() -> None:
     assert "exploring: 2 of 3 arms remain" in plain and "60 (2 ignored)" in plain
     assert "out #1" in plain and "2023-11-14 22:13:20.123Z" in plain
     assert "ties possible" in plain and "load generator" not in plain
+    assert "certified failure" not in plain  # a coordinator that does not say it
+    certified = document(
+        certified_failure=0.46,
+        certified_agents=12,
+        certified_failure_at_max_agents=None,
+        certificate="The best arm is voted out by error with probability at most 0.46.",
+    )
+    shown = " ".join(render(manage.experiment_view(certified)).split())
+    assert (
+        "certified failure at most 0.46 with 12 agents (ABOVE delta = 0.05) The best arm is voted "
+        "out" in shown
+    )
     richer = document(epoch_messages=41, load_generator=LOAD)
     text = render(manage.experiment_view(richer, now=1_700_000_003.0))
     assert "60 (2 ignored); 41 this epoch" in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from common.algorithms import AlgorithmConfig
+from common.certificate import certified_failure
 from common.environments import Environment, problem
 from common.errors import ParameterError
 from common.params import corrupted_local_confidence
@@ -288,6 +290,8 @@ def test_audit_votes_json() -> None:
     assert done.returncode == 0, done.stderr
     point = json.loads(done.stdout)
     assert point["certified"] == pytest.approx(0.1)
+    # 29 of the 64 agents erring, each at most (pi^2 / 24) 0.9
+    assert point["certified_failure"] == certified_failure(64, 29, math.pi**2 / 24 * 0.9)
     assert set(point["hit_rate"]) == {"mean", "ci95", "adversary"}
     assert point["hit_rate"]["ci95"][0] <= point["hit_rate"]["mean"] <= point["hit_rate"]["ci95"][1]
     assert set(point["adversaries"]) == set(ADVERSARIES)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -228,31 +226,23 @@ def test_reachable_votes_reads_an_arm_missing_from_the_voters_as_having_none() -
 
 
 # -- what a tie certifies ------------------------------------------------------------------------
-def test_tie_certificate_states_m_delta_and_the_union_over_the_agents() -> None:
-    plain = tie_certificate(0.05)
-    assert "unless M agents voted it out" in plain
-    assert "delta = 0.05 bounds the first" in plain
-    assert "within epsilon" in plain  # the best arm may leave without error
-    assert plain.endswith("nothing is certified about the differences between the candidates")
-    assert "union" not in plain and "f =" not in plain
-    # N > M: the union C(N, M) delta; C(4, 3) 0.2 = 0.8 < 1 certifies something
-    small = tie_certificate(0.2, threshold=3, agents=4)
-    assert "unless M = 3 agents" in small
-    assert "N = 4 agents the union C(N, M) delta = 0.8;" in small
-    assert "certifies nothing" not in small
+def test_tie_certificate_states_m_n_and_the_certified_failure() -> None:
+    small = tie_certificate(3, 4, 0.02935)
+    assert small.startswith(
+        "the best arm is among the candidates unless M = 3 agents voted it out by error "
+        "(probability at most 0.0294 with the N = 4 agents enrolled), "
+    )
+    assert "within epsilon" in small  # the best arm may leave without error
     assert small.endswith("nothing is certified about the differences between the candidates")
-    # the union reaching 1 exactly (C(4, 3) 0.25) certifies nothing
-    assert "delta = 1, which certifies nothing;" in tie_certificate(0.25, threshold=3, agents=4)
-    big = tie_certificate(0.05, threshold=29, agents=40)
-    assert f"delta = {math.comb(40, 29) * 0.05:.3g}, which certifies nothing" in big
-    # N = M (or N unknown): no union to state
-    assert "union" not in tie_certificate(0.05, threshold=3, agents=3)
-    assert "union" not in tie_certificate(0.05, threshold=3)
+    assert "union" not in small and "C(N, M)" not in small and "f =" not in small
+    # the bound is rounded up (it stays a bound), 1 when it is 1, and tiny values in full
+    assert "at most 1 with the N = 1,024 agents" in tie_certificate(29, 1024, 1.0)
+    assert "at most 4e-40 with" in tie_certificate(29, 32, 3.9999e-40)
 
 
 def test_tie_certificate_with_liars_says_how_many_it_tolerates() -> None:
-    honest = tie_certificate(0.2, threshold=3, agents=4)
-    lying = tie_certificate(0.2, tolerance=2, threshold=3, agents=4)
+    honest = tie_certificate(3, 4, 0.1)
+    lying = tie_certificate(3, 4, 0.1, tolerance=2)
     assert lying == f"while at most f = 2 agents lie, {honest}"
     assert not honest.startswith("while")
 

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from common.algorithms import AlgorithmConfig
+from common.certificate import Certificate, certify
 from common.errors import ParameterError
 from common.subroutines import USER_SUBROUTINES
 from common.votes import tie_certificate
@@ -169,6 +170,20 @@ class ExperimentCreate(BaseModel):
         return config
 
 
+# What the experiment certifies (common/certificate.py), in both documents that answer a reader.
+CERTIFIED_FAILURE = Field(
+    description="the probability bound, with the agents enrolled, that the best arm is voted out "
+    "by error: P(Bin(N - f, p) >= M), p each agent's proven error bound (docs/SUBROUTINES.md, "
+    "section 3); a wrong answer needs it unless another arm is within epsilon of the best"
+)
+CERTIFIED_AGENTS = Field(description="N, the agents enrolled, for which certified_failure holds")
+CERTIFIED_AT_CAP = Field(
+    description="certified_failure if DEXP_MAX_AGENTS agents enroll (the most the coordinator "
+    "lets in); null: no cap"
+)
+CERTIFICATE = Field(description="certified_failure in one plain sentence: what it bounds and why")
+
+
 class Elimination(BaseModel):
     arm: int
     name: str
@@ -231,6 +246,10 @@ class ExperimentPublic(BaseModel):
     load_generator: LoadGeneratorLive | None = Field(
         None, description="the load generator feeding the experiment now; null: none"
     )
+    certified_failure: float = CERTIFIED_FAILURE
+    certified_agents: int = CERTIFIED_AGENTS
+    certified_failure_at_max_agents: float | None = CERTIFIED_AT_CAP
+    certificate: str = CERTIFICATE
 
 
 class ExperimentSummary(BaseModel):
@@ -317,6 +336,10 @@ class BestArm(BaseModel):
     votes: dict[str, int]
     version: int
     epoch: int
+    certified_failure: float = CERTIFIED_FAILURE
+    certified_agents: int = CERTIFIED_AGENTS
+    certified_failure_at_max_agents: float | None = CERTIFIED_AT_CAP
+    certificate: str = CERTIFICATE
 
 
 class Suspect(BaseModel):
@@ -362,6 +385,27 @@ class ResetResult(BaseModel):
     needed: int = Field(1, description="requests that make a reset: f + 1")
 
 
+def certificate_of(state: dict[str, Any], agents: int | None = None) -> Certificate:
+    """What the experiment certifies with `agents` agents (default: those enrolled), when at most
+    f (its tolerance) of them lie."""
+    config = AlgorithmConfig(**state["params"])
+    enrolled = int(state["agents"]) if agents is None else agents
+    return certify(config, len(state["arms"]), enrolled)
+
+
+def certified_fields(state: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The certificate's fields of both documents: the bound with the agents enrolled, and with
+    as many as the cap lets in."""
+    certificate = certificate_of(state)
+    cap = settings.max_agents
+    return {
+        "certified_failure": certificate.failure,
+        "certified_agents": certificate.agents,
+        "certified_failure_at_max_agents": certificate_of(state, cap).failure if cap else None,
+        "certificate": certificate.statement(),
+    }
+
+
 def warnings_of(state: dict[str, Any]) -> list[str]:
     """What the experiment risks with the agents enrolled now, without being invalid."""
     agents, threshold = state["agents"], state["threshold"]
@@ -389,23 +433,22 @@ def warnings_of(state: dict[str, Any]) -> list[str]:
             "resets on average, and each reset clears every vote: a run that needs more "
             "activations than that rarely finishes"
         )
-    return warnings
+    uncertified = certificate_of(state).warning()  # certified_failure above delta
+    return [*warnings, uncertified] if uncertified else warnings
 
 
-def _public(state: dict[str, Any]) -> ExperimentPublic:
-    return ExperimentPublic(**state, warnings=warnings_of(state))
+def _public(state: dict[str, Any], settings: Settings) -> ExperimentPublic:
+    return ExperimentPublic(
+        **state, warnings=warnings_of(state), **certified_fields(state, settings)
+    )
 
 
 def certified(state: dict[str, Any]) -> str:
-    """What a tie certifies (common.votes.tie_certificate), with this experiment's delta, f, M
-    and number of agents."""
-    params = state["params"]
-    tolerance = int(params.get("tolerance", 0))
+    """What a tie certifies (common.votes.tie_certificate), with this experiment's f, M, number
+    of agents and certified failure."""
+    certificate = certificate_of(state)
     return tie_certificate(
-        float(params["delta"]),
-        tolerance,
-        threshold=int(state["threshold"]) - tolerance,
-        agents=int(state["agents"]),
+        certificate.honest_votes, certificate.agents, certificate.failure, certificate.liars
     )
 
 
@@ -425,7 +468,7 @@ async def create_experiment(
     docs/SUBROUTINES.md, section 3); eliminating the other arms then needs M + f honest voters."""
     config = body.checked_config(settings)
     sigma = None if body.sigma is None else float(body.sigma)
-    return _public(await store.create(body.id, body.arms, config, sigma))
+    return _public(await store.create(body.id, body.arms, config, sigma), settings)
 
 
 @router.get("", response_model=ExperimentPage, responses=problems(422))
@@ -482,7 +525,9 @@ async def get_experiment(
     voted is the admin's (GET .../voters). Cacheable: a strong ETag, Cache-Control with a short
     max-age, and 304 Not Modified for If-None-Match with the current tag."""
     state = await store.get_with_status(experiment)
-    return conditional("state", state, if_none_match, settings, response) or _public(state)
+    return conditional("state", state, if_none_match, settings, response) or _public(
+        state, settings
+    )
 
 
 @router.get(
@@ -582,6 +627,7 @@ async def best_arm(
         votes={arms[a]: v for a, v in enumerate(state["votes"])},
         version=state["version"],
         epoch=state["epoch"],
+        **certified_fields(state, settings),
     )
 
 

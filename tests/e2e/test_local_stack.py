@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import time
 
 import httpx
@@ -13,6 +14,7 @@ import redis
 
 from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
+from common.certificate import certified_failure
 from common.params import corrupted_local_confidence
 from common.votes import tie_certificate
 from dexp.demo import local_stack, run_demo
@@ -128,7 +130,9 @@ def test_two_equal_arms_and_too_few_agents_end_tied() -> None:
     assert summary.candidate_names == ["arm-0", "arm-1"]
     assert summary.correct is True and exit_code(summary) == 0
     assert summary.identified_arm is None
-    assert summary.certified == tie_certificate(0.001, threshold=10, agents=10)
+    # 10 of 10 agents erring, each at most (pi^2 / 24) 0.5: P(Bin(10, p) >= 10) = p^10
+    failure = certified_failure(10, 10, math.pi**2 / 24 * 0.5)
+    assert summary.certified == tie_certificate(10, 10, failure)
     assert [e["arm"] for e in summary.eliminations] == [2]
     assert "tied" in format_summary(summary, as_json=False)
 

@@ -220,6 +220,13 @@ def test_votes_show_up_live_until_the_best_arm(
     expect(page.locator("#params")).to_contain_text("Algorithmde")
     expect(page.locator("#warnings")).to_contain_text("tie")  # 4 agents < 2M - 1 = 5
     expect(page.locator("#loadgen-card")).to_be_hidden()  # no load generator runs here
+    # 3 of the 4 agents erring, each at most (pi^2 / 24) 0.5: 0.0294..., rounded up
+    expect(page.locator("#certified-failure")).to_have_text("≤ 0.0295")
+    expect(page.locator("#certified-verdict")).to_have_text("within δ = 0.2")
+    expect(page.locator("#certified-scope")).to_have_text(
+        "with the 4 agents enrolled; ≤ 1 if as many agents enroll as the coordinator admits"
+    )
+    expect(page.locator("#certificate")).to_contain_text("3 of the 4 agents to err")
     page.evaluate("window.notReloaded = true")
 
     vote(client, "live", a, 2)
@@ -245,6 +252,10 @@ def test_votes_show_up_live_until_the_best_arm(
     expect(page.locator("#experiments a[aria-current=page] .exp-id")).to_have_text("live")
     expect(page.locator("#conn-state")).to_have_text("Live")
     expect(page.locator("#chart-remaining svg path.step")).to_have_count(1)
+    enroll_agents(client, "live", 8)  # 12 agents: 3 of them erring is likely, 0.46 > delta
+    expect(page.locator("#certified-failure")).to_have_text("≤ 0.462", timeout=WAIT)
+    expect(page.locator("#certified-verdict")).to_have_text("above δ = 0.2")
+    expect(page.locator("#warnings")).to_contain_text("certified failure 0.462 is above delta")
     assert page.evaluate("window.notReloaded") is True, "the page reloaded"
     page.screenshot(path=str(screenshots / "dashboard-desktop.png"), full_page=True)
     desktop.assert_clean()

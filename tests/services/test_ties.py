@@ -9,6 +9,7 @@ candidates and what the guarantee certifies about them; the load generator stops
 from __future__ import annotations
 
 import io
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -97,11 +98,14 @@ def test_a_tie_ends_the_experiment_and_an_enrollment_can_reopen_it(client: httpx
     assert body["status"] == "tied"
     assert body["best_arm"] is None
     assert body["candidates"] == candidates == body["remaining_arms"]
-    assert body["certified"] == tie_certificate(0.2, threshold=3, agents=4)
+    # p = (pi^2 / 24) eta for SER3; P(Bin(4, p) >= 3), in place of the old union C(4, 3) 0.2
+    p = math.pi**2 / 24 * 0.5
+    assert body["certified_failure"] == pytest.approx(4 * p**3 * (1 - p) + p**4, rel=1e-7)
+    assert body["certified"] == tie_certificate(3, 4, body["certified_failure"])
     assert body["certified"].startswith(
-        "the best arm is among the candidates unless M = 3 agents voted it out by error"
+        "the best arm is among the candidates unless M = 3 agents voted it out by error "
+        "(probability at most 0.0295 with the N = 4 agents enrolled)"
     )
-    assert "over the N = 4 agents the union C(N, M) delta = 0.8;" in body["certified"]
     assert client.get("/v1/experiments/tie").json()["status"] == "tied"
     listed = client.get("/v1/experiments").json()["experiments"]
     assert [(e["id"], e["status"]) for e in listed] == [("tie", "tied")]
@@ -158,7 +162,9 @@ def test_with_a_tolerance_the_certificate_holds_while_at_most_f_agents_lie(
         vote(client, "tol", agent, arm)
     body = best_arm(client, "tol")
     assert body["status"] == "tied"
-    assert body["certified"] == tie_certificate(0.2, tolerance=1, threshold=3, agents=4)
+    # at most f = 1 liar: 3 of the 3 other agents must err, P(Bin(3, p) >= 3) = p^3
+    assert body["certified_failure"] == pytest.approx((math.pi**2 / 24 * 0.5) ** 3, rel=1e-7)
+    assert body["certified"] == tie_certificate(3, 4, body["certified_failure"], tolerance=1)
     assert body["certified"].startswith("while at most f = 1 agents lie, the best arm is among")
 
 

@@ -97,6 +97,17 @@ function ago(ms) {
   return s < 60 ? `${Math.max(0, Math.round(s))} s ago` : `${duration(Date.now() - ms)} ago`;
 }
 
+function upperText(x) {
+  // a probability bound rounded up to 3 significant digits (it stays a bound), as the CLI prints it
+  if (typeof x !== "number" || !Number.isFinite(x)) return "–";
+  if (x <= 0 || x >= 1) return String(x);
+  const exponent = Math.floor(Math.log10(x)) - 2;
+  const scaled = x / 10 ** exponent;
+  const nearest = Math.round(scaled);
+  const digits = Math.abs(scaled - nearest) < 1e-9 ? nearest : Math.ceil(scaled);
+  return String(Number((digits * 10 ** exponent).toPrecision(3)));
+}
+
 function paramValue(value) {
   if (typeof value === "number") return String(value);
   if (typeof value === "boolean") return value ? "yes" : "no";
@@ -397,6 +408,7 @@ function renderExperiment(d, best) {
 
   renderFacts(d, M, arms.length);
   renderParams(d);
+  renderCertificate(d);
 
   const warnings = d.warnings || [];
   $("warnings-card").hidden = warnings.length === 0;
@@ -425,6 +437,25 @@ function renderStatus(d, best, arms, remaining) {
   state.statusText = text;
   box.className = `status ${statusClass(d.status)}`;
   fill(box, el("p", { class: "headline" }, ...headline), ...parts);
+}
+
+function renderCertificate(d) {
+  // what the experiment certifies with the agents enrolled (GET /v1/experiments/{id})
+  const card = $("certificate-card");
+  card.hidden = typeof d.certified_failure !== "number";
+  if (card.hidden) return;
+  const delta = d.params ? d.params.delta : undefined;
+  const certifies = typeof delta === "number" && d.certified_failure <= delta;
+  $("certified-failure").textContent = `≤ ${upperText(d.certified_failure)}`;
+  const verdict = $("certified-verdict");
+  verdict.textContent = typeof delta === "number" ? `${certifies ? "within" : "above"} δ = ${delta}` : "";
+  verdict.className = `badge small ${certifies ? "st-identified" : "st-tied"}`;
+  card.classList.toggle("uncertified", !certifies);
+  const cap = d.certified_failure_at_max_agents;
+  $("certified-scope").textContent =
+    `with the ${num(d.certified_agents)} agents enrolled` +
+    (typeof cap === "number" ? `; ≤ ${upperText(cap)} if as many agents enroll as the coordinator admits` : "");
+  $("certificate").textContent = d.certificate || "";
 }
 
 function joinNames(names) {

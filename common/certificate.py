@@ -1,0 +1,411 @@
+"""What an experiment certifies, for its actual number of agents (docs/SUBROUTINES.md, section 3).
+
+The papers' Theorem 1 bounds by eta^M the chance that M *given* agents all err. With N agents an
+arm needs M votes from *any* of them, so what matters is how many of the N err. Section 3 proves:
+
+- One agent votes against the best arm at most once per epoch, and only during its first local
+  run of the epoch: until it has decided against the best arm, that arm stays in its local set (and,
+  until M honest agents voted it out, in the global set), so it never restarts. N counts agents,
+  not runs.
+- That run votes against the best arm only outside a *one-sided* good event (the best arm's mean
+  not underestimated, no other arm's mean overestimated), when no other arm is within eps of the
+  best. Its probability is `local_error`: the subroutine's confidence times a constant of its proof
+  (LOCAL_ERROR_FACTORS), times 1 - xi under CE, where a decided vote is sent with that probability.
+- Agents' rewards are independent, so at most Bin(N - f, p) honest agents err: with a threshold
+  M + f and at most f liars, the best arm is voted out by error with probability at most
+  P(Bin(N - f, p) >= M), the `certified_failure`.
+
+Everything here is pure arithmetic: the coordinator, the simulators and the CLI call it with their
+configuration and their N. `certified_failure`, `smallest_threshold`, `largest_local_error` and
+`largest_agents` take the numbers alone (N, the threshold, f, p), so that a design that picks its
+threshold from N can reuse them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from common.algorithms import AlgorithmConfig
+from common.errors import ParameterError
+
+if TYPE_CHECKING:  # common.simulation imports common.votes, which imports this module
+    from common.simulation.config import SimulationConfig
+
+ZETA3 = 1.2020569031595942  # Apery's constant, zeta(3)
+ZETA2 = math.pi**2 / 6
+# The probability that one local run votes against the best arm by error, per unit of its
+# confidence (eta, eta_xi, beta): the union, over one side per arm, of the events its rule needs
+# (docs/SUBROUTINES.md, section 3, derives each).
+SE_ROUNDS = math.pi**2 / 24  # sum over arms and rounds r >= 1 of conf / (4 K r^2), one side
+LOCAL_ERROR_FACTORS: dict[str, float] = {
+    "se": SE_ROUNDS,
+    "ser3": SE_ROUNDS,
+    "ser4": SE_ROUNDS,
+    "kl-se": SE_ROUNDS,
+    "stitched-se": 0.5,  # alpha = conf / (2 K) per side and arm, anytime
+    "stitched-lucb": 0.5,
+    "lucb": 0.8 * (ZETA3 - 1.0),  # sum over t >= 2 of t * 4 conf / (5 K t^4), K arms
+    "ugapec": (ZETA2 + ZETA3) / 4.0,  # sum over t >= 2 of t * conf / (4 K (t - 1)^3), K arms
+    "kl-lucb": 1.0,  # Kaufmann and Kalyanakrishnan's theorem, as stated
+    "me": 1.0,  # Even-Dar et al.'s rounds, sum of delta_l < conf
+    "dp-se": SE_ROUNDS,  # Hoeffding and Laplace, one side each, conf / (8 K e^2) per epoch e
+}
+# A computed tail is within about 1e-13 (relative) of the exact one: Loader's terms and a sum of
+# doubles. Rounding up by this keeps it an upper bound; below TINY a double says "at most TINY".
+RELATIVE_MARGIN = 1e-8
+TINY = 1e-300
+NO_LIMIT = 10**9  # largest_agents searches no further
+
+
+def binomial_tail(n: int, m: int, p: float) -> float:
+    """P(Bin(n, p) >= m), rounded up: 1.0 when m <= 0, 0.0 when m > n or p = 0, else at least
+    TINY (a tail below 1e-300 is reported as 1e-300, still an upper bound).
+
+    Pure Python (the agents import this module through common.votes, and a device should not need
+    scipy): the terms are summed in the direction in which they fall, from the term at m (above
+    the mode: the tail itself) or at m - 1 (at or below it: the tail is 1 minus that sum, at least
+    about 1/2, so the subtraction loses nothing that matters), each from the one before by the
+    ratio of consecutive binomial terms, until they no longer change the sum."""
+    if m <= 0:
+        return 1.0
+    if m > n or p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    odds = p / (1.0 - p)
+    above = m > (n + 1) * p  # the terms fall from m upwards
+    k = m if above else m - 1
+    log_first = log_binomial_term(n, k, p)
+    total, term = 0.0, 1.0
+    while term > total * 1e-18:
+        total += term
+        if above:
+            if k == n:
+                break
+            term *= (n - k) / (k + 1) * odds
+            k += 1
+        else:
+            if k == 0:
+                break
+            term *= k / ((n - k + 1) * odds)
+            k -= 1
+    log_sum = log_first + math.log(total)
+    value = math.exp(log_sum) if above else -math.expm1(log_sum) if log_sum < 0 else 0.0
+    return min(1.0, max(value * (1.0 + RELATIVE_MARGIN), TINY))
+
+
+def _stirling_error(n: int) -> float:
+    """log(n!) - log(sqrt(2 pi n) (n / e)^n), by its series above 15 (Loader 2000)."""
+    if n <= 15:
+        return math.lgamma(n + 1) - (n + 0.5) * math.log(n) + n - 0.5 * math.log(2 * math.pi)
+    nn = float(n) * n
+    s0, s1, s2, s3, s4 = 1 / 12, 1 / 360, 1 / 1260, 1 / 1680, 1 / 1188
+    if n > 500:
+        return (s0 - s1 / nn) / n
+    if n > 80:
+        return (s0 - (s1 - s2 / nn) / nn) / n
+    if n > 35:
+        return (s0 - (s1 - (s2 - s3 / nn) / nn) / nn) / n
+    return (s0 - (s1 - (s2 - (s3 - s4 / nn) / nn) / nn) / nn) / n
+
+
+def _deviance(x: float, mean: float) -> float:
+    """x log(x / mean) + mean - x, without its cancellation when x is near mean (Loader 2000)."""
+    if abs(x - mean) < 0.1 * (x + mean):
+        v = (x - mean) / (x + mean)
+        total = (x - mean) * v
+        term = 2 * x * v
+        j = 1
+        while True:
+            term *= v * v
+            following = total + term / (2 * j + 1)
+            if following == total:
+                return following
+            total, j = following, j + 1
+    return x * math.log(x / mean) + mean - x
+
+
+def log_binomial_term(n: int, k: int, p: float) -> float:
+    """log P(Bin(n, p) = k), 0 < p < 1, accurate to a few ulps even for n in the billions (Loader's
+    saddle-point form, as R's dbinom: log-gamma of a large n would lose its last digits)."""
+    q = 1.0 - p
+    if k == 0:
+        return n * math.log1p(-p)
+    if k == n:
+        return n * math.log(p)
+    log_c = (
+        _stirling_error(n)
+        - _stirling_error(k)
+        - _stirling_error(n - k)
+        - _deviance(k, n * p)
+        - _deviance(n - k, n * q)
+    )
+    return log_c - 0.5 * (math.log(2 * math.pi) + math.log(k) + math.log1p(-k / n))
+
+
+def certified_failure(agents: int, threshold: int, local_error: float, liars: int = 0) -> float:
+    """The probability bound that the best arm is voted out by error: `threshold` distinct votes
+    remove an arm, at most `liars` of the `agents` lie (vote as they like), and each honest agent
+    errs against the best arm with probability at most `local_error`, independently. The liars
+    supply at most `liars` votes, so threshold - liars honest agents must err."""
+    return binomial_tail(max(agents - liars, 0), threshold - liars, local_error)
+
+
+def smallest_threshold(agents: int, local_error: float, delta: float, liars: int = 0) -> int:
+    """The smallest threshold (liars included) whose certified failure is <= delta with these
+    agents; agents + 1 when only a threshold no set of agents can reach would."""
+    low, high = liars + 1, agents + 1  # at agents + 1 the tail is 0: it certifies
+    while low < high:
+        middle = (low + high) // 2
+        if certified_failure(agents, middle, local_error, liars) <= delta:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def largest_local_error(agents: int, threshold: int, delta: float, liars: int = 0) -> float:
+    """The largest local error bound p (each agent's) whose certified failure is <= delta; the
+    value returned certifies (bisection from below)."""
+    if certified_failure(agents, threshold, 1.0, liars) <= delta:
+        return 1.0
+    low, high = 0.0, 1.0
+    for _ in range(100):
+        middle = (low + high) / 2
+        if middle in (low, high):
+            break
+        if certified_failure(agents, threshold, middle, liars) <= delta:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def largest_agents(
+    threshold: int, local_error: float, delta: float, liars: int = 0, limit: int = NO_LIMIT
+) -> int | None:
+    """The largest number of agents (at least `threshold`, the fewest that can remove an arm)
+    whose certified failure is <= delta; None if even `threshold` agents are too many; `limit` if
+    every number up to it certifies. The tail grows with N, so a search finds it."""
+
+    def certifies(n: int) -> bool:
+        return certified_failure(n, threshold, local_error, liars) <= delta
+
+    low = max(threshold, liars + 1)
+    if not certifies(low):
+        return None
+    high = low
+    while high < limit and certifies(high):
+        low, high = high, min(limit, 2 * high)
+    if certifies(high):
+        return high
+    while high - low > 1:  # certifies(low), not certifies(high)
+        middle = (low + high) // 2
+        if certifies(middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def local_error(algo: AlgorithmConfig, n_arms: int, n_agents: int) -> float:
+    """Each agent's bound on voting against the best arm by error (or, for the baselines, on its
+    run keeping an arm that is not eps-optimal): the subroutine's constant times its confidence,
+    times 1 - xi under CE."""
+    confidence = algo.local_confidence(n_arms, n_agents)
+    return LOCAL_ERROR_FACTORS[algo.local_subroutine] * confidence * (1.0 - algo.vote_drop)
+
+
+def upper(x: float) -> str:
+    """x rounded up to 3 significant digits (a bound stays a bound), as short text."""
+    return _round(x, math.ceil)
+
+
+def lower(x: float) -> str:
+    """x rounded down to 3 significant digits (a limit stays within itself)."""
+    return _round(x, math.floor)
+
+
+def _round(x: float, direction: Callable[[float], int]) -> str:
+    if x <= 0.0 or x >= 1.0 or not math.isfinite(x):
+        return f"{x:g}"
+    exponent = math.floor(math.log10(x)) - 2
+    scaled = x / 10.0**exponent
+    nearest = round(scaled)
+    digits = nearest if abs(scaled - nearest) < 1e-9 else direction(scaled)
+    return f"{digits * 10.0**exponent:.3g}"
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """What would certify delta, one change at a time: the smallest threshold (liars included;
+    agents + 1 means none the agents can reach), the largest local error bound, the most agents
+    (None: not even the fewest that can remove an arm)."""
+
+    threshold: int
+    local_error: float
+    agents: int | None
+
+
+@lru_cache(maxsize=4096)
+def remedy(agents: int, threshold: int, local_error: float, delta: float, liars: int) -> Remedy:
+    return Remedy(
+        threshold=smallest_threshold(agents, local_error, delta, liars),
+        local_error=largest_local_error(agents, threshold, delta, liars),
+        agents=largest_agents(threshold, local_error, delta, liars),
+    )
+
+
+VOTES, INDEPENDENT, CENTRAL, DRIFT = "votes", "independent", "central", "drift"
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """One configuration's certified failure with `agents` agents, and what it means.
+
+    kind: "votes" (DE, CE, DP-MASE: the best arm voted out by error; per epoch under DSER4),
+    "independent" (some agent's own answer not eps-optimal), "central" (the one run's answer not
+    eps-optimal), "drift" (rewards drift: nothing below 1 is certified)."""
+
+    kind: str
+    failure: float
+    agents: int
+    delta: float
+    algorithm: str
+    local_error: float = 0.0
+    threshold: int | None = None
+    liars: int = 0
+    per_epoch: bool = False  # DSER4: every reset starts a new epoch, with the same bound
+
+    @property
+    def certifies(self) -> bool:
+        return self.failure <= self.delta
+
+    @property
+    def honest_votes(self) -> int:
+        """M: the honest votes that remove the best arm (the threshold less the liars)."""
+        return (self.threshold or 0) - self.liars
+
+    def statement(self) -> str:
+        """The sentence beside the number: what is bounded, from what, and when it is the
+        probability of a wrong answer."""
+        n, p, f = self.agents, upper(self.local_error), upper(self.failure)
+        if self.kind == DRIFT:
+            return (
+                "Nothing below 1 is certified: the rewards drift, and the local confidence bounds "
+                "hold for fixed means only."
+            )
+        if self.kind == INDEPENDENT:
+            return (
+                f"Each of the {n:,} agents identifies alone; the chance that any of them keeps an "
+                f"arm that is not epsilon-optimal is at most {f} (each at most {p})."
+            )
+        if self.kind == CENTRAL:
+            return f"One run on every reward keeps an arm that is not epsilon-optimal with probability at most {f}."
+        honest = n - self.liars
+        who = (
+            f"the {honest:,} honest agents ({self.liars} may lie)"
+            if self.liars
+            else f"the {n:,} agents"
+        )
+        epoch = "In each epoch, the" if self.per_epoch else "The"
+        if self.honest_votes <= 0:
+            return (
+                f"{epoch} best arm can be voted out by the {self.liars} lying agents alone: the "
+                f"threshold is {self.threshold}. Nothing below 1 is certified."
+            )
+        if self.honest_votes > honest:
+            there = (
+                f"at most {honest:,} of the {n:,} agents are honest"
+                if self.liars
+                else f"there {'is' if n == 1 else 'are'} only {n:,} agent{'' if n == 1 else 's'}"
+            )
+            return (
+                f"{epoch} best arm cannot be voted out by error: it takes {self.honest_votes} "
+                f"honest votes and {there}."
+            )
+        answer = (
+            "That is the probability of a wrong answer."
+            if self.algorithm == "dp-mase"
+            else "When no other arm is within epsilon of the best, that is the probability of a "
+            "wrong answer."
+        )
+        err = "err and send that vote (xi drops it)" if self.algorithm == "ce" else "err"
+        return (
+            f"{epoch} best arm is voted out by error with probability at most {f}: it takes "
+            f"{self.honest_votes} of {who} to {err}, each with probability at most {p}. {answer}"
+        )
+
+    def warning(self) -> str | None:
+        """None when it certifies delta; else one sentence naming what would, one change at a
+        time."""
+        if self.certifies:
+            return None
+        head = f"certified failure {upper(self.failure)} is above delta = {self.delta:g} with {self.agents:,} agents"
+        if self.kind != VOTES or self.threshold is None:
+            return f"{head}: nothing certifies it (the rewards drift)"
+        fix = remedy(self.agents, self.threshold, self.local_error, self.delta, self.liars)
+        options = []
+        if fix.threshold <= self.agents:
+            options.append(f"a threshold of {fix.threshold:,} votes")
+        options.append(
+            f"agents that err with probability at most {lower(fix.local_error)} each (now "
+            f"{upper(self.local_error)})"
+        )
+        if fix.agents is not None:
+            options.append(f"at most {fix.agents:,} agents")
+        said = ", ".join(options[:-1]) + f" or {options[-1]}" if len(options) > 1 else options[0]
+        return f"{head}: {said} would certify it"
+
+
+def certify(
+    algo: AlgorithmConfig,
+    n_arms: int,
+    n_agents: int,
+    liars: int | None = None,
+    drifting: bool = False,
+) -> Certificate:
+    """The certificate of `algo` with K = `n_arms` arms and N = `n_agents` agents. `liars`: the
+    agents that may lie (default: the tolerance f, the worst the threshold is built for; a
+    simulation passes its attackers). `drifting`: rewards whose means move (nothing certified)."""
+    name = algo.algorithm
+    if n_agents < (0 if algo.votes else 1):  # no agent enrolled yet: nothing can be voted out
+        raise ParameterError("agents", n_agents, f"must be >= {0 if algo.votes else 1}")
+    if drifting:
+        return Certificate(DRIFT, 1.0, n_agents, algo.delta, name)
+    p = local_error(algo, n_arms, max(n_agents, 1))
+    if name == "independent":
+        failure = min(1.0, -math.expm1(n_agents * math.log1p(-p)) * (1.0 + RELATIVE_MARGIN))
+        return Certificate(INDEPENDENT, failure, n_agents, algo.delta, name, p)
+    if name == "central":
+        return Certificate(CENTRAL, p, n_agents, algo.delta, name, p)
+    threshold = algo.threshold(n_arms)
+    assert threshold is not None
+    lying = algo.tolerance if liars is None else liars
+    return Certificate(
+        VOTES,
+        certified_failure(n_agents, threshold, p, lying),
+        n_agents,
+        algo.delta,
+        name,
+        p,
+        threshold,
+        lying,
+        per_epoch=algo.global_reset,
+    )
+
+
+def certify_simulation(config: SimulationConfig) -> Certificate:
+    """The certificate of a simulated configuration: its N, its Byzantine agents as the liars
+    (they are known there), and nothing certified when its rewards drift."""
+    return certify(
+        config.algorithm,
+        config.environment.n_arms,
+        config.n_agents,
+        liars=config.attackers,
+        drifting=bool(config.environment.drift),
+    )
