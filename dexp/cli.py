@@ -637,6 +637,14 @@ def subroutines(
     ] = False,
     arms: Annotated[int, typer.Option(help="K, for --widths.")] = 10,
     eta: Annotated[float, typer.Option(help="Local failure probability, for --widths.")] = 0.9,
+    failure_bounds: Annotated[
+        bool,
+        typer.Option(
+            "--failure-bounds",
+            help="Instead, print the proven local failure of lucb, ugapec and kl-lucb as a "
+            "multiple of eta, by how the union bound is taken (docs/SUBROUTINES.md).",
+        ),
+    ] = False,
 ) -> None:
     """List the local subroutines an experiment may name (--subroutine, DEXP_SUBROUTINE, POST
     /v1/experiments): name, the reward models their bounds are valid for, what they do."""
@@ -644,6 +652,9 @@ def subroutines(
 
     if widths:
         _print_widths(arms, eta)
+        return
+    if failure_bounds:
+        _print_failure_bounds()
         return
     entries = catalog()
     if json_output:
@@ -656,6 +667,34 @@ def subroutines(
         table.add_row(
             entry["name"], ", ".join(entry["rewards"]), entry["description"], entry["reference"]
         )
+    _console().print(table)
+
+
+def _print_failure_bounds() -> None:
+    from common.subroutines.bounds import KL_LUCB_K1, explore_commit_failure
+
+    table = Table(
+        title="proven local failure / eta: exp(-level) summed over arms, sides and pull counts "
+        "n (level at t = n), or over every time t and every n <= t",
+        title_justify="left",
+    )
+    unions = (
+        ("both sides, all t, n <= t", False, True),
+        ("one side, all t, n <= t", True, True),
+        ("both sides, all n", False, False),
+        ("one side, all n (proof)", True, False),
+    )
+    table.add_column("rule")
+    for label, _, _ in unions:
+        table.add_column(label, justify="right")
+    for label, name, k1 in (
+        ("lucb", "lucb", KL_LUCB_K1),
+        ("ugapec", "ugapec", KL_LUCB_K1),
+        (f"kl-lucb, k1 = {KL_LUCB_K1:g}", "kl-lucb", KL_LUCB_K1),
+        ("kl-lucb, k1 = 405.5 (before)", "kl-lucb", 405.5),
+    ):
+        cells = [f"{explore_commit_failure(name, one, times, k1):.3f}" for _, one, times in unions]
+        table.add_row(label, *cells)
     _console().print(table)
 
 

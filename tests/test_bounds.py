@@ -167,6 +167,54 @@ def test_stitched_radius_formula() -> None:
     assert bounds.stitched_radius(n, k, conf, 3.0) == pytest.approx(5.1 * math.sqrt(inner / n))
 
 
+# -- (d) explore-then-commit: one side per arm, a union over pull counts ---------------------------
+def miss(name: str, n_arms: int, confidence: float, pulls: int, time: int) -> float:
+    """exp(-level) of one side of one arm's interval with `pulls` samples at time t, from the
+    subroutine's own interval (Hoeffding: exp(-2 n r^2) with r its radius; KL: its level)."""
+    if name == "kl-lucb":
+        return math.exp(-bounds.kl_lucb_level(time, n_arms, confidence))
+    low, high = at_state(name, n_arms, confidence, 0.5, pulls).interval(0, time)
+    return math.exp(-2.0 * pulls * ((high - low) / 2.0) ** 2)
+
+
+def test_explore_commit_failure_is_the_union_of_the_rules_own_intervals() -> None:
+    """`explore_commit_failure` (docs/SUBROUTINES.md's proof, `dexp subroutines --failure-bounds`)
+    is K sum_n exp(-level at t = n) of each rule's own intervals, one side per arm: below 1 for
+    LUCB1, UGapEc and KL-LUCB at k1 = 11, the bound of its correctness condition. Summed over both
+    sides and every t and n <= t, LUCB1's and UGapEc's exceed 1 (1.92, 1.42): that union does not
+    prove them, and KL-LUCB's diverges. Partial sums to 20,000 terms, with the integral's tail."""
+    k, conf, terms = 10, 0.9, 20_000
+    n = np.arange(1.0, terms + 1)
+    alpha = bounds.KL_LUCB_ALPHA
+    zeta = {
+        s: float(np.sum(n**-s)) + terms ** (1 - s) / (s - 1) - terms**-s / 2
+        for s in (2, 3, 4, alpha)
+    }
+    k1 = bounds.KL_LUCB_K1
+    assert pytest.approx(1 + 1 / (alpha - 1)) == k1
+    assert zeta[alpha] < k1
+    for name, power in (("lucb", 4), ("ugapec", 3), ("kl-lucb", alpha)):
+        # exp(-level) = c / (K t^power), t = n (UGapEc: (t - 1)^3, and 1 at t = 1)
+        c = miss(name, k, conf, 2, 2) * k * (1 if name == "ugapec" else 2**power) / conf
+        for i in (1, 5, 1000):
+            t = max(i - 1, 1) if name == "ugapec" else i
+            assert miss(name, k, conf, i, i) * k / conf == pytest.approx(c / t**power, rel=1e-9)
+        one_side = c * (1.0 + zeta[3]) if name == "ugapec" else c * zeta[power]
+        assert bounds.explore_commit_failure(name) == pytest.approx(one_side, rel=1e-6)
+        assert bounds.explore_commit_failure(name, one_side=False) == pytest.approx(2 * one_side)
+        assert bounds.explore_commit_failure(name) < 1.0
+    assert bounds.explore_commit_failure("lucb", False, True) == pytest.approx(1.6 * zeta[3])
+    assert bounds.explore_commit_failure("ugapec", False, True) == pytest.approx(
+        (zeta[2] + zeta[3]) / 2
+    )
+    assert bounds.explore_commit_failure("lucb", False, True) > 1.9
+    assert bounds.explore_commit_failure("ugapec", False, True) > 1.4
+    assert bounds.explore_commit_failure("kl-lucb", True, True) == math.inf
+    # KL-LUCB's level depends on k1 / conf only: k1 = 405.5 is k1 = 11 at conf 11 / 405.5
+    old = bounds.explore_commit_failure("kl-lucb", k1=405.5)
+    assert old == pytest.approx(bounds.explore_commit_failure("kl-lucb") * 11 / 405.5)
+
+
 # -- (c) the compiled mirrors ----------------------------------------------------------------------
 MEANS = np.linspace(0.0, 1.0, 21)
 PULLS = (1, 2, 3, 10, 37, 1000, 123_456)

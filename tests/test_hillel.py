@@ -1,11 +1,13 @@
 """Hillel et al.'s one- and multi-round algorithms against the paper's stated guarantees:
 Theorem 4.1 (multi-round: epsilon-best with probability >= 1 - delta, at most
 1 + ceil(log2(1/epsilon)) rounds, a factor-k speed-up), Theorems 3.1/3.2 (one round: one message
-per player, a speed-up that grows at least like sqrt(k) in the theorem's range), and the command
-line's contract (JSON fields, one-line errors with exit status 2)."""
+per player, a speed-up of order sqrt(k) in the theorem's range, with no constant: below sqrt(k)
+at k = 36 here), and the command line's contract (JSON fields, one-line errors with exit status
+2)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import subprocess
@@ -128,9 +130,10 @@ def test_multi_round_speedup_is_about_k():
 
 
 def test_one_round_speedup_grows_at_least_like_sqrt_k():
-    """Theorem 3.1: in its range 6 <= sqrt(k) <= n the horizon that reaches 2/3 shrinks at least
-    like 1/sqrt(k) (speed-up >= c sqrt(k)): the log-log slope of the speed-up over k = 36, 144,
-    576 is >= 0.5, and every k beats the serial algorithm."""
+    """Theorem 3.1: in its range 6 <= sqrt(k) <= n a player's time is O(serial bound / sqrt(k)),
+    a speed-up of order sqrt(k) whose constant the theorem leaves open: the log-log slope of the
+    speed-up over k = 36, 144, 576 is >= 0.5 and every k beats the serial algorithm, yet at
+    k = 36 the speed-up (2.8 on these seeds) is below sqrt(k) = 6: not "at least sqrt(k)"."""
     env = Environment(means=SPEEDUP_MEANS)
     seeds = np.random.SeedSequence(11).spawn(60)
     serial, *_ = smallest_horizon(1, env, seeds, 128)
@@ -138,6 +141,7 @@ def test_one_round_speedup_grows_at_least_like_sqrt_k():
     speedups = [serial / horizons[k] for k in (36, 144, 576)]
     assert all(s > 1 for s in speedups), (serial, horizons)
     assert _fit_slope([36, 144, 576], speedups) >= 0.5, (serial, horizons)
+    assert speedups[0] < math.sqrt(36), (serial, horizons)
 
 
 def test_one_round_sends_one_message_per_player_and_amplifies():
@@ -245,4 +249,7 @@ def test_reproduce_hillel_speedup_writes_its_files(tmp_path: Path):
         "multi-round",
         "one-round (theorem range)",
     }
-    assert "slope" in proc.stdout
+    assert "slope" in proc.stdout and "/ sqrt(k)" in proc.stdout
+    for row in csv.DictReader(rows):  # the header names the fields
+        ratio = float(row["speedup"]) / math.sqrt(int(row["k"]))
+        assert float(row["speedup_over_sqrt_k"]) == pytest.approx(ratio)

@@ -6,8 +6,10 @@ round t + d(m, m') if d(m, m') <= gamma (one hop per round, forwarded gamma time
 - dubey-private-ucb (their Algorithms 1 and 2): an agent publishes (its mean of arm k + Laplace
   noise of scale n^(v/2 - 1), n) every f = ceil(1/eps_dp) pulls of arm k (common/regret/
   estimators.py). Agent m's group estimate adds to its own sum and count n' x' and n' of the
-  latest publication of every agent within gamma hops; the first K f rounds play t mod K, then
-  argmax mean + sqrt(2 ln t / N).
+  latest publication of every agent within gamma hops, n' the count at that publication (the
+  paper's Algorithm 1 sends the current count with the last published mean: a departure,
+  docs/RESULTS.md section 10); the first K f rounds play t mod K, then argmax mean +
+  sqrt(2 ln t / N).
 - cooperative-ucb: the same with exact means published after every pull (no privacy).
 - ucb1: each agent alone (gamma = 0, no noise).
 - dubey-byzantine-ucb (their Algorithm 3): messages carry (arm, reward); an agent pools every

@@ -229,6 +229,8 @@ def elimination_level(rounds, n_arms, confidence):
 
 @njit(cache=True)
 def kl_lucb_level(time, n_arms, confidence):
+    # KL_LUCB_K1 is frozen into the compiled code and numba's cache checks this file only:
+    # a change of KL_LUCB_K1 must come with an edit of this file.
     return np.log(KL_LUCB_K1 * n_arms * float(time) ** KL_LUCB_ALPHA / confidence)
 
 

@@ -14,10 +14,14 @@ arms, rounds or time (docs/SUBROUTINES.md derives each choice).
   s-sub-Gaussian increments, S_n <= 1.7 s sqrt(n (log log(2n) + 0.72 log(5.2 / alpha))) for every
   n >= 1 at once, with probability >= 1 - alpha. Rewards in [0, 1] are 1/2-sub-Gaussian. Anytime:
   no union over rounds or time is needed, only over arms and the two sides.
-- KL-LUCB's exploration rate beta(t, delta) = log(k1 K t^alpha / delta), alpha = 1.1 and
-  k1 = 405.5 > 2e + 1 + e / (alpha - 1) + (e + 1) / (alpha - 1)^2 (Kaufmann and Kalyanakrishnan,
-  COLT 2013, Theorem 2's condition): with it, every arm's KL interval at level beta(t, delta) holds
-  at every decision t with probability >= 1 - delta.
+- KL-LUCB's exploration rate beta(t, delta) = log(k1 K t^alpha / delta), alpha = 1.1, k1 = 11
+  (Kaufmann and Kalyanakrishnan, COLT 2013). Correctness needs only k1 > 1 + 1/(alpha - 1), 11
+  here; their 405.45 is the condition of their sample-complexity bound. k1 and delta enter only
+  as k1 / delta, so a larger k1 just runs the rule at a smaller confidence than the one asked.
+- LUCB1, UGapEc and KL-LUCB are right on a one-sided event (the best arm's upper side and the
+  lower side of the arms that are not eps-optimal), and their levels grow with t, so the union
+  runs over each arm's pull counts only: `explore_commit_failure` sums it. Summed over both
+  sides, every t and every n <= t, as the proofs are often written, it exceeds delta.
 """
 
 from __future__ import annotations
@@ -28,7 +32,10 @@ KL_ITERATIONS = 30  # Newton steps at most (a handful suffice: convergence is qu
 KL_TOLERANCE = 1e-9  # stop once pulls * kl(mean, q) is within this of the level
 KL_EDGE = 1e-12  # Newton starts inside (0, 1), where kl is finite
 KL_LUCB_ALPHA = 1.1
-KL_LUCB_K1 = 405.5
+# 1 + 1/(alpha - 1), the bound of KL-LUCB's correctness condition; `explore_commit_failure` proves
+# it enough: zeta(1.1) / 11 = 0.96 < 1. Its value is frozen into common/simulation/fast.py's
+# compiled code: change both files together.
+KL_LUCB_K1 = 11.0
 STITCH_SCALE = 1.7
 STITCH_LOGLOG = 0.72
 STITCH_ALPHA = 5.2
@@ -94,6 +101,27 @@ def elimination_level(rounds: int, n_arms: int, confidence: float) -> float:
 def kl_lucb_level(time: int, n_arms: int, confidence: float) -> float:
     """beta(t, conf) = log(k1 K t^alpha / conf), KL-LUCB's exploration rate."""
     return math.log(KL_LUCB_K1 * n_arms * float(time) ** KL_LUCB_ALPHA / confidence)
+
+
+def explore_commit_failure(
+    name: str, one_side: bool = True, over_times: bool = False, k1: float = KL_LUCB_K1
+) -> float:
+    """The local failure bound of `lucb`, `ugapec` or `kl-lucb` as a multiple of their confidence:
+    the sum over arms, sides and pull counts n of exp(-level) at t = n (the level grows with t,
+    and n <= t at any time t), or, with `over_times`, over every time t (from 1; from 2 for
+    UGapEc's (t - 1)^3) and every n <= t: inf when that sum diverges. one_side: only the side of
+    each arm that the rule's proof uses (docs/SUBROUTINES.md, section 2)."""
+    from scipy.special import zeta
+
+    if name == "lucb":  # exp(-level) = 4 conf / (5 K t^4)
+        factor = 0.8 * (zeta(3.0) if over_times else zeta(4.0))
+    elif name == "ugapec":  # exp(-level) = conf / (4 K max(t - 1, 1)^3)
+        factor = ((zeta(2.0) + zeta(3.0)) if over_times else (1.0 + zeta(3.0))) / 4.0
+    elif name == "kl-lucb":  # exp(-level) = conf / (k1 K t^alpha): over t, sum t^(1 - alpha)
+        factor = math.inf if over_times else zeta(KL_LUCB_ALPHA) / k1
+    else:
+        raise ValueError(f"no explore-then-commit bound for {name!r}")
+    return float(factor) * (1.0 if one_side else 2.0)
 
 
 def stitched_radius(pulls: int, n_arms: int, confidence: float, sigma: float | None) -> float:

@@ -21,9 +21,10 @@ class UGapEc(LUCB):
 
     beta_k = sqrt(log(4 K (t - 1)^3 / conf) / (2 T_k)) (sub-Gaussian: sigma sqrt(2 log(.) / T_k)),
     U = mean + beta, L = mean - beta, B_k = max_{i != k} U_i - L_k, J = argmin B_k. Stop when
-    B_J < eps and keep J (on the good event every other arm has mu_i <= U_i < L_J + eps <=
-    mu_J + eps). Otherwise u = argmax_{j != J} U_j and the one of u, J with the larger beta is
-    played (both, in the every-arm model)."""
+    B_J < eps and keep J: were J not eps-optimal, the best arm i* would have mu* <= U_i* < L_J +
+    eps <= mu_J + eps, a contradiction, using only i*'s upper side and J's lower side (hence a
+    local failure of at most 0.55 conf, `explore_commit_failure`). Otherwise u = argmax_{j != J}
+    U_j and the one of u, J with the larger beta is played (both, in the every-arm model)."""
 
     name = "ugapec"
     rewards = (BOUNDED, SUB_GAUSSIAN)
@@ -64,12 +65,14 @@ class UGapEc(LUCB):
 
 class KLLUCB(LUCB):
     """KL-LUCB (Kaufmann and Kalyanakrishnan, COLT 2013): LUCB1's rule on Chernoff-KL intervals
-    {q : T_a kl(mean_a, q) <= log(405.5 K t^1.1 / conf)}, for rewards in [0, 1] only."""
+    {q : T_a kl(mean_a, q) <= log(11 K t^1.1 / conf)}, for rewards in [0, 1] only. k1 = 11 is the
+    smallest their correctness condition allows: a local failure of at most 0.96 conf, where
+    their sample-complexity condition's k1 = 405.5 ran at 0.026 conf (`explore_commit_failure`)."""
 
     name = "kl-lucb"
     rewards = (BOUNDED,)
     summary = (
-        "KL-LUCB: LUCB1's rule on Chernoff-KL intervals at the rate log(405.5 K t^1.1 / eta) "
+        "KL-LUCB: LUCB1's rule on Chernoff-KL intervals at the rate log(11 K t^1.1 / eta) "
         "(rewards in [0, 1])"
     )
     reference = "Kaufmann and Kalyanakrishnan, COLT 2013"

@@ -3,7 +3,9 @@
 After one sample of every arm, each decision compares the empirical best h with the challenger l of
 highest upper bound; it stops when UCB_l - LCB_h < eps and then eliminates every arm but h. Otherwise
 it plays h and l (one per activation, or both in one activation in the every-arm model). t in the
-radius is the number of samples since the (re)start.
+radius is the number of samples since the (re)start. Keeping an h that is not eps-optimal needs
+the best arm's upper bound below its mean or h's lower bound above its own: one side per arm,
+which bounds the local failure by 0.87 conf (`bounds.explore_commit_failure`, docs/SUBROUTINES.md).
 """
 
 from __future__ import annotations
