@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 from scipy import stats
+from typer.testing import CliRunner
 
 from common.simulation import fast as fast_bounds
 from common.subroutines import LocalParams, bounds, subroutine_class
+from dexp.cli import app
 
 DRAWS = 20_000  # binomial samples per (p, n) cell
 PATHS, HORIZON = 2_000, 2_000  # reward paths for the anytime boundary, and their length
@@ -213,6 +215,12 @@ def test_explore_commit_failure_is_the_union_of_the_rules_own_intervals() -> Non
     # KL-LUCB's level depends on k1 / conf only: k1 = 405.5 is k1 = 11 at conf 11 / 405.5
     old = bounds.explore_commit_failure("kl-lucb", k1=405.5)
     assert old == pytest.approx(bounds.explore_commit_failure("kl-lucb") * 11 / 405.5)
+    printed = CliRunner().invoke(app, ["subroutines", "--failure-bounds"])
+    assert printed.exit_code == 0, printed.output
+    rows = {line.split("│")[1].strip(): line for line in printed.output.splitlines() if "│" in line}
+    assert [c.strip() for c in rows["lucb"].split("│")[2:6]] == ["1.923", "0.962", "1.732", "0.866"]
+    assert "1.423" in rows["ugapec"] and "0.551" in rows["ugapec"]
+    assert "0.962" in rows["kl-lucb, k1 = 11"] and "0.026" in rows["kl-lucb, k1 = 405.5 (before)"]
 
 
 # -- (c) the compiled mirrors ----------------------------------------------------------------------
