@@ -1,5 +1,9 @@
 """One agent's local side of DE / CE / DP-MASE: sync with the global set, run the subroutine, vote.
 
+Under CDE (`AgentSpec.report_privacy` set) the agent does not vote: when its fixed-budget run ends
+it draws its one randomized report (`common.cde.randomize`), which the caller sends (`report`);
+once the experiment has decided it stops, reported or not.
+
 The same object runs inside the agent service (one activation at a time, state persisted between
 activations) and inside the reference simulator.
 """
@@ -12,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from common.cde import randomize
 from common.subroutines import ArmSelection, LocalParams, restore, subroutine_class
 
 
@@ -21,6 +26,7 @@ class AgentSpec:
     subroutine: str
     params: LocalParams
     vote_drop: float = 0.0  # CE's xi: a vote is dropped before sending with this probability
+    report_privacy: float | None = None  # CDE: the hit-rate bound of its randomized report
 
 
 class LocalAgent:
@@ -32,18 +38,29 @@ class LocalAgent:
         self.sub: ArmSelection = subroutine_class(spec.subroutine)(spec.n_arms, spec.params, rng)
         self.voted: set[int] = set()  # decided against, sent or dropped: never decided twice
         self.epoch = 0
+        self.report: int | None = None  # CDE: the randomized report, once drawn
+        self.decided = False  # CDE: the experiment accepted an arm; nothing more to do
 
     @property
     def local_arms(self) -> list[int]:
         return list(self.sub.active)
 
     @property
+    def reports(self) -> bool:
+        return self.spec.report_privacy is not None
+
+    @property
     def done(self) -> bool:
-        return self.sub.done
+        return self.decided or self.sub.done
 
     def sync(self, remaining: Collection[int], epoch: int = 0) -> list[int]:
         """K_n := K_n & K; an empty intersection restarts on K with fresh statistics; a new epoch
-        (DSER4 reset) restarts everything, votes included. Returns votes to send (rarely any)."""
+        (DSER4 reset) restarts everything, votes included. Returns votes to send (rarely any).
+        CDE: arms leave only when one is accepted, and then the agent stops."""
+        if self.reports:
+            if len(set(remaining)) < self.spec.n_arms:
+                self.decided = True
+            return []
         if epoch != self.epoch:
             self.epoch = epoch
             self.voted = set()
@@ -70,7 +87,13 @@ class LocalAgent:
         return self.sub.select()
 
     def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
-        return self._votes(self.sub.observe(arms, rewards))
+        eliminated = self.sub.observe(arms, rewards)
+        if self.spec.report_privacy is None:
+            return self._votes(eliminated)
+        if self.sub.done and self.report is None:
+            answer = self.sub.active[0]
+            self.report = randomize(answer, self.spec.n_arms, self.spec.report_privacy, self.rng)
+        return []
 
     def _votes(self, eliminated: list[int]) -> list[int]:
         fresh = [a for a in eliminated if a not in self.voted]
@@ -81,7 +104,13 @@ class LocalAgent:
         return fresh
 
     def to_state(self) -> dict[str, Any]:
-        return {"sub": self.sub.to_state(), "voted": sorted(self.voted), "epoch": self.epoch}
+        return {
+            "sub": self.sub.to_state(),
+            "voted": sorted(self.voted),
+            "epoch": self.epoch,
+            "report": self.report,
+            "decided": self.decided,
+        }
 
     @classmethod
     def from_state(
@@ -92,4 +121,7 @@ class LocalAgent:
         agent.sub = restore(state["sub"], rng)
         agent.voted = {int(a) for a in state["voted"]}
         agent.epoch = int(state["epoch"])
+        report = state.get("report")
+        agent.report = None if report is None else int(report)
+        agent.decided = bool(state.get("decided", False))
         return agent

@@ -1,4 +1,4 @@
-"""Which algorithm runs: DE, CE, DP-MASE and the two baselines, with their derived parameters.
+"""Which algorithm runs: DE, CE, DP-MASE, CDE and the two baselines, with their derived parameters.
 
 One frozen object holds what an experiment needs (the coordinator stores it, the agents and the
 simulators read it): the vote threshold M, each agent's local subroutine and confidence, the vote
@@ -16,12 +16,16 @@ remove it every time. With a tolerance f the threshold in force is M + f: with a
 agents an arm leaves only with at least M honest votes, so the liars add nothing to what the honest
 agents' errors can do, whatever they send. The price: N >= M + f agents are needed (checked by `validate_for`),
 and up to (M + f) K - 1 messages instead of M K - 1. f = 0 is the papers' algorithm, unchanged.
+
+CDE (common.cde, docs/CDE.md) does not vote: each agent sends one randomized report, and its
+threshold is chosen from N, the number of agents, so `threshold` needs N for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.cde import DEFAULT_PRIVACY, check_privacy, threshold_for
 from common.errors import ParameterError
 from common.params import (
     check_agents_for_dropped_votes,
@@ -38,8 +42,10 @@ from common.params import (
 from common.subroutines import SUBROUTINES, USER_SUBROUTINES, LocalParams
 from common.subroutines.base import BOUNDED, SUB_GAUSSIAN
 
-ALGORITHMS = ("de", "ce", "dp-mase", "independent", "central")
+ALGORITHMS = ("de", "ce", "dp-mase", "cde", "independent", "central")
 VOTING = ("de", "ce", "dp-mase")
+REPORTING = ("cde",)  # one randomized report per agent (common.cde)
+TOLERANT = VOTING + REPORTING
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class AlgorithmConfig:
     phi: float = 0.0
     every_arm: bool = False
     tolerance: int = 0  # f: Byzantine agents tolerated; the vote threshold is M + f
+    privacy: float = DEFAULT_PRIVACY  # CDE: the certified bound on an adversary's hit rate
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -98,20 +105,42 @@ class AlgorithmConfig:
                 "phi", self.phi, "a reset probability is for --subroutine ser4 only"
             )
         check_tolerance(self.tolerance)
-        if self.tolerance > 0 and not self.votes:
+        if self.tolerance > 0 and self.algorithm not in TOLERANT:
             raise ParameterError(
                 "tolerance",
                 self.tolerance,
-                f"a Byzantine tolerance is for the voting algorithms ({', '.join(VOTING)}) only",
+                f"a Byzantine tolerance is for {', '.join(TOLERANT)} only",
+            )
+        if self.algorithm == "cde":
+            if self.subroutine != "ser3":
+                raise ParameterError(
+                    "subroutine", self.subroutine, "CDE runs its own fixed-budget local run"
+                )
+            check_open_unit("privacy", self.privacy)
+        elif self.privacy != DEFAULT_PRIVACY:
+            raise ParameterError(
+                "privacy", self.privacy, "a privacy bound is for --algorithm cde only"
             )
 
     @property
     def local_subroutine(self) -> str:
+        if self.algorithm == "cde":
+            return "fixed-budget"
         return "dp-se" if self.algorithm == "dp-mase" else self.subroutine
 
     @property
     def votes(self) -> bool:
         return self.algorithm in VOTING
+
+    @property
+    def reports(self) -> bool:
+        """CDE: one randomized report per agent instead of votes."""
+        return self.algorithm in REPORTING
+
+    @property
+    def report_privacy(self) -> float | None:
+        """CDE's hit-rate bound, for the agents' randomized report; None for the others."""
+        return self.privacy if self.reports else None
 
     @property
     def vote_drop(self) -> float:
@@ -122,9 +151,17 @@ class AlgorithmConfig:
         """DSER4: an agent's SER4 reset resets the experiment (votes cleared, every arm back)."""
         return self.votes and self.subroutine == "ser4"
 
-    def threshold(self, n_arms: int) -> int | None:
+    def threshold(self, n_arms: int, n_agents: int | None = None) -> int | None:
         """The vote threshold in force, M + f (f = `tolerance`, 0 by default: the papers' M), or
-        None for the baselines, which do not vote."""
+        None for the baselines, which do not vote. CDE: the reports that accept an arm, chosen
+        from N = `n_agents` (required): the smallest that certifies delta, liars included."""
+        if self.reports:
+            if n_agents is None:
+                raise ParameterError("agents", None, "CDE's threshold is chosen from N agents")
+            check_privacy(self.privacy, n_arms)
+            return threshold_for(
+                n_agents, self.delta, self.eta, self.privacy, n_arms, self.tolerance
+            )
         base = self.base_threshold(n_arms)
         return None if base is None else base + self.tolerance
 
@@ -140,7 +177,7 @@ class AlgorithmConfig:
         return None
 
     def local_confidence(self, n_arms: int, n_agents: int) -> float:
-        if self.algorithm == "de":
+        if self.algorithm in ("de", "cde"):
             return self.eta
         if self.algorithm == "ce":
             return corrupted_local_confidence(self.eta, self.xi, n_arms)
@@ -184,6 +221,9 @@ class AlgorithmConfig:
             raise ParameterError("arms", n_arms, "need at least 2 arms")
         if n_agents < 1:
             raise ParameterError("agents", n_agents, "must be >= 1")
+        if self.reports:
+            check_agents_for_threshold(n_agents, self.tolerance + 1, self.tolerance)
+            return self.threshold(n_arms, n_agents)
         threshold = self.threshold(n_arms)
         if threshold is not None:
             check_agents_for_threshold(n_agents, threshold, self.tolerance)
@@ -194,6 +234,8 @@ class AlgorithmConfig:
 
     def warnings(self, n_arms: int, n_agents: int) -> list[str]:
         """What this configuration risks with N agents without being invalid: ties."""
+        if self.reports:
+            return []
         threshold = self.threshold(n_arms)
         if threshold is None:
             return []

@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from common import cde
 from common.algorithms import AlgorithmConfig
+from common.binomial import RELATIVE_MARGIN, binomial_tail
 from common.errors import ParameterError
 
 if TYPE_CHECKING:  # common.simulation imports common.votes, which imports this module
@@ -52,99 +54,10 @@ LOCAL_ERROR_FACTORS: dict[str, float] = {
     "ugapec": (ZETA2 + ZETA3) / 4.0,  # sum over t >= 2 of t * conf / (4 K (t - 1)^3), K arms
     "kl-lucb": 1.0,  # Kaufmann and Kalyanakrishnan's theorem, as stated
     "me": 1.0,  # Even-Dar et al.'s rounds, sum of delta_l < conf
-    "dp-se": SE_ROUNDS,  # Hoeffding and Laplace, one side each, conf / (8 K e^2) per epoch e
+    "dp-se": SE_ROUNDS,
+    "fixed-budget": 1.0,  # eta bounds the chance its answer is not eps-optimal (common.cde)  # Hoeffding and Laplace, one side each, conf / (8 K e^2) per epoch e
 }
-# A computed tail is within about 1e-13 (relative) of the exact one: Loader's terms and a sum of
-# doubles. Rounding up by this keeps it an upper bound; below TINY a double says "at most TINY".
-RELATIVE_MARGIN = 1e-8
-TINY = 1e-300
 NO_LIMIT = 10**9  # largest_agents searches no further
-
-
-def binomial_tail(n: int, m: int, p: float) -> float:
-    """P(Bin(n, p) >= m), rounded up: 1.0 when m <= 0, 0.0 when m > n or p = 0, else at least
-    TINY (a tail below 1e-300 is reported as 1e-300, still an upper bound).
-
-    Pure Python (the agents import this module through common.votes, and a device should not need
-    scipy): the terms are summed in the direction in which they fall, from the term at m (above
-    the mode: the tail itself) or at m - 1 (at or below it: the tail is 1 minus that sum, at least
-    about 1/2, so the subtraction loses nothing that matters), each from the one before by the
-    ratio of consecutive binomial terms, until they no longer change the sum."""
-    if m <= 0:
-        return 1.0
-    if m > n or p <= 0.0:
-        return 0.0
-    if p >= 1.0:
-        return 1.0
-    odds = p / (1.0 - p)
-    above = m > (n + 1) * p  # the terms fall from m upwards
-    k = m if above else m - 1
-    log_first = log_binomial_term(n, k, p)
-    total, term = 0.0, 1.0
-    while term > total * 1e-18:
-        total += term
-        if above:
-            if k == n:
-                break
-            term *= (n - k) / (k + 1) * odds
-            k += 1
-        else:
-            if k == 0:
-                break
-            term *= k / ((n - k + 1) * odds)
-            k -= 1
-    log_sum = log_first + math.log(total)
-    value = math.exp(log_sum) if above else -math.expm1(log_sum) if log_sum < 0 else 0.0
-    return min(1.0, max(value * (1.0 + RELATIVE_MARGIN), TINY))
-
-
-def _stirling_error(n: int) -> float:
-    """log(n!) - log(sqrt(2 pi n) (n / e)^n), by its series above 15 (Loader 2000)."""
-    if n <= 15:
-        return math.lgamma(n + 1) - (n + 0.5) * math.log(n) + n - 0.5 * math.log(2 * math.pi)
-    nn = float(n) * n
-    s0, s1, s2, s3, s4 = 1 / 12, 1 / 360, 1 / 1260, 1 / 1680, 1 / 1188
-    if n > 500:
-        return (s0 - s1 / nn) / n
-    if n > 80:
-        return (s0 - (s1 - s2 / nn) / nn) / n
-    if n > 35:
-        return (s0 - (s1 - (s2 - s3 / nn) / nn) / nn) / n
-    return (s0 - (s1 - (s2 - (s3 - s4 / nn) / nn) / nn) / nn) / n
-
-
-def _deviance(x: float, mean: float) -> float:
-    """x log(x / mean) + mean - x, without its cancellation when x is near mean (Loader 2000)."""
-    if abs(x - mean) < 0.1 * (x + mean):
-        v = (x - mean) / (x + mean)
-        total = (x - mean) * v
-        term = 2 * x * v
-        j = 1
-        while True:
-            term *= v * v
-            following = total + term / (2 * j + 1)
-            if following == total:
-                return following
-            total, j = following, j + 1
-    return x * math.log(x / mean) + mean - x
-
-
-def log_binomial_term(n: int, k: int, p: float) -> float:
-    """log P(Bin(n, p) = k), 0 < p < 1, accurate to a few ulps even for n in the billions (Loader's
-    saddle-point form, as R's dbinom: log-gamma of a large n would lose its last digits)."""
-    q = 1.0 - p
-    if k == 0:
-        return n * math.log1p(-p)
-    if k == n:
-        return n * math.log(p)
-    log_c = (
-        _stirling_error(n)
-        - _stirling_error(k)
-        - _stirling_error(n - k)
-        - _deviance(k, n * p)
-        - _deviance(n - k, n * q)
-    )
-    return log_c - 0.5 * (math.log(2 * math.pi) + math.log(k) + math.log1p(-k / n))
 
 
 def certified_failure(agents: int, threshold: int, local_error: float, liars: int = 0) -> float:
@@ -260,7 +173,7 @@ def remedy(agents: int, threshold: int, local_error: float, delta: float, liars:
     )
 
 
-VOTES, INDEPENDENT, CENTRAL, DRIFT = "votes", "independent", "central", "drift"
+VOTES, REPORTS, INDEPENDENT, CENTRAL, DRIFT = "votes", "reports", "independent", "central", "drift"
 
 
 @dataclass(frozen=True)
@@ -268,6 +181,7 @@ class Certificate:
     """One configuration's certified failure with `agents` agents, and what it means.
 
     kind: "votes" (DE, CE, DP-MASE: the best arm voted out by error; per epoch under DSER4),
+    "reports" (CDE: a wrong arm accepted, or the best one short of the threshold, common.cde),
     "independent" (some agent's own answer not eps-optimal), "central" (the one run's answer not
     eps-optimal), "drift" (rewards drift: nothing below 1 is certified)."""
 
@@ -280,6 +194,10 @@ class Certificate:
     threshold: int | None = None
     liars: int = 0
     per_epoch: bool = False  # DSER4: every reset starts a new epoch, with the same bound
+    horizon: int = 0  # CDE: the honest reports the bound counts (the first n)
+    wrong_arm: float = 0.0  # CDE: the part that holds for any instance (a wrong arm accepted)
+    privacy: float = 0.0  # CDE: its hit-rate bound (for the remedy)
+    arms: int = 0  # CDE: K (for the remedy)
 
     @property
     def certifies(self) -> bool:
@@ -304,6 +222,8 @@ class Certificate:
                 f"Each of the {n:,} agents identifies alone; the chance that any of them keeps an "
                 f"arm that is not epsilon-optimal is at most {f} (each at most {p})."
             )
+        if self.kind == REPORTS:
+            return self._reports_statement()
         if self.kind == CENTRAL:
             return f"One run on every reward keeps an arm that is not epsilon-optimal with probability at most {f}."
         honest = n - self.liars
@@ -340,12 +260,27 @@ class Certificate:
             f"{self.honest_votes} of {who} to {err}, each with probability at most {p}. {answer}"
         )
 
+    def _reports_statement(self) -> str:
+        f, m, n = upper(self.failure), self.threshold or 0, self.horizon
+        lying = f", at most {self.liars} of them lying," if self.liars else ""
+        if n < 1:
+            return "No honest agent can report: nothing below 1 is certified."
+        return (
+            f"A wrong answer has probability at most {f}: among the first {n:,} honest reports"
+            f"{lying} an arm that is not epsilon-optimal gets {m} of them with probability at most "
+            f"{upper(self.wrong_arm)}, or the best arm gets fewer. It holds for any number of "
+            f"agents from {n + self.liars:,} on (there are {self.agents:,}); the second part "
+            f"assumes no other arm is within epsilon of the best and that {n:,} honest agents report."
+        )
+
     def warning(self) -> str | None:
         """None when it certifies delta; else one sentence naming what would, one change at a
         time."""
         if self.certifies:
             return None
         head = f"certified failure {upper(self.failure)} is above delta = {self.delta:g} with {self.agents:,} agents"
+        if self.kind == REPORTS:
+            return f"{head}: {cde_remedy(self)}"
         if self.kind != VOTES or self.threshold is None:
             return f"{head}: nothing certifies it (the rewards drift)"
         fix = remedy(self.agents, self.threshold, self.local_error, self.delta, self.liars)
@@ -360,6 +295,25 @@ class Certificate:
             options.append(f"at most {fix.agents:,} agents")
         said = ", ".join(options[:-1]) + f" or {options[-1]}" if len(options) > 1 else options[0]
         return f"{head}: {said} would certify it"
+
+
+def cde_remedy(cert: Certificate) -> str:
+    """What would certify a CDE configuration, one change at a time: more agents, or a weaker
+    privacy bound (a more faithful report)."""
+    options = []
+    agents = cde.smallest_agents(
+        cert.delta, cert.local_error, cert.privacy, cert.arms, cert.liars, limit=10**6
+    )
+    if agents is not None:
+        options.append(f"at least {agents:,} agents")
+    privacy = cde.strongest_privacy(
+        max(cert.agents, cert.liars + 1), cert.delta, cert.local_error, cert.arms, cert.liars
+    )
+    if privacy is not None:
+        options.append(f"a privacy bound of {privacy:g} (now {cert.privacy:g})")
+    if not options:
+        return "nothing up to a million agents certifies it; lower eta"
+    return " or ".join(options) + " would certify it"
 
 
 def certify(
@@ -378,6 +332,25 @@ def certify(
     if drifting:
         return Certificate(DRIFT, 1.0, n_agents, algo.delta, name)
     p = local_error(algo, n_arms, max(n_agents, 1))
+    if algo.reports:
+        lying = algo.tolerance if liars is None else liars
+        threshold = algo.threshold(n_arms, max(n_agents, lying + 1))
+        assert threshold is not None
+        bound = cde.failure(n_agents, threshold, algo.eta, algo.privacy, n_arms, lying)
+        return Certificate(
+            REPORTS,
+            bound.total,
+            n_agents,
+            algo.delta,
+            name,
+            p,
+            threshold,
+            lying,
+            horizon=bound.horizon,
+            wrong_arm=bound.wrong_arm,
+            privacy=algo.privacy,
+            arms=n_arms,
+        )
     if name == "independent":
         failure = min(1.0, -math.expm1(n_agents * math.log1p(-p)) * (1.0 + RELATIVE_MARGIN))
         return Certificate(INDEPENDENT, failure, n_agents, algo.delta, name, p)

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from common import cde
 from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
 from common.params import corrupted_local_confidence
@@ -86,6 +87,8 @@ def certified_bound(algo: AlgorithmConfig, n_arms: int) -> float:
         return 1.0 - algo.beta
     if algo.algorithm == "independent":
         return 0.0  # 1-privacy: no message at all
+    if algo.reports:  # a bound on the hit rate itself, for one eps-optimal arm (common.cde)
+        return cde.certified_privacy(algo.privacy, n_arms)
     raise ParameterError(
         "algorithm",
         algo.algorithm,
@@ -103,6 +106,12 @@ def certifies(algo: AlgorithmConfig) -> str:
         )
     if algo.algorithm == "independent":
         return "no message is sent"
+    if algo.reports:
+        return (
+            "no adversary holding one agent's report, and knowing nothing else about which arm is "
+            "best, names its eps-optimal arm more often than this; side information has its odds "
+            "multiplied by at most e^e0"
+        )
     return (
         "no adversary holding one agent's votes can be more than 1 - eta sure of its eps-optimal "
         "arm; it does not bound how often a guess hits"

@@ -4,6 +4,10 @@ An arm leaves the global set once `threshold` distinct agents voted against it; 
 vote on the same arm counts for nothing; the last arm never leaves; a vote on an arm that is already
 out is a message but changes nothing.
 
+CDE's reports (common.cde) follow the other rule here, `decide_report`: an agent reports one arm,
+once per experiment; the first arm that `threshold` distinct agents reported is accepted and every
+other arm leaves at once. Its counters are the same per-arm sets of agents, holding reporters.
+
 Ties. Votes can stop short of removing any arm: with two arms within eps of each other and fewer
 than 2M - 1 agents, each agent keeps one of them and votes against the other, and neither reaches M
 votes. `reachable_votes` bounds, for each remaining arm, the votes it has plus those it can still
@@ -32,6 +36,47 @@ class VoteOutcome(StrEnum):
     DUPLICATE = "duplicate"  # this agent already voted against this arm in this epoch
     ARM_OUT = "arm_out"  # the arm already left the set (a late vote)
     LAST_ARM = "last_arm"  # ignored: the last arm is the identified one, it takes no more votes
+
+
+class ReportOutcome(StrEnum):
+    COUNTED = "counted"  # a first report, of an arm still in the set
+    ACCEPTED = "accepted"  # counted, and it brought the arm to the threshold: the others leave
+    DUPLICATE = "duplicate"  # this agent already reported (any arm) in this experiment
+    DECIDED = "decided"  # an arm was accepted already: the answer is final
+
+
+def decide_report(
+    remaining: Collection[int],
+    reporters: Collection[str],
+    count: int,
+    agent: str,
+    threshold: int,
+) -> ReportOutcome:
+    """CDE's rule as a pure function of the state before the report: `reporters` are the agents
+    that reported any arm, `count` the reports of this one. A repeated report is a duplicate even
+    once decided, so that the replies to an agent do not change with the reports of others."""
+    if agent in reporters:
+        return ReportOutcome.DUPLICATE
+    if len(remaining) == 1:
+        return ReportOutcome.DECIDED
+    if count + 1 >= threshold:
+        return ReportOutcome.ACCEPTED
+    return ReportOutcome.COUNTED
+
+
+def reports_exhausted(
+    remaining: Collection[int],
+    counts: Mapping[int, int],
+    reported: int,
+    n_agents: int,
+    threshold: int,
+) -> bool:
+    """CDE: several arms remain and none can reach the threshold with the N - `reported` agents
+    that have not reported yet: no answer will come (the certificate's no-answer event)."""
+    if len(remaining) < 2:
+        return False
+    free = max(0, n_agents - reported)
+    return all(counts.get(arm, 0) + free < threshold for arm in remaining)
 
 
 def decide_vote(
@@ -146,6 +191,7 @@ class GlobalState:
     messages: int = 0  # votes and settled messages received, counted or not
     ignored: int = 0
     settled: set[str] = field(default_factory=set)  # agents that said they settled (CE)
+    reporters: set[str] = field(default_factory=set)  # CDE: agents that reported, any arm
 
     def __post_init__(self) -> None:
         if not self.remaining:
@@ -174,6 +220,35 @@ class GlobalState:
                 Elimination(arm, len(self.voters[arm]), time, order, self.epoch)
             )
         return outcome
+
+    def report(self, agent: str, arm: int, time: int = 0) -> ReportOutcome:
+        """A CDE report (`decide_report`): `voters[arm]` holds the arm's reporters."""
+        if not 0 <= arm < self.n_arms:
+            raise ValueError(f"arm={arm} is invalid: must be in [0, {self.n_arms - 1}]")
+        self.messages += 1
+        outcome = decide_report(
+            self.remaining, self.reporters, len(self.voters[arm]), agent, self.threshold
+        )
+        if outcome in (ReportOutcome.DUPLICATE, ReportOutcome.DECIDED):
+            self.ignored += 1
+            return outcome
+        self.reporters.add(agent)
+        self.voters[arm].add(agent)
+        if outcome is ReportOutcome.ACCEPTED:
+            for order, out in enumerate(sorted(self.remaining - {arm}), start=1):
+                self.eliminations.append(
+                    Elimination(out, len(self.voters[out]), time, order, self.epoch)
+                )
+            self.remaining = {arm}
+            self.version += 1
+        return outcome
+
+    def exhausted(self, n_agents: int) -> bool:
+        """CDE: no arm can reach the threshold any more (`reports_exhausted`)."""
+        counts = {arm: len(self.voters[arm]) for arm in self.remaining}
+        return reports_exhausted(
+            self.remaining, counts, len(self.reporters), n_agents, self.threshold
+        )
 
     def vote_many(self, agent: str, arms: Iterable[int], time: int = 0) -> list[VoteOutcome]:
         return [self.vote(agent, arm, time) for arm in arms]

@@ -10,6 +10,7 @@ from common.errors import ParameterError
 from common.subroutines.base import ArmSelection, LocalParams
 from common.subroutines.dp import DPSuccessiveElimination
 from common.subroutines.explore_commit import KLLUCB, StitchedLUCB, UGapEc
+from common.subroutines.fixed_budget import FixedBudget
 from common.subroutines.lucb import LUCB
 from common.subroutines.median import MedianElimination
 from common.subroutines.sharp import KLSuccessiveElimination, StitchedSuccessiveElimination
@@ -29,6 +30,7 @@ SUBROUTINES: dict[str, type[ArmSelection]] = {
         KLLUCB,
         StitchedLUCB,
         DPSuccessiveElimination,
+        FixedBudget,
     )
 }
 # What an experiment may name (--subroutine, DEXP_SUBROUTINE, POST /v1/experiments): all but the
@@ -71,6 +73,7 @@ __all__ = [
     "USER_SUBROUTINES",
     "ArmSelection",
     "DPSuccessiveElimination",
+    "FixedBudget",
     "KLSuccessiveElimination",
     "LocalParams",
     "MedianElimination",
