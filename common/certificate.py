@@ -51,7 +51,7 @@ LOCAL_ERROR_FACTORS: dict[str, float] = {
     "stitched-se": 0.5,  # alpha = conf / (2 K) per side and arm, anytime
     "stitched-lucb": 0.5,
     "lucb": 0.8 * (ZETA3 - 1.0),  # sum over t >= 2 of t * 4 conf / (5 K t^4), K arms
-    "ugapec": (ZETA2 + ZETA3) / 4.0,  # sum over t >= 2 of t * conf / (4 K (t - 1)^3), K arms
+    "ugapec": (1.0 + ZETA3) / 4.0,  # sum over pull counts n of conf / (4 K max(n - 1, 1)^3)
     "kl-lucb": 1.0,  # Kaufmann and Kalyanakrishnan's theorem, as stated
     "me": 1.0,  # Even-Dar et al.'s rounds, sum of delta_l < conf
     "dp-se": SE_ROUNDS,

@@ -239,10 +239,17 @@ def test_the_constants_are_the_sums_of_the_radii_one_side_per_arm() -> None:
         k * t * math.exp(-2 * lucb_radius(1, t, k, conf, None) ** 2) for t in range(2, 20_000)
     )  # exp(-2 n rad(n, t)^2) does not depend on n
     assert lucb / conf == pytest.approx(LOCAL_ERROR_FACTORS["lucb"], rel=1e-4)
+    # UGapEc: one event per pull count n, at the level of time t = n (section 2's union), which
+    # is smaller than the union over decision times t >= 2 and n <= t
     ugapec = UGapEc(k, LocalParams(confidence=conf), np.random.default_rng(0))
-    ugapec.counts[:] = 1
-    total = sum(k * t * math.exp(-2 * ugapec.beta(0, t) ** 2) for t in range(2, 20_000))
+    total = 0.0
+    for n in range(1, 20_000):
+        ugapec.counts[:] = n
+        total += k * math.exp(-2 * n * ugapec.beta(0, n) ** 2)
     assert total / conf == pytest.approx(LOCAL_ERROR_FACTORS["ugapec"], rel=1e-3)
+    ugapec.counts[:] = 1
+    times = sum(k * t * math.exp(-2 * ugapec.beta(0, t) ** 2) for t in range(2, 20_000))
+    assert total < times  # (zeta(2) + zeta(3)) / 4 = 0.71 by decision times
 
 
 def test_the_vote_rule_turns_independent_local_errors_into_the_binomial_tail() -> None:
