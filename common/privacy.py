@@ -402,6 +402,9 @@ class VoteAudit:
     sample_complexity: tuple[float, float, float]  # mean, 95% CI
     messages: float
     threshold: int | None
+    # CDE: the reported-arm guess among the agents that sent a report (the others sent nothing);
+    # the certified bound holds for each agent, so for these too
+    senders: Rate | None = None
 
     def strongest(self, with_outcome: bool = True) -> tuple[str, Rate]:
         names = [a for a in self.adversaries if with_outcome or a not in READS_OUTCOME]
@@ -435,6 +438,7 @@ class VoteAudit:
             "threshold": self.threshold,
             "sample_complexity": {"mean": sc_mean, "ci95": [sc_low, sc_high]},
             "messages": self.messages,
+            "senders": None if self.senders is None else self.senders.to_json(),
         }
 
 
@@ -464,6 +468,7 @@ def audit_votes(
     public: dict[str, list[np.ndarray]] = {b: [] for b in BASELINES}
     exact: list[np.ndarray] = []
     voted: list[np.ndarray] = []
+    senders: list[np.ndarray] = []
     for rec in audited:
         n = rec.shape[0]
         if isinstance(rec, ReportRecords):
@@ -471,6 +476,7 @@ def audit_votes(
             hits["reported-arm"].append(own.astype(float))
             exact.append(np.zeros(n))  # a randomized report never names the arm for sure
             voted.append(rec.sent.astype(float))
+            senders.append(own[rec.sent].astype(float))
         else:
             hits["never-voted-against"].append(hit_probabilities(rec.votes, rec.optimal))
             exact.append((rec.votes.sum(axis=1) == k - 1).astype(float))
@@ -501,4 +507,5 @@ def audit_votes(
         sample_complexity=(sc.mean, sc.ci95_low, sc.ci95_high),
         messages=float(np.mean([r.messages for r in results])),
         threshold=config.threshold,
+        senders=Rate.of(senders) if algo.reports else None,
     )

@@ -173,6 +173,12 @@ def print_points(points: Sequence[dict[str, Any]], title: str) -> None:
         "their order and times. with outcome: also the published answer. baseline: the "
         "published answer alone."
     )
+    for p in points:
+        if p.get("senders") is not None:
+            out.print(
+                f"{p['label']}: among the agents that sent their report, reported-arm hits "
+                f"{rate(p['senders'])} (certified {p['certified']:.3f})"
+            )
 
 
 def votes(

@@ -271,6 +271,9 @@ def test_audited_hit_rate_stays_within_certified_privacy() -> None:
     assert 0.5 < reporters < 1.0
     expected = reporters * 0.3 + (1 - reporters) * 0.1  # reporters at P, the others at s / K
     assert rate.low <= expected <= rate.high
+    # among the agents that reported, the guess attains the bound: it is not loose either
+    assert audit.senders is not None
+    assert audit.senders.low <= audit.certified <= audit.senders.high + 0.01, audit.senders
     bayes, guess = audit.adversaries["bayes-posterior"], audit.adversaries["reported-arm"]
     assert bayes.mean <= guess.high
     assert audit.adversaries["outcome+bayes-posterior"].mean > 0.8
