@@ -13,7 +13,8 @@ HTTP alone. docs/DEVICES.md is its guide.
     agent.close()
 
 What leaves the device: the enrollment ticket (once), votes (an arm index and an epoch), CE's
-"settled" messages (an epoch), the reads of the experiment's public state and its event stream,
+"settled" messages (an epoch), CDE's one report (an arm index, randomized, sent at the activation
+that ends its fixed budget), the reads of the experiment's public state and its event stream,
 and GET /v1/agents/me (this agent's own votes, to re-send any a failover lost). Rewards, local
 means, and which arms it plays never do: the algorithm (common/) runs here.
 
@@ -369,9 +370,15 @@ class DeviceAgent:
     @property
     def settled(self) -> bool:
         """Its local set holds one arm: it sends no more votes until the global set changes
-        (wait_for_change), though it may keep playing that arm."""
+        (wait_for_change), though it may keep playing that arm. CDE: its report is drawn (or an
+        arm was accepted): it sends nothing more, and `choose` gives no arm until the answer."""
         with self._lock:
-            return self.agent.local.done
+            return self.agent.local.done or self.agent.reported
+
+    @property
+    def reported(self) -> bool:
+        """CDE: its one report is drawn (sent, or sent again at the next start)."""
+        return self.agent.reported
 
     @property
     def votes_sent(self) -> int:

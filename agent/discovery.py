@@ -364,7 +364,10 @@ class Discovery:
         assert state is not None
 
         def persist() -> None:
-            state.save(record, created_at, slot)
+            # CDE: a report drawn and not yet answered is fsynced whatever DEXP_STATE_FSYNC says:
+            # lost, a restart would draw another, and a second report tells more of the agent
+            drawn = record.report is not None and record.report_outcome is None
+            state.save(record, created_at, slot, durable=True if drawn else None)
 
         return persist
 

@@ -150,12 +150,13 @@ class AgentService:
         remaining = {e: sorted(h.view.remaining) for e, h in self.discovery.hosted.items()}
         log.info(
             "%d activations, %d votes (%d sent again, %d checks), %d settled messages, "
-            "%d resets rate-limited, remaining arms %s",
+            "%d reports, %d resets rate-limited, remaining arms %s",
             self.reader.activations,
             sum(a.votes_sent for a in agents),
             sum(a.votes_resent for a in agents),
             sum(a.checks for a in agents),
             sum(a.settled_sent for a in agents),
+            sum(a.reports_sent for a in agents),
             sum(a.resets_limited for a in agents),
             next(iter(remaining.values()))
             if len(remaining) == 1

@@ -23,6 +23,13 @@ the agent says it: one "settled" message per settle (POST .../settled). The coor
 flag when an arm leaves that the agent is not counted against (it may have been the agent's own
 arm), and a reset forgets every flag; an agent still settled then sends it again (common/votes.py).
 
+Under CDE (the experiment's algorithm "cde") the agent never votes: it plays every arm a fixed
+number of times, and at the activation that ends that budget (a function of its activation count,
+never of its rewards: the report's time says nothing of its content) it draws its one randomized
+report (common.cde), records it (agent.state.AgentRecord.report: a restart sends that same report
+again, never draws another), sends it once (POST .../report; a retry is a duplicate, which
+changes nothing), and stops. Once an arm is accepted it stops too, reported or not.
+
     view = GlobalView.fetch(client, "demo")
     agent = Agent.enroll(client, view, secret="ticket...", rng=np.random.default_rng())
     arms = agent.choose()                   # arms to play now
@@ -207,7 +214,11 @@ class GlobalView:
     def agent_spec(self) -> AgentSpec:
         params = self.config.local_params(len(self.arms), 1, self.sigma)
         return AgentSpec(
-            len(self.arms), self.config.local_subroutine, params, self.config.vote_drop
+            len(self.arms),
+            self.config.local_subroutine,
+            params,
+            self.config.vote_drop,
+            report_privacy=self.config.report_privacy,
         )
 
     @property
@@ -249,6 +260,7 @@ class Agent:
         self.checks = 0  # GET /v1/agents/me calls (see reconcile)
         self.checked_seq = 0  # sequence number taken just before the last of them
         self.settled_sent = 0  # CE: settled messages sent (see _settle)
+        self.reports_sent = 0  # CDE: reports sent, again after a restart included (see _report)
         # CE: the global set when the coordinator took this agent's settled message, and its
         # epoch (None: not settled at the coordinator, as far as this agent knows).
         self.settled_with: frozenset[int] | None = None
@@ -282,8 +294,25 @@ class Agent:
             reconcile_seconds=reconcile_seconds,
         )
 
+    @property
+    def reporting(self) -> bool:
+        """CDE: this agent sends one report, never a vote."""
+        return self.local.reports
+
+    @property
+    def reported(self) -> bool:
+        """CDE: its report is drawn (on record; sent, or to be sent again by resend_pending)."""
+        return self.record.report is not None
+
     def choose(self) -> list[int]:
-        """Sync with the global set (maybe voting, or resetting under DSER4); the arms to play."""
+        """Sync with the global set (maybe voting, or resetting under DSER4); the arms to play.
+        CDE: the arms of its fixed budget until its report is drawn, then none; once an arm is
+        accepted, that arm."""
+        if self.reporting:
+            self._sync()
+            if self.view.identified:
+                return sorted(self.view.remaining)
+            return [] if self.reported or self.local.done else self.local.select()
         self._sync()
         if self.local.wants_reset():
             if self.view.config.global_reset and self._global_reset():
@@ -333,7 +362,13 @@ class Agent:
         self._send(votes)
 
     def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
-        """Feed the rewards of the arms played; returns the votes sent."""
+        """Feed the rewards of the arms played; returns the votes sent (CDE: none; the report is
+        sent at the activation that ends the fixed budget)."""
+        if self.reporting:
+            if not self.reported and not self.local.done:
+                self.local.observe(arms, rewards)
+                self._report()
+            return []
         votes = self.local.observe(arms, rewards)
         self._send(votes)
         self._settle()
@@ -375,6 +410,26 @@ class Agent:
         if view.stale(int(reply["version"]), int(reply["epoch"])):
             view.refresh(self.client)
 
+    def _report(self) -> None:
+        """CDE: the report drawn by the local run (at the activation its budget ended) is put on
+        record, then sent once; never drawn twice."""
+        if self.local.report is None or self.reported:
+            return
+        self.record.report = self.local.report
+        self.persist()  # drawn: a crash from here on sends this report again, never another
+        self._deliver_report("drawn")
+
+    def _deliver_report(self, kind: str) -> None:
+        """Send the report on record (the client retries until the coordinator answers: a
+        second copy is a duplicate) and record the outcome."""
+        arm = self.record.report
+        assert arm is not None
+        reply = self.client.report(self.view.experiment, self.token, arm)
+        self.record.report_outcome = str(reply["outcome"])
+        self.reports_sent += 1
+        self.persist()
+        log.info("report agent=%s outcome=%s kind=%s", self.agent_id, reply["outcome"], kind)
+
     def _send(self, votes: list[int]) -> None:
         for arm in votes:
             epoch = self.view.epoch
@@ -414,10 +469,13 @@ class Agent:
 
     def resend_pending(self) -> int:
         """After a restart: send again the votes decided but not known to be acknowledged (the
-        coordinator may or may not have them; a second copy is harmless). Pending votes of another
-        epoch are dropped: the coordinator would ignore them."""
+        coordinator may or may not have them; a second copy is harmless), and CDE's report if it
+        was not answered (the same report: a second copy is a duplicate). Pending votes of another
+        epoch are dropped: the coordinator would ignore them. The votes sent again."""
         self._forget_lost_epoch()
         sent = 0
+        if self.reported and self.record.report_outcome is None:  # CDE: drawn, not answered
+            self._deliver_report("pending")
         for arm, epoch in list(self.record.pending):
             if epoch == self.view.epoch:
                 self._deliver(arm, epoch, "pending")

@@ -2,7 +2,9 @@
 
 Per hosted agent: its credentials (agent id, token), the votes it decided and has not yet seen
 acknowledged ("pending": written before the vote is sent), and the votes the coordinator
-acknowledged (arm, epoch, outcome). Never a reward, a count or a local mean: those stay in the
+acknowledged (arm, epoch, outcome); under CDE, its one report (arm, and the coordinator's outcome
+once it answered: written before the report is sent, so that a restart sends the same report
+again and never draws another). Never a reward, a count or a local mean: those stay in the
 process and a restart forgets them (the local statistics restart fresh, which is DE's own restart
 rule; see agent/discovery.py, "Restarts").
 
@@ -61,6 +63,8 @@ class AgentRecord:
     # votes above: an epoch's identity with its number (a failover may lose an epoch, and a later
     # one take its number)
     epoch_starts: dict[int, int] = field(default_factory=dict)
+    report: int | None = None  # CDE: the randomized report, once drawn (sent, or about to be)
+    report_outcome: str | None = None  # the coordinator's answer to it (None: not seen yet)
 
     def forget_lost_epoch(self, epoch: int, started: int | None) -> bool:
         """The coordinator's epoch `epoch` began at `started`: if this agent's votes of an epoch of
@@ -85,22 +89,28 @@ class AgentRecord:
         }
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "agent_id": self.agent_id,
             "token": self.token,
             "acknowledged": [[v.arm, v.epoch, v.outcome] for v in self.acknowledged],
             "pending": [list(p) for p in self.pending],
             "epoch_starts": {str(e): s for e, s in self.epoch_starts.items()},
         }
+        if self.report is not None:  # CDE only: [arm, outcome or null]
+            document["report"] = [self.report, self.report_outcome]
+        return document
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AgentRecord:
+        report = data.get("report")
         return cls(
             str(data["agent_id"]),
             str(data["token"]),
             [Acknowledged(int(a), int(e), str(o)) for a, e, o in data.get("acknowledged", [])],
             [(int(a), int(e)) for a, e in data.get("pending", [])],
             {int(e): int(s) for e, s in data.get("epoch_starts", {}).items()},
+            None if report is None else int(report[0]),
+            None if report is None or report[1] is None else str(report[1]),
         )
 
 

@@ -1,7 +1,8 @@
 """The client of the coordinator's HTTP API, for all who call it: the agents (agent/), the load
 generator and the CLI (dexp/). Keep-alive, retries with capped back-off, failover.
 
-A retried vote is harmless: the coordinator ignores a second vote by the same agent on the same arm.
+A retried vote is harmless: the coordinator ignores a second vote by the same agent on the same arm,
+and a CDE report after the first of an agent.
 Client errors (4xx) are not retried: they mean the request itself is wrong, or a limit that waiting
 does not lift (403: the experiment's or this address's maximum of agents); the caller decides (the
 agent service: agent/enrollment.py, agent/discovery.py). Except 429 (too many requests: a rate
@@ -365,6 +366,14 @@ class CoordinatorClient:
             body["epoch_started_at"] = started
         result: dict[str, Any] = self.request(
             "POST", f"/v1/experiments/{experiment}/votes", token=token, json=body
+        )
+        return result
+
+    def report(self, experiment: str, token: str, arm: int) -> dict[str, Any]:
+        """CDE: this agent's one report. A retry is harmless: any report after the first is a
+        duplicate (nothing changes), so a reply lost on the way costs nothing."""
+        result: dict[str, Any] = self.request(
+            "POST", f"/v1/experiments/{experiment}/report", token=token, json={"arm": arm}
         )
         return result
 

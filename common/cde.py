@@ -31,6 +31,7 @@ Pure arithmetic and one draw: no I/O.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -237,19 +238,24 @@ def smallest_agents(
         m = threshold_for(n, delta, eta, privacy, n_arms, liars)
         return failure(n, m, eta, privacy, n_arms, liars).total <= delta
 
-    high = liars + 1
-    while not certifies(high):
+    return first_certifying(liars + 1, limit, certifies)
+
+
+def first_certifying(start: int, limit: int, certifies: Callable[[int], bool]) -> int | None:
+    """The smallest N in [start, limit] that certifies, for a test that, once true, stays true
+    as N grows (None if not even `limit` does): doubling, then a bisection."""
+    low = high = start
+    while not certifies(high):  # nor does any N below high
         if high >= limit:
             return None
-        high = min(limit, 2 * high)
-    low = max(liars + 1, high // 2)
+        low, high = high + 1, min(limit, 2 * high)
     while low < high:
         middle = (low + high) // 2
         if certifies(middle):
             high = middle
         else:
             low = middle + 1
-    return low
+    return high
 
 
 def strongest_privacy(
@@ -273,3 +279,22 @@ def strongest_privacy(
         else:
             low = middle
     return min(0.999, math.ceil(high * 1000) / 1000)
+
+
+def agents_for(
+    threshold: int,
+    delta: float,
+    eta: float,
+    privacy: float,
+    n_arms: int,
+    liars: int = 0,
+    limit: int = 10**7,
+) -> int | None:
+    """The fewest agents that certify delta with this threshold M (None if none up to `limit`):
+    what a running experiment, whose M was chosen when it was created, needs enrolled. `failure`
+    never grows with N for a given M, so a doubling then a bisection finds it."""
+
+    def certifies(n: int) -> bool:
+        return failure(n, threshold, eta, privacy, n_arms, liars).total <= delta
+
+    return first_certifying(max(threshold, liars + 1), limit, certifies)  # fewer send no M

@@ -198,6 +198,7 @@ class Certificate:
     wrong_arm: float = 0.0  # CDE: the part that holds for any instance (a wrong arm accepted)
     privacy: float = 0.0  # CDE: its hit-rate bound (for the remedy)
     arms: int = 0  # CDE: K (for the remedy)
+    fixed: bool = False  # CDE: the threshold was chosen for another N (a service's fleet)
 
     @property
     def certifies(self) -> bool:
@@ -261,16 +262,28 @@ class Certificate:
         )
 
     def _reports_statement(self) -> str:
-        f, m, n = upper(self.failure), self.threshold or 0, self.horizon
-        lying = f", at most {self.liars} of them lying," if self.liars else ""
-        if n < 1:
-            return "No honest agent can report: nothing below 1 is certified."
+        f, m, n, lie = upper(self.failure), self.threshold or 0, self.horizon, self.liars
+        honest = self.agents - lie
+        if honest < m:  # the best arm cannot get its M honest reports: no answer is certain
+            there = (
+                f"at most {max(honest, 0):,} of the {self.agents:,} agents are honest"
+                if lie
+                else f"there {'is' if self.agents == 1 else 'are'} only {self.agents:,} "
+                f"agent{'' if self.agents == 1 else 's'}"
+            )
+            return (
+                f"Nothing below 1 is certified: an arm is accepted at {m} reports and {there}, "
+                "so the best arm cannot get them; the answer waits for more agents."
+            )
+        who = f"{lie} of the {self.agents:,} agents may lie, so " if lie else ""
+        gets = f"{m - lie} of them (the liars add {lie})" if lie else f"{m} of them"
         return (
-            f"A wrong answer has probability at most {f}: among the first {n:,} honest reports"
-            f"{lying} an arm that is not epsilon-optimal gets {m} of them with probability at most "
-            f"{upper(self.wrong_arm)}, or the best arm gets fewer. It holds for any number of "
-            f"agents from {n + self.liars:,} on (there are {self.agents:,}); the second part "
-            f"assumes no other arm is within epsilon of the best and that {n:,} honest agents report."
+            f"A wrong answer has probability at most {f}: {who}among the first {n:,} honest "
+            f"reports an arm that is not epsilon-optimal gets {gets} with probability at most "
+            f"{upper(self.wrong_arm)}, or the best arm gets fewer than {m}. It holds for any "
+            f"number of agents from {n + lie:,} on (there are {self.agents:,}); the second part "
+            f"assumes that no other arm is within epsilon of the best and that {n:,} honest "
+            "agents report."
         )
 
     def warning(self) -> str | None:
@@ -299,7 +312,18 @@ class Certificate:
 
 def cde_remedy(cert: Certificate) -> str:
     """What would certify a CDE configuration, one change at a time: more agents, or a weaker
-    privacy bound (a more faithful report)."""
+    privacy bound (a more faithful report). A running experiment's threshold is fixed (chosen
+    from the fleet it expects): then only more agents enrolled would, at that threshold."""
+    if cert.fixed and cert.threshold is not None:
+        needed = cde.agents_for(
+            cert.threshold, cert.delta, cert.local_error, cert.privacy, cert.arms, cert.liars
+        )
+        if needed is None:
+            return (
+                f"no number of agents certifies it at its threshold of {cert.threshold} reports; "
+                "create it again expecting more agents, or with a larger privacy bound"
+            )
+        return f"at least {needed:,} agents (at its threshold of {cert.threshold}) would certify it"
     options = []
     agents = cde.smallest_agents(
         cert.delta, cert.local_error, cert.privacy, cert.arms, cert.liars, limit=10**6
@@ -322,19 +346,25 @@ def certify(
     n_agents: int,
     liars: int | None = None,
     drifting: bool = False,
+    threshold: int | None = None,
 ) -> Certificate:
     """The certificate of `algo` with K = `n_arms` arms and N = `n_agents` agents. `liars`: the
     agents that may lie (default: the tolerance f, the worst the threshold is built for; a
-    simulation passes its attackers). `drifting`: rewards whose means move (nothing certified)."""
+    simulation passes its attackers). `drifting`: rewards whose means move (nothing certified).
+    `threshold`: CDE's threshold when it was chosen for another N (a service chooses it from the
+    fleet it expects, and certifies with the agents enrolled); None: chosen from `n_agents`."""
     name = algo.algorithm
-    if n_agents < (0 if algo.votes else 1):  # no agent enrolled yet: nothing can be voted out
-        raise ParameterError("agents", n_agents, f"must be >= {0 if algo.votes else 1}")
+    least = 0 if algo.votes or algo.reports else 1  # none enrolled yet: nothing can leave
+    if n_agents < least:
+        raise ParameterError("agents", n_agents, f"must be >= {least}")
     if drifting:
         return Certificate(DRIFT, 1.0, n_agents, algo.delta, name)
     p = local_error(algo, n_arms, max(n_agents, 1))
     if algo.reports:
         lying = algo.tolerance if liars is None else liars
-        threshold = algo.threshold(n_arms, max(n_agents, lying + 1))
+        fixed = threshold is not None
+        if threshold is None:
+            threshold = algo.threshold(n_arms, max(n_agents, lying + 1))
         assert threshold is not None
         bound = cde.failure(n_agents, threshold, algo.eta, algo.privacy, n_arms, lying)
         return Certificate(
@@ -350,6 +380,7 @@ def certify(
             wrong_arm=bound.wrong_arm,
             privacy=algo.privacy,
             arms=n_arms,
+            fixed=fixed,
         )
     if name == "independent":
         failure = min(1.0, -math.expm1(n_agents * math.log1p(-p)) * (1.0 + RELATIVE_MARGIN))

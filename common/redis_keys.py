@@ -32,7 +32,8 @@ def meta(exp: str) -> str:
     ms: creation or the last reset). What the public sees change (coordinator/lua/changes.lua):
     revision and revised_at (the document's changes that its counters may not show: the ETag),
     event_id (the last announced change of the public state: the SSE event id) and tied (the tie
-    status last announced, 1 or 0)."""
+    status last announced, 1 or 0). `algorithm` (experiments created since CDE): what the scripts
+    check so that a vote never counts in a CDE experiment, nor a report in a voting one."""
     return f"{PREFIX}:{{{exp}}}:meta"
 
 
@@ -51,6 +52,19 @@ def settled(exp: str) -> str:
     the agent's local set holds one arm). An elimination keeps only the settled agents that voted
     against the arm that left; a reset clears it (common/votes.py)."""
     return f"{PREFIX}:{{{exp}}}:settled"
+
+
+def reporters(exp: str) -> str:
+    """Set of the agent ids that sent their CDE report, whatever its arm: one report per agent and
+    experiment (coordinator/lua/report.lua). Which arm an agent reported is not kept: only the
+    counts (report_counts)."""
+    return f"{PREFIX}:{{{exp}}}:reporters"
+
+
+def report_counts(exp: str) -> str:
+    """Hash: arm index -> the CDE reports it got (one per agent, so distinct agents); the first arm
+    to reach the threshold is accepted and every other arm leaves at once."""
+    return f"{PREFIX}:{{{exp}}}:report-counts"
 
 
 def eliminations(exp: str) -> str:

@@ -49,18 +49,22 @@ async def ensure_default_experiment(store: ExperimentStore, settings: Settings) 
             id=settings.experiment,
             arms=[a for a in settings.arms.split(",") if a.strip()],
             sigma=settings.sigma,
+            agents=settings.agents,
             **params,
         )
         config = body.checked_config(settings)
+        expected = body.expected_agents(settings)
     except (ValidationError, CoordinatorError) as exc:
         raise InvalidDefaultExperiment(
             f"the default experiment {settings.experiment!r} (DEXP_EXPERIMENT, DEXP_ARMS and "
             f"the algorithm settings) is invalid: {exc}"
         ) from None
     try:
-        await store.create(settings.experiment, body.arms, config, settings.sigma)
+        await store.create(settings.experiment, body.arms, config, settings.sigma, expected)
         log.info(
-            "created experiment %s (M=%s)", settings.experiment, config.threshold(len(body.arms))
+            "created experiment %s (M=%s)",
+            settings.experiment,
+            config.threshold(len(body.arms), expected),
         )
     except Conflict:
         log.info("experiment %s exists", settings.experiment)

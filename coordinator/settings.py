@@ -19,6 +19,7 @@ from pydantic_settings import SettingsConfigDict
 from zxcvbn import zxcvbn
 
 from clients.secret_files import SecretFileSettings
+from common.cde import DEFAULT_PRIVACY
 from common.redis_acl import USERS
 from coordinator.cors import parse_origins
 from coordinator.throttle import failure_limit
@@ -66,7 +67,11 @@ class Settings(SecretFileSettings):
     phi: float = 0.0
     every_arm: bool = False
     tolerance: int = Field(0, ge=0)  # f: Byzantine agents tolerated; the threshold is M + f
+    privacy: float = DEFAULT_PRIVACY  # CDE: the certified bound on an adversary's hit rate
     sigma: float | None = None  # reward scale for Gaussian rewards; unset: rewards in [0, 1]
+    # CDE: the agents the default experiment expects, from which its threshold is chosen (unset:
+    # max_agents); not an AlgorithmConfig field
+    agents: int | None = Field(None, ge=1)
     log_level: str = "info"
     host: str = "127.0.0.1"  # where uvicorn listens (coordinator/server.py)
     port: int = 8000

@@ -31,7 +31,7 @@ from typing import Any, Literal, NamedTuple
 from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
-from common.votes import VoteOutcome, is_tied
+from common.votes import ReportOutcome, VoteOutcome, is_tied, reports_exhausted
 from coordinator.errors import (
     Conflict,
     CoordinatorError,
@@ -44,8 +44,15 @@ from coordinator.errors import (
 from coordinator.redis_client import AnyRedis
 
 _LUA = Path(__file__).with_name("lua")
-SERVICE_ALGORITHMS = ("de", "ce", "dp-mase")
+SERVICE_ALGORITHMS = ("de", "ce", "dp-mase", "cde")
 Status = Literal["exploring", "identified", "tied"]
+# A vote where agents report (CDE), or a report where they vote: refused (403), nothing changed.
+WRONG_MESSAGE = {
+    "not_voting": "experiment {exp!r} is CDE: its agents do not vote, each sends one report "
+    "(POST /v1/experiments/{exp}/report)",
+    "not_reporting": "experiment {exp!r} is not CDE: its agents vote (POST "
+    "/v1/experiments/{exp}/votes); reports are CDE's one message per agent",
+}
 TIE_CACHE_SIZE = 4096  # experiments whose last tie verdict a coordinator process remembers
 DELETE_CHUNK = 1000  # activation streams per DEL when an experiment is deleted
 
@@ -199,6 +206,22 @@ class VoteResult:
 
 
 @dataclass(frozen=True)
+class ReportResult:
+    """What a CDE report did (lua/report.lua): nothing else, so that the reply to a repeated
+    report does not change with the reports of others."""
+
+    outcome: ReportOutcome
+
+    @property
+    def counted(self) -> bool:
+        return self.outcome in (ReportOutcome.COUNTED, ReportOutcome.ACCEPTED)
+
+    @property
+    def accepted(self) -> bool:
+        return self.outcome == ReportOutcome.ACCEPTED
+
+
+@dataclass(frozen=True)
 class SettleResult:
     outcome: str  # settled | stale_epoch
     added: bool  # the agent was not settled yet in this epoch
@@ -246,6 +269,7 @@ class ExperimentStore:
         limited = ("gcra.lua", "changes.lua")
         published = ("changes.lua", "publish.lua")
         self._vote = redis.register_script(_script("vote.lua", "gcra.lua", *published))
+        self._report = redis.register_script(_script("report.lua", "gcra.lua", *published))
         self._settle = redis.register_script(_script("settled.lua", *limited))
         self._reset = redis.register_script(_script("reset.lua", "gcra.lua", *published))
         self._create = redis.register_script(_script("create.lua", *published))
@@ -269,20 +293,33 @@ class ExperimentStore:
 
     # -- experiments --------------------------------------------------------------------
     async def create(
-        self, exp: str, arms: list[str], config: AlgorithmConfig, sigma: float | None = None
+        self,
+        exp: str,
+        arms: list[str],
+        config: AlgorithmConfig,
+        sigma: float | None = None,
+        agents: int | None = None,
     ) -> dict[str, Any]:
+        """`agents`: CDE's expected fleet N, from which its threshold is chosen (required for
+        CDE, refused for the others)."""
         if config.algorithm not in SERVICE_ALGORITHMS:
             raise Invalid(
-                f"algorithm={config.algorithm!r} is invalid: the services run the voting "
-                f"algorithms {', '.join(SERVICE_ALGORITHMS)}"
+                f"algorithm={config.algorithm!r} is invalid: the services run "
+                f"{', '.join(SERVICE_ALGORITHMS)}"
+            )
+        if (agents is not None) != config.reports:
+            raise Invalid(
+                "agents: CDE chooses its threshold from the agents expected, and only CDE does"
             )
         try:
-            threshold = config.threshold(len(arms))
+            threshold = config.threshold(len(arms), agents)
         except ParameterError as exc:
             raise Invalid(str(exc)) from None
         if config.algorithm == "dp-mase" and sigma is not None:
             raise Invalid("sigma: DP-MASE needs rewards in [0, 1]")
-        document = {"arms": arms, "params": asdict(config), "sigma": sigma}
+        document: dict[str, Any] = {"arms": arms, "params": asdict(config), "sigma": sigma}
+        if agents is not None:
+            document["expected_agents"] = agents
         created = await self._create(
             keys=[keys.meta(exp), keys.remaining(exp), keys.eliminations(exp)],
             args=[
@@ -291,6 +328,7 @@ class ExperimentStore:
                 len(arms),
                 _now_ms(),
                 keys.changes(exp),
+                config.algorithm,
             ],
         )
         if not created:
@@ -410,6 +448,8 @@ class ExperimentStore:
             keys.resets(exp),
             keys.settled(exp),
             keys.load_generator(exp),
+            keys.reporters(exp),
+            keys.report_counts(exp),
             *[keys.voters(exp, arm) for arm in range(n_arms)],
         ]
 
@@ -436,9 +476,12 @@ class ExperimentStore:
             await self._publish_if_due(exp, meta)
         document = json.loads(meta["config"])
         arms: list[str] = document["arms"]
+        reporting = document["params"].get("algorithm") == "cde"
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hgetall(keys.meta(exp))
             pipe.zcard(keys.agents(exp))
+            if voters and reporting:
+                pipe.hgetall(keys.report_counts(exp))
             if voters:
                 pipe.smembers(keys.settled(exp))
                 pipe.smembers(keys.remaining(exp))
@@ -457,6 +500,7 @@ class ExperimentStore:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
+        live_reports = replies.pop(2) if voters and reporting else {}
         meta = {_s(k): _s(v) for k, v in replies[0].items()} or meta
         n_agents, settled = int(replies[1]), replies[2]
         if voters:
@@ -475,6 +519,11 @@ class ExperimentStore:
         eliminations = [json.loads(_s(e)) for e in listed]
         for e in eliminations:
             e["name"] = arms[e["arm"]]
+        reports = None
+        if reporting:  # CDE: the counters count reports (lua/report.lua); nobody votes
+            live = {int(_s(a)): int(n) for a, n in live_reports.items()}
+            reports = [live.get(a, 0) for a in range(len(arms))] if voters else votes
+            votes = [0] * len(arms)
         state: dict[str, Any] = {
             "id": exp,
             "arms": arms,
@@ -483,6 +532,8 @@ class ExperimentStore:
             "threshold": int(meta["threshold"]),
             "remaining_arms": remaining,
             "votes": votes,
+            "reports": reports,
+            "expected_agents": document.get("expected_agents"),
             "eliminations": eliminations,
             "messages": int(counters[0]),
             "ignored_messages": int(counters[1]),
@@ -583,6 +634,9 @@ class ExperimentStore:
         a tie (one more agent that can still vote): the key has the number of agents. With fewer
         agents than the threshold the status is exploring: no arm can leave before more enroll."""
         state = await self.get(exp, voters=voters)
+        if state["reports"] is not None:
+            state["status"] = self._report_status(exp, state)
+            return state
         status = self._known_status(exp, state)
         if status is None:
             full = state if voters else await self.get(exp, voters=True)
@@ -596,6 +650,23 @@ class ExperimentStore:
                 status = "exploring"  # the publication of that elimination is still to come
         state["status"] = status
         return state
+
+    def _report_status(self, exp: str, state: dict[str, Any]) -> Status:
+        """CDE's status, from the state alone: identified (an arm accepted), tied (several arms
+        left and none can reach the threshold with the reports the agents enrolled can still
+        send: common.votes.reports_exhausted; an agent reports once, and all counted reports are
+        in the counts), else exploring (so with fewer agents than the threshold). Remembered as
+        a tie verdict is, so that a listing reads no state for it."""
+        remaining, counts = state["remaining_arms"], state["reports"]
+        tied = state["agents"] >= state["threshold"] and reports_exhausted(
+            remaining,
+            {arm: counts[arm] for arm in remaining},
+            sum(counts),
+            state["agents"],
+            state["threshold"],
+        )
+        self._remember(exp, state, tied)
+        return "identified" if len(remaining) < 2 else "tied" if tied else "exploring"
 
     def _known_status(self, exp: str, state: dict[str, Any]) -> Status | None:
         """The status if it shows without the voter sets (None: they must be read)."""
@@ -840,19 +911,7 @@ class ExperimentStore:
             ],
         )
         outcome = _s(reply[0])
-        if outcome == "no_experiment":
-            raise NotFound(f"experiment {exp!r} does not exist")
-        if outcome == "unauthorized":
-            raise await self._refusal(token, exp)
-        if outcome == "bad_arm":
-            raise Invalid(f"arm={arm} is invalid: must be in [0, {int(reply[1]) - 1}]")
-        if outcome == "rate_limited":
-            wait = int(reply[1]) / 1000
-            raise RateLimited(
-                f"agent {agent} votes too fast: at most {self.limits.vote_rate:g} votes per second "
-                f"(burst {self.limits.vote_burst}); retry in {wait:.2f} s",
-                wait,
-            )
+        await self._refuse(outcome, reply, exp, token, arm, "votes too fast: at most {} votes")
         self.on_change(exp)  # a message: at least its counters moved
         result = VoteResult(
             VoteOutcome(outcome) if outcome in VoteOutcome._value2member_map_ else outcome,
@@ -863,6 +922,63 @@ class ExperimentStore:
         if result.eliminated:
             await self.redis.publish(keys.events(exp), result.version)
         return result
+
+    async def report(self, exp: str, token: str, arm: int) -> ReportResult:
+        """Apply the CDE report of the agent whose bearer token is `token`: one round trip to
+        Redis (lua/report.lua). Its first report counts; any later one is a duplicate."""
+        agent = agent_of(token)
+        rate, burst = self._vote_limit
+        reply = await self._report(
+            keys=[
+                keys.meta(exp),
+                keys.remaining(exp),
+                keys.reporters(exp),
+                keys.report_counts(exp),
+                keys.eliminations(exp),
+                keys.credentials(exp),
+                keys.vote_rate(exp),
+            ],
+            args=[
+                agent,
+                arm,
+                _now_ms(),
+                _digest(token),
+                rate,
+                burst,
+                keys.changes(exp),
+                *self._publication,
+            ],
+        )
+        outcome = _s(reply[0])
+        await self._refuse(
+            outcome, reply, exp, token, arm, "sends too fast: at most {} votes and reports"
+        )
+        self.on_change(exp)
+        result = ReportResult(ReportOutcome(outcome))
+        if result.accepted:
+            await self.redis.publish(keys.events(exp), int(reply[1]))
+        return result
+
+    async def _refuse(
+        self, outcome: str, reply: Sequence[Any], exp: str, token: str, arm: int, fast: str
+    ) -> None:
+        """Raise the refusal a vote's or a report's script answered (it changed nothing), if it
+        did: `fast` says what a rate-limited agent does, its `{}` the rate."""
+        if outcome == "no_experiment":
+            raise NotFound(f"experiment {exp!r} does not exist")
+        if outcome == "unauthorized":
+            raise await self._refusal(token, exp)
+        if outcome in WRONG_MESSAGE:
+            raise Forbidden(WRONG_MESSAGE[outcome].format(exp=exp))
+        if outcome == "bad_arm":
+            raise Invalid(f"arm={arm} is invalid: must be in [0, {int(reply[1]) - 1}]")
+        if outcome == "rate_limited":
+            wait = int(reply[1]) / 1000
+            raise RateLimited(
+                f"agent {agent_of(token)} {fast.format(f'{self.limits.vote_rate:g}')} per second "
+                f"(burst {self.limits.vote_burst}); retry in {wait:.2f} s",
+                wait,
+            )
 
     async def settle(self, exp: str, token: str, epoch: int) -> SettleResult:
         """Apply the "settled" message of the agent whose bearer token is `token` (CE): one round
@@ -941,6 +1057,12 @@ class ExperimentStore:
         code = int(reply[0])
         if code == -1:
             raise NotFound(f"experiment {exp!r} does not exist")
+        if code == -3:
+            raise Forbidden(
+                f"experiment {exp!r} is CDE, which is never reset: each agent reports once per "
+                "experiment, and a new epoch would let it report again (a second report weakens "
+                "its certified privacy); delete it and create a new one"
+            )
         if code == -2:
             wait = int(reply[1]) / 1000
             raise RateLimited(

@@ -1081,17 +1081,26 @@ def demo(
     activation: ActivationOption = None,
     agents: Annotated[int, typer.Option(help="Agents in all (must reach the threshold M).")] = 32,
     processes: Annotated[int, typer.Option(help="Agent processes hosting them.")] = 2,
-    algorithm: Annotated[str, typer.Option(help="de | ce | dp-mase")] = "de",
+    algorithm: Annotated[str, typer.Option(help="de | ce | dp-mase | cde")] = "de",
     subroutine: Annotated[str, typer.Option(help=" | ".join(USER_SUBROUTINES))] = "ser3",
     epsilon: Annotated[float, typer.Option(help="Target accuracy.")] = 0.25,
     delta: Annotated[float, typer.Option(help="Global failure probability.")] = 0.05,
     eta: Annotated[
+        float | None,
+        typer.Option(
+            help="Local failure probability (DE, CE); certifies 1 - eta, see dexp audit votes. "
+            "Default 0.9; 0.1 for cde, whose certificate needs local runs better than a guess.",
+            show_default=False,
+        ),
+    ] = None,
+    xi: Annotated[float, typer.Option(help="CE: probability of dropping a vote.")] = 0.0,
+    privacy: Annotated[
         float,
         typer.Option(
-            help="Local failure probability (DE, CE); certifies 1 - eta, see dexp audit votes."
+            help="CDE: the certified bound on an adversary's hit rate (its threshold is chosen "
+            "for --agents)."
         ),
-    ] = 0.9,
-    xi: Annotated[float, typer.Option(help="CE: probability of dropping a vote.")] = 0.0,
+    ] = DEFAULT_PRIVACY,
     seed: Annotated[int | None, typer.Option(help="Seed of agents and environment.")] = None,
     rate: Annotated[
         float, typer.Option(help="Activations per second; 0: as fast as it goes.")
@@ -1132,10 +1141,16 @@ def demo(
     name = problem if problem is not None or means is not None else DEFAULT_PROBLEM
     try:
         config = AlgorithmConfig(
-            algorithm=algorithm, subroutine=subroutine, epsilon=epsilon, delta=delta, eta=eta, xi=xi
+            algorithm=algorithm,
+            subroutine=subroutine,
+            epsilon=epsilon,
+            delta=delta,
+            eta=(0.1 if algorithm == "cde" else 0.9) if eta is None else eta,
+            xi=xi,
+            privacy=privacy,
         )
-        if algorithm not in ("de", "ce", "dp-mase"):
-            raise ParameterError("algorithm", algorithm, "the services run de, ce or dp-mase")
+        if algorithm not in ("de", "ce", "dp-mase", "cde"):
+            raise ParameterError("algorithm", algorithm, "the services run de, ce, dp-mase or cde")
         summary = run_demo(
             name,
             config,

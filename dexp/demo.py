@@ -857,6 +857,8 @@ def run_demo(
             "agents", agents, f"at most {MAX_AGENTS:,}, an experiment's maximum (DEXP_MAX_AGENTS)"
         )
     check_topology(coordinators, redis_cluster, redis_replicas)
+    if config.reports:  # CDE: its threshold is chosen for the agents the demo runs
+        coordinator_env = {"DEXP_AGENTS": str(agents), **(coordinator_env or {})}
     processes = min(processes, agents)  # no process without agents
     output = sys.stderr if out is None else out
     arms = [f"arm-{k}" for k in range(env.n_arms)]

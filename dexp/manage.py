@@ -46,7 +46,7 @@ from dexp.admin import (
 COMMAND = "dexp experiments"
 # What the coordinator's POST /v1/experiments accepts (coordinator/api/experiments.py,
 # ExperimentCreate; tests/test_manage_cli.py checks that the two agree).
-ALGORITHMS = ("de", "ce", "dp-mase")
+ALGORITHMS = ("de", "ce", "dp-mase", "cde")
 SUBROUTINES = USER_SUBROUTINES
 PAGE_SIZE = 100  # the coordinator's largest page
 BAR_WIDTH = 20
@@ -153,6 +153,22 @@ def certified_text(doc: dict[str, Any]) -> str | None:
     return f"{text}\n{sentence}" if sentence else text
 
 
+def privacy_text(doc: dict[str, Any]) -> str | None:
+    """CDE's certified privacy (None for the others, and for a document without one)."""
+    privacy = doc.get("certified_privacy")
+    if isinstance(privacy, bool) or not isinstance(privacy, int | float):
+        return None
+    return (
+        f"at most {upper(privacy)}: no adversary holding one agent's report (and knowing nothing "
+        "else of which arm is best) names its eps-optimal arm more often"
+    )
+
+
+def reporting(doc: dict[str, Any]) -> bool:
+    """A CDE experiment's document: its counts are reports of arms, not votes against them."""
+    return isinstance(doc.get("reports"), list)
+
+
 def summaries_table(experiments: Sequence[dict[str, Any]], title: str) -> Table:
     """GET /v1/experiments's summaries, one row each."""
     table = Table(title=title, title_justify="left")
@@ -173,11 +189,14 @@ def summaries_table(experiments: Sequence[dict[str, Any]], title: str) -> Table:
     return table
 
 
-def vote_bar(votes: int, threshold: int, eliminated: bool) -> Text:
-    """Votes against an arm as a share of the threshold that removes it."""
+def vote_bar(votes: int, threshold: int, eliminated: bool, accepting: bool = False) -> Text:
+    """Votes against an arm as a share of the threshold that removes it (`accepting`: CDE's
+    reports for it, as a share of the threshold that accepts it)."""
     share = min(votes, threshold) / threshold if threshold > 0 else 0.0
     filled = round(share * BAR_WIDTH)
     style = "red" if eliminated else "yellow" if share >= 0.5 else "green"
+    if accepting:
+        style = "dim" if eliminated else "green" if share >= 1 else "yellow"
     return Text("█" * filled, style=style) + Text("░" * (BAR_WIDTH - filled), style="dim")
 
 
@@ -187,13 +206,15 @@ def arms_table(doc: dict[str, Any]) -> Table:
     threshold = int(doc.get("threshold", 0))
     order = {int(e["arm"]): e for e in doc.get("eliminations", [])}
     remaining = set(doc.get("remaining_arms", []))
-    table = Table(title=f"votes against each arm (threshold {threshold})", title_justify="left")
+    reports = reporting(doc)
+    what = "reports for" if reports else "votes against"
+    table = Table(title=f"{what} each arm (threshold {threshold})", title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("arm")
-    table.add_column("votes", justify="right")
+    table.add_column("reports" if reports else "votes", justify="right")
     table.add_column(f"of {threshold}", no_wrap=True)
     table.add_column("state")
-    for arm, votes in enumerate(doc.get("votes", [])):
+    for arm, votes in enumerate(doc["reports"] if reports else doc.get("votes", [])):
         gone = order.get(arm)
         if gone is not None:
             state = Text(f"out #{gone.get('order', '?')}", style="red")
@@ -205,7 +226,7 @@ def arms_table(doc: dict[str, Any]) -> Table:
             str(arm),
             arm_label(doc, arm),
             f"{votes}/{threshold}",
-            vote_bar(int(votes), threshold, arm not in remaining),
+            vote_bar(int(votes), threshold, arm not in remaining, accepting=reports),
             state,
         )
     return table
@@ -242,15 +263,31 @@ def overview_table(
         "arms", f"{len(doc.get('remaining_arms', []))} of {len(doc.get('arms', []))} remain"
     )
     tolerance = doc.get("params", {}).get("tolerance", 0)
-    table.add_row(
-        "threshold",
-        f"{doc.get('threshold')} distinct votes remove an arm"
-        + (f" (M + f, f = {tolerance})" if tolerance else ""),
-    )
-    table.add_row("agents", f"{_count(doc.get('agents'))} ({doc.get('settled_agents', 0)} settled)")
+    liars = f" (f = {tolerance} may lie)" if tolerance else ""
+    if reporting(doc):
+        table.add_row(
+            "threshold",
+            f"{doc.get('threshold')} reports accept an arm, one per agent{liars}; chosen for "
+            f"{_count(doc.get('expected_agents'))} agents",
+        )
+        table.add_row(
+            "agents", f"{_count(doc.get('agents'))} ({sum(doc['reports'])} counted reports)"
+        )
+    else:
+        table.add_row(
+            "threshold",
+            f"{doc.get('threshold')} distinct votes remove an arm"
+            + (f" (M + f, f = {tolerance})" if tolerance else ""),
+        )
+        table.add_row(
+            "agents", f"{_count(doc.get('agents'))} ({doc.get('settled_agents', 0)} settled)"
+        )
     certified = certified_text(doc)
     if certified is not None:
         table.add_row("certified failure", certified)
+    privacy = privacy_text(doc)
+    if privacy is not None:
+        table.add_row("certified privacy", privacy)
     messages = f"{_count(doc.get('messages'))} ({_count(doc.get('ignored_messages', 0))} ignored)"
     if doc.get("epoch_messages") is not None:
         messages += f"; {_count(doc['epoch_messages'])} this epoch"
@@ -450,6 +487,17 @@ def create_command(
     tolerance: Annotated[
         int | None, typer.Option(help="f, lying agents tolerated: threshold M + f.")
     ] = None,
+    privacy: Annotated[
+        float | None,
+        typer.Option(help="CDE: the certified bound on an adversary's hit rate, in (1/K, 1)."),
+    ] = None,
+    agents: Annotated[
+        int | None,
+        typer.Option(
+            help="CDE: the agents expected; its threshold is chosen for them (omitted: the "
+            "coordinator's DEXP_MAX_AGENTS)."
+        ),
+    ] = None,
     every_arm: Annotated[
         bool | None,
         typer.Option(
@@ -485,6 +533,8 @@ def create_command(
         "tolerance": tolerance,
         "every_arm": every_arm,
         "sigma": sigma,
+        "privacy": privacy,
+        "agents": agents,
     }
     body.update({k: v for k, v in given.items() if v is not None})
     with connect(COMMAND, coordinator_url, admin_token, token_required=True) as coordinator:

@@ -34,8 +34,10 @@ negative. The final figure reads every stream; with more than `backlog_sample` a
 during the run (progress, the lease's, the samples that sample complexity is interpolated from) and
 the peak backlog are estimates, whose error is a few percent of the backlog (at most
 `max_backlog`), not of the activations. Messages: the final epoch's (`epoch_messages`, against the
-bound M*K - 1 that counted votes of an epoch keep when agents act one at a time) and every epoch's
-total (`messages`), apart.
+bound M*K - 1 that counted votes of an epoch keep when agents act one at a time; under CDE, against
+N, one report per agent) and every epoch's total (`messages`), apart. What the coordinator
+certifies with the agents enrolled closes the summary: `certified_failure` against delta with its
+sentence, and under CDE `certified_privacy`.
 
 A run that starts on an experiment already identified or tied has nothing to play: it says so in
 one line and returns a summary with `ended_before_run` and every run figure 0 (exit status 0);
@@ -68,6 +70,7 @@ import redis
 from clients.coordinator import CoordinatorClient
 from clients.redis import connect_redis
 from common import redis_keys as keys
+from common.certificate import upper
 from common.environments import Problem, build_problem
 from common.wire import encode_rewards
 from load_generator.backlog import SAMPLE, BacklogGauge
@@ -125,6 +128,14 @@ class Summary:
     epoch_messages: int = 0  # votes received in the final epoch, counted or not
     message_bound: int = 0  # M*K - 1: counted votes per epoch, agents acting one at a time
     run_messages: int = 0  # votes the coordinator received during this run, every epoch
+    algorithm: str = ""  # the experiment's; under cde the figures count reports, not votes
+    # What the coordinator certifies with the agents enrolled (its documents' fields): the bound
+    # on a wrong answer, against delta, and under cde the bound on an adversary's hit rate.
+    certified_failure: float | None = None
+    certified_agents: int | None = None  # the N it holds for: the agents enrolled at the end
+    delta: float | None = None
+    certificate: str | None = None
+    certified_privacy: float | None = None
 
     @property
     def epochs_seen(self) -> int:
@@ -214,9 +225,14 @@ class LoadGenerator:
                 return agents, state
             if time.monotonic() > deadline:
                 if count < threshold:
+                    needs = (
+                        f"is accepted at M={threshold} reports, one per agent"
+                        if state.get("reports") is not None
+                        else f"needs M={threshold} distinct voters"
+                    )
                     raise NotEnoughAgents(
-                        f"experiment {exp!r} has {count} agent(s) but an arm needs M={threshold} "
-                        "distinct voters, so it can never end: run more agents "
+                        f"experiment {exp!r} has {count} agent(s) but an arm {needs}, so it can "
+                        "never end: run more agents "
                         "(docker compose up --scale agent=N, or AGENTS_PER_REPLICA)"
                     )
                 xi = float(state["params"]["xi"])
@@ -412,9 +428,14 @@ class LoadGenerator:
         outcome not judged (this run's problem may not be the one that was played)."""
         s = self.settings
         status = state["status"]
+        again = (
+            "a CDE experiment is never reset: create a new one"
+            if state.get("reports") is not None
+            else f"`dexp experiments reset {s.experiment}` starts a new epoch"
+        )
         print(
             f"experiment {s.experiment} is already {status} (epoch {state['epoch']}) before this "
-            f"run: nothing to play; `dexp experiments reset {s.experiment}` starts a new epoch",
+            f"run: nothing to play; {again}",
             file=self.out,
             flush=True,
         )
@@ -469,6 +490,9 @@ class LoadGenerator:
         elif status == "tied":
             correct = all(env.eps_optimal(c, epsilon, sample_complexity) for c in candidates)
         threshold, n_arms = int(final["threshold"]), len(final["arms"])
+        reports = final.get("reports")  # cde: one report per agent, no vote
+        counted = final["votes"] if reports is None else reports
+        params = final.get("params", {})
         return Summary(
             experiment=self.settings.experiment,
             status=status,
@@ -497,10 +521,16 @@ class LoadGenerator:
             ended_before_run=ended_before_run,
             epoch=int(final["epoch"]),
             first_epoch=min(int(before["epoch"]), int(final["epoch"])),
-            epoch_votes=sum(int(v) for v in final["votes"]),
+            epoch_votes=sum(int(v) for v in counted),
             epoch_messages=_epoch_messages(final),
-            message_bound=threshold * n_arms - 1,
+            message_bound=threshold * n_arms - 1 if reports is None else int(final["agents"]),
             run_messages=max(0, int(final["messages"]) - int(before["messages"])),
+            algorithm=str(params.get("algorithm", "")),
+            certified_failure=_number(final.get("certified_failure")),
+            certified_agents=final.get("certified_agents"),
+            delta=_number(params.get("delta")),
+            certificate=final.get("certificate"),
+            certified_privacy=_number(final.get("certified_privacy")),
         )
 
     # -- stalls ---------------------------------------------------------------------------
@@ -618,13 +648,15 @@ class LoadGenerator:
         """One progress line: on a terminal, rewritten in place; otherwise printed when it changed
         (at most every 2 s), and once when nothing was consumed for a while, never the same
         line again and again."""
-        votes = sum(best.get("votes", {}).values())
+        reports = best.get("reports")  # cde: one report per agent, no vote
+        counted = "votes" if reports is None else "reports"
+        votes = sum((best.get("votes", {}) if reports is None else reports).values())
         remaining = len(best.get("remaining_arms", []))
         rate = processed / elapsed if elapsed > 0 else 0.0
         status = best.get("status", "")
         epoch = int(best.get("epoch", 0))
         line = (
-            f"activations {processed:>10,}  votes {votes:>5}  remaining arms {remaining:>3}  "
+            f"activations {processed:>10,}  {counted} {votes:>5}  remaining arms {remaining:>3}  "
             f"rate {rate:>9,.0f}/s  {status}" + (f"  epoch {epoch}" if epoch else "")
         )
         if self.out.isatty():
@@ -719,6 +751,11 @@ def _epoch_messages(state: dict[str, Any]) -> int:
     return int(state["messages"]) if int(state["epoch"]) == 0 else 0
 
 
+def _number(value: Any) -> float | None:
+    """A number of a coordinator's document (None if absent: an older coordinator)."""
+    return None if value is None or isinstance(value, bool) else float(value)
+
+
 def _interpolate(samples: list[tuple[float, int]], at_ms: float, default: int) -> int:
     """Activations processed at wall time `at_ms`, from the (time, processed) samples."""
     times = np.array([t for t, _ in samples])
@@ -768,10 +805,16 @@ def format_summary(summary: Summary, as_json: bool) -> str:
             f"({summary.activations_per_second:,.0f}/s), peak backlog {summary.peak_backlog:,} "
             f"(run {summary.run})",
         ]
+    counted = (
+        f"{summary.epoch_votes} reports counted, {summary.epoch_messages} messages; bound N = "
+        f"{summary.message_bound} (one report per agent)"
+        if summary.algorithm == "cde"
+        else f"{summary.epoch_votes} votes counted, {summary.epoch_messages} messages this epoch; "
+        f"bound M*K-1 = {summary.message_bound} (counted votes per epoch, agents acting one at a "
+        "time)"
+    )
     lines += [
-        f"epoch {summary.epoch:<11} {summary.epoch_votes} votes counted, "
-        f"{summary.epoch_messages} messages this epoch; bound M*K-1 = {summary.message_bound} "
-        "(counted votes per epoch, agents acting one at a time)",
+        f"epoch {summary.epoch:<11} {counted}",
         f"all epochs        {summary.messages} messages ({summary.ignored_messages} ignored) "
         f"since the experiment began, {summary.run_messages} during this run; "
         + (
@@ -781,5 +824,28 @@ def format_summary(summary: Summary, as_json: bool) -> str:
         ),
         f"agents            {summary.agents} (M = {summary.threshold})",
     ]
+    lines += certified_lines(summary)
     lines += summary.stall
     return "\n".join(lines)
+
+
+def certified_lines(summary: Summary) -> list[str]:
+    """What the coordinator certifies with the agents enrolled: the bound on a wrong answer
+    against delta, its sentence, and under cde the bound on an adversary's hit rate."""
+    if summary.certified_failure is None:
+        return []
+    verdict = ""
+    if summary.delta is not None:
+        within = summary.certified_failure <= summary.delta
+        verdict = f" ({'within' if within else 'ABOVE'} delta = {summary.delta:g})"
+    lines = [
+        f"certified failure at most {upper(summary.certified_failure)} with "
+        f"{summary.certified_agents} agents{verdict}"
+        + (f": {summary.certificate}" if summary.certificate else "")
+    ]
+    if summary.certified_privacy is not None:
+        lines.append(
+            f"certified privacy at most {upper(summary.certified_privacy)}: no adversary holding "
+            "one agent's report names its eps-optimal arm more often"
+        )
+    return lines

@@ -1,5 +1,5 @@
-"""Agents: enrollment (with a ticket, or the open-enrollment secret) and votes (with the agent's
-own token)."""
+"""Agents: enrollment (with a ticket, or the open-enrollment secret), votes and CDE's reports (with
+the agent's own token)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from coordinator.store import ExperimentStore, ticket_experiment
 router = APIRouter(prefix="/v1", tags=["agents"])
 VOTES = Counter("dexp_votes_total", "Votes received, by outcome", ["outcome"])
 SETTLED = Counter("dexp_settled_total", "Settled messages received (CE), by outcome", ["outcome"])
+REPORTS = Counter("dexp_reports_total", "Reports received (CDE), by outcome", ["outcome"])
 
 ExperimentId = Annotated[
     str,
@@ -98,6 +99,27 @@ class VotePublic(BaseModel):
     )
     version: int = Field(description="the global set's version as last published")
     epoch: int
+
+
+class ReportCreate(BaseModel):
+    """CDE's one message: an arm index, drawn by the agent's randomized response from its local
+    answer when its fixed budget of activations ends (docs/CDE.md). Nothing else."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arm: StrictInt = Field(ge=0, description="index of the arm reported", examples=[0])
+
+
+class ReportPublic(BaseModel):
+    outcome: str = Field(
+        description="counted | accepted | duplicate | decided. accepted: counted, and the arm "
+        "reached the threshold (every other arm leaves); duplicate: this agent reported already "
+        "(whatever the arm: nothing changes); decided: an arm was accepted before this first "
+        "report (ignored). The reply says nothing of the others' reports, and a repeated report "
+        "gets the same one whatever they did"
+    )
+    counted: bool = Field(description="this is the agent's report, counted for its arm")
+    accepted: bool = Field(description="this report brought its arm to the threshold")
 
 
 class SettledCreate(BaseModel):
@@ -252,6 +274,40 @@ async def vote_reply(
 @cache
 def _vote_counter(outcome: str) -> Any:
     return VOTES.labels(outcome=outcome)
+
+
+@router.post(
+    "/experiments/{experiment}/report",
+    response_model=ReportPublic,
+    responses=problems(
+        401,
+        403,
+        404,
+        422,
+        429,
+        s401="missing or invalid agent token",
+        s403="the agent is enrolled in another experiment, or the experiment is not CDE (its "
+        "agents vote)",
+        s422="invalid body (a strict integer arm, nothing else), or an arm index out of range",
+        s429="this agent sends too fast (DEXP_VOTE_RATE, DEXP_VOTE_BURST: votes and reports "
+        "together): retry after Retry-After seconds",
+    ),
+)
+async def report(
+    experiment: ExperimentId, body: ReportCreate, store: StoreDep, credentials: Credentials
+) -> ReportPublic:
+    """CDE only, with the agent's own bearer token: the agent's one report. The first one counts
+    for its arm; the first arm that `threshold` distinct agents reported is accepted and every
+    other arm leaves at once (published as eliminations are, DEXP_PUBLISH_BATCH and
+    DEXP_PUBLISH_CADENCE_SECONDS). Any later report of the same agent, whatever its arm, is a
+    `duplicate`: it changes nothing (it counts only as a message) and its reply is the same
+    whatever the others reported, so a retry is harmless and an agent's credentials buy one
+    report. A refused report (4xx) changes nothing at all."""
+    result = await store.report(experiment, bearer_token(credentials), body.arm)
+    REPORTS.labels(outcome=str(result.outcome)).inc()
+    return ReportPublic(
+        outcome=str(result.outcome), counted=result.counted, accepted=result.accepted
+    )
 
 
 @router.post(

@@ -18,8 +18,9 @@ from pydantic import (
     StrictStr,
 )
 
+from common import cde
 from common.algorithms import AlgorithmConfig
-from common.certificate import Certificate, certify
+from common.certificate import Certificate, certify, upper
 from common.errors import ParameterError
 from common.subroutines import USER_SUBROUTINES
 from common.votes import tie_certificate
@@ -96,7 +97,11 @@ class ExperimentCreate(BaseModel):
         ),
         AfterValidator(distinct_arms),
     ]
-    algorithm: Literal["de", "ce", "dp-mase"] = "de"
+    algorithm: Literal["de", "ce", "dp-mase", "cde"] = Field(
+        "de",
+        description="de, ce, dp-mase (agents vote against arms), or cde (each agent sends one "
+        "randomized report, POST .../report; docs/CDE.md)",
+    )
     subroutine: SubroutineName = "ser3"
     epsilon: StrictFloat = positive(0.25, "accuracy: an arm within epsilon of the best is good")
     delta: StrictFloat = unit(0.05, "global failure probability")
@@ -123,6 +128,23 @@ class ExperimentCreate(BaseModel):
     sigma: StrictFloat | None = positive(
         None, "sub-Gaussian scale of the rewards; null: rewards in [0, 1]"
     )
+    privacy: StrictFloat = Field(
+        cde.DEFAULT_PRIVACY,
+        gt=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="CDE: P, the certified bound on how often any adversary holding one agent's "
+        "report names that agent's eps-optimal arm, in (1/K, 1): the report is the agent's answer "
+        "with probability P, another arm otherwise (K-ary randomized response)",
+    )
+    agents: StrictInt | None = Field(
+        None,
+        ge=1,
+        le=1_000_000_000,
+        description="CDE only: N, the agents expected; the threshold is the smallest number of "
+        "reports that certifies delta with N of them (null: DEXP_MAX_AGENTS). What is certified "
+        "is computed with the agents enrolled, and never grows as more enroll",
+    )
 
     def algorithm_config(self) -> AlgorithmConfig:
         try:
@@ -138,20 +160,45 @@ class ExperimentCreate(BaseModel):
                 phi=float(self.phi),
                 every_arm=self.every_arm,
                 tolerance=self.tolerance,
+                privacy=float(self.privacy),
             )
         except ParameterError as exc:
             raise Invalid(str(exc)) from None
+
+    def expected_agents(self, settings: Settings) -> int | None:
+        """CDE's N, from which its threshold is chosen: `agents`, else the cap DEXP_MAX_AGENTS;
+        None for the others (refused if given: their threshold does not depend on N)."""
+        if self.algorithm != "cde":
+            if self.agents is not None:
+                raise Invalid(
+                    f"agents={self.agents}: only CDE chooses its threshold from the agents "
+                    f"expected; {self.algorithm}'s does not depend on them"
+                )
+            return None
+        cap = settings.max_agents
+        if self.agents is None and not cap:
+            raise Invalid("agents: required for CDE when DEXP_MAX_AGENTS is 0 (no cap)")
+        if self.agents is not None and cap and self.agents > cap:
+            raise Invalid(
+                f"agents={self.agents} is above DEXP_MAX_AGENTS = {cap}: at most {cap} agents "
+                "can enroll"
+            )
+        return self.agents or cap
 
     def checked_config(self, settings: Settings) -> AlgorithmConfig:
         """The configuration, refused (422) if it cannot finish in expectation or is not valid for
         its rewards: a subroutine whose bounds do not hold for them (kl-* on sub-Gaussian
         rewards), epsilon above 1 for rewards in [0, 1] (every arm is eps-optimal), a threshold M + f
         that the agent cap (DEXP_MAX_AGENTS) could never reach, or, under CE, a cap whose
-        expected votes per arm, DEXP_MAX_AGENTS x (1 - xi), stay below the threshold."""
+        expected votes per arm, DEXP_MAX_AGENTS x (1 - xi), stay below the threshold. CDE's
+        threshold is chosen from its `expected_agents`."""
         config = self.algorithm_config()
+        expected = self.expected_agents(settings)
         try:
             config.check_rewards(self.sigma)
-            threshold = config.threshold(len(self.arms))
+            if expected is not None:
+                config.validate_for(len(self.arms), expected)
+            threshold = config.threshold(len(self.arms), expected)
         except ParameterError as exc:
             raise Invalid(str(exc)) from None
         cap = settings.max_agents
@@ -174,7 +221,16 @@ class ExperimentCreate(BaseModel):
 CERTIFIED_FAILURE = Field(
     description="the probability bound, with the agents enrolled, that the best arm is voted out "
     "by error: P(Bin(N - f, p) >= M), p each agent's proven error bound (docs/SUBROUTINES.md, "
-    "section 3); a wrong answer needs it unless another arm is within epsilon of the best"
+    "section 3); a wrong answer needs it unless another arm is within epsilon of the best. CDE: "
+    "the bound on a wrong answer, an arm that is not epsilon-optimal accepted or the best arm "
+    "short of the threshold (docs/CDE.md)"
+)
+CERTIFIED_PRIVACY = Field(
+    None,
+    description="CDE: the bound on how often any adversary holding one agent's report (and "
+    "knowing nothing else of which arm is best) names that agent's eps-optimal arm, "
+    "e^e0 / (e^e0 + K - 1) = params.privacy (docs/CDE.md); null for the voting algorithms, "
+    "whose votes it does not bound (docs/PRIVACY.md)",
 )
 CERTIFIED_AGENTS = Field(description="N, the agents enrolled, for which certified_failure holds")
 CERTIFIED_AT_CAP = Field(
@@ -216,10 +272,17 @@ class ExperimentPublic(BaseModel):
     params: dict[str, bool | int | float | str]
     sigma: float | None = Field(description="sub-Gaussian reward scale; null: rewards in [0, 1]")
     threshold: int = Field(
-        description="distinct votes that remove an arm: M + f (f: params.tolerance)"
+        description="distinct votes that remove an arm: M + f (f: params.tolerance); CDE: the "
+        "reports that accept an arm (every other arm leaves then), chosen from expected_agents"
     )
     remaining_arms: list[int]
     votes: list[int] = Field(description="distinct voters against each arm, this epoch")
+    reports: list[int] | None = Field(
+        None, description="CDE: the agents that reported each arm; null for the others"
+    )
+    expected_agents: int | None = Field(
+        None, description="CDE: N, the agents expected, from which the threshold was chosen"
+    )
     eliminations: list[Elimination]
     messages: int = Field(description="votes received, counted or not, in every epoch")
     ignored_messages: int = Field(description="late, duplicate or stale-epoch votes, every epoch")
@@ -250,6 +313,7 @@ class ExperimentPublic(BaseModel):
     certified_agents: int = CERTIFIED_AGENTS
     certified_failure_at_max_agents: float | None = CERTIFIED_AT_CAP
     certificate: str = CERTIFICATE
+    certified_privacy: float | None = CERTIFIED_PRIVACY
 
 
 class ExperimentSummary(BaseModel):
@@ -334,12 +398,16 @@ class BestArm(BaseModel):
         "null otherwise"
     )
     votes: dict[str, int]
+    reports: dict[str, int] | None = Field(
+        None, description="CDE: the agents that reported each arm; null for the others"
+    )
     version: int
     epoch: int
     certified_failure: float = CERTIFIED_FAILURE
     certified_agents: int = CERTIFIED_AGENTS
     certified_failure_at_max_agents: float | None = CERTIFIED_AT_CAP
     certificate: str = CERTIFICATE
+    certified_privacy: float | None = CERTIFIED_PRIVACY
 
 
 class Suspect(BaseModel):
@@ -387,22 +455,27 @@ class ResetResult(BaseModel):
 
 def certificate_of(state: dict[str, Any], agents: int | None = None) -> Certificate:
     """What the experiment certifies with `agents` agents (default: those enrolled), when at most
-    f (its tolerance) of them lie."""
+    f (its tolerance) of them lie. CDE's threshold is the one it was created with (chosen from
+    the agents expected), whatever the agents enrolled."""
     config = AlgorithmConfig(**state["params"])
     enrolled = int(state["agents"]) if agents is None else agents
-    return certify(config, len(state["arms"]), enrolled)
+    fixed = int(state["threshold"]) if config.reports else None
+    return certify(config, len(state["arms"]), enrolled, threshold=fixed)
 
 
 def certified_fields(state: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """The certificate's fields of both documents: the bound with the agents enrolled, and with
-    as many as the cap lets in."""
+    as many as the cap lets in; CDE's privacy bound."""
     certificate = certificate_of(state)
     cap = settings.max_agents
+    config = AlgorithmConfig(**state["params"])
+    privacy = cde.certified_privacy(config.privacy, len(state["arms"])) if config.reports else None
     return {
         "certified_failure": certificate.failure,
         "certified_agents": certificate.agents,
         "certified_failure_at_max_agents": certificate_of(state, cap).failure if cap else None,
         "certificate": certificate.statement(),
+        "certified_privacy": privacy,
     }
 
 
@@ -411,7 +484,13 @@ def warnings_of(state: dict[str, Any]) -> list[str]:
     agents, threshold = state["agents"], state["threshold"]
     config = AlgorithmConfig(**state["params"])
     warnings = []
-    if agents < threshold:
+    if config.reports:
+        if agents < threshold:
+            warnings.append(
+                f"{agents} agent(s) enrolled but an arm is accepted at {threshold} reports, one "
+                "per agent: no answer until enough agents enroll"
+            )
+    elif agents < threshold:
         warnings.append(
             f"{agents} agent(s) enrolled but an arm needs {threshold} distinct "
             "voters: no arm can be eliminated until enough agents enroll"
@@ -445,10 +524,26 @@ def _public(state: dict[str, Any], settings: Settings) -> ExperimentPublic:
 
 def certified(state: dict[str, Any]) -> str:
     """What a tie certifies (common.votes.tie_certificate), with this experiment's f, M, number
-    of agents and certified failure."""
+    of agents and certified failure. CDE: its reports are spent without an answer."""
     certificate = certificate_of(state)
+    if state["reports"] is not None:
+        return reports_spent(state, certificate)
     return tie_certificate(
         certificate.honest_votes, certificate.agents, certificate.failure, certificate.liars
+    )
+
+
+def reports_spent(state: dict[str, Any], certificate: Certificate) -> str:
+    """CDE's tie: no arm can reach the threshold with the reports the agents enrolled can still
+    send. Nothing is certified about the candidates: the wrong answer the certificate counts."""
+    reports, agents, m = state["reports"], state["agents"], state["threshold"]
+    sent = sum(reports)
+    return (
+        f"No answer with these agents: an arm is accepted at {m} reports, {sent} of the "
+        f"{agents:,} agents enrolled reported (at most {max(reports)} for one arm) and the "
+        f"{agents - sent:,} others cannot bring any arm to {m}. Nothing is certified about which "
+        "candidate is best: the certificate counts this outcome as a wrong answer, whose "
+        f"probability is at most {upper(certificate.failure)}. More agents enrolled can end it."
     )
 
 
@@ -465,10 +560,13 @@ async def create_experiment(
     """Admin token. The threshold is M + f: M from delta and eta (beta for DP-MASE), f the
     `tolerance`. With at most f lying agents, any arm that leaves had at least M honest votes
     against it, so the liars add nothing to what honest errors could do (what that certifies:
-    docs/SUBROUTINES.md, section 3); eliminating the other arms then needs M + f honest voters."""
+    docs/SUBROUTINES.md, section 3); eliminating the other arms then needs M + f honest voters.
+    CDE: the threshold is the smallest number of reports that certifies delta with the `agents`
+    expected (DEXP_MAX_AGENTS if not given), f liars included (docs/CDE.md)."""
     config = body.checked_config(settings)
     sigma = None if body.sigma is None else float(body.sigma)
-    return _public(await store.create(body.id, body.arms, config, sigma), settings)
+    agents = body.expected_agents(settings)
+    return _public(await store.create(body.id, body.arms, config, sigma, agents), settings)
 
 
 @router.get("", response_model=ExperimentPage, responses=problems(422))
@@ -625,6 +723,9 @@ async def best_arm(
         candidates=remaining if status == "tied" else [],
         certified=certified(state) if status == "tied" else None,
         votes={arms[a]: v for a, v in enumerate(state["votes"])},
+        reports=None
+        if state["reports"] is None
+        else {arms[a]: n for a, n in enumerate(state["reports"])},
         version=state["version"],
         epoch=state["epoch"],
         **certified_fields(state, settings),

@@ -17,8 +17,11 @@
 -- in which those requests must fall.
 -- Returns {reset (1/0), version, epoch, requests}; {2, version, epoch, requests} if the request is
 -- recorded and the quorum not reached yet; {-1, 0, 0, 0} if the experiment does not exist; {-2, ms
--- to wait, 0, 0} if the agent or the experiment resets too fast (nothing changes).
+-- to wait, 0, 0} if the agent or the experiment resets too fast; {-3, 0, 0, 0} if it is a CDE
+-- experiment, which is never reset: each agent reports once per experiment, and a new epoch would
+-- let it report again (nothing changes).
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, 0, 0, 0} end
+if redis.call('HGET', KEYS[1], 'algorithm') == 'cde' then return {-3, 0, 0, 0} end
 local agent = ARGV[2]
 if agent ~= '' then
   -- Both limits are checked before either is recorded: a refusal changes nothing.

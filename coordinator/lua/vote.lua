@@ -15,6 +15,7 @@
 -- (publish.lua: a reply shows no more than a reader sees); outcome is one of counted, eliminated,
 -- duplicate, arm_out, last_arm, stale_epoch, or an error sentinel that changes nothing and counts
 -- no message: no_experiment, unauthorized (no such agent in this experiment, or a wrong token),
+-- not_voting (a CDE experiment: its agents send one report each, lua/report.lua),
 -- bad_arm (then the second element is the number of arms), rate_limited (then the second element
 -- is the ms the agent must wait). Any other vote is a message: one more in `messages` (every
 -- epoch's) and in `epoch_messages` (this epoch's; reset.lua zeroes it). A vote against the last
@@ -24,13 +25,15 @@
 -- version. An elimination keeps only the settled agents that voted against the
 -- arm that left (GlobalState.vote): a settled agent that did not may have held that arm, and
 -- restarts.
-local meta = redis.call('HMGET', KEYS[1], 'threshold', 'n_arms', 'version', 'epoch', 'epoch_started_at')
+local meta = redis.call('HMGET', KEYS[1], 'threshold', 'n_arms', 'version', 'epoch', 'epoch_started_at',
+  'algorithm')
 local threshold = tonumber(meta[1])
 if not threshold then return {'no_experiment', 0, 0, 0} end
 -- A plain (not constant-time) comparison is acceptable here: what is compared is the SHA-256 digest
 -- of a random 192-bit secret, not the secret. Timing can at best reveal a prefix of the stored
 -- digest, and a matching prefix of a digest does not help find a token that hashes to it.
 if redis.call('HGET', KEYS[5], ARGV[1]) ~= ARGV[5] then return {'unauthorized', 0, 0, 0} end
+if meta[6] == 'cde' then return {'not_voting', 0, 0, 0} end
 local n_arms = tonumber(meta[2])
 local arm = tonumber(ARGV[2])
 if not arm or arm < 0 or arm >= n_arms or arm ~= math.floor(arm) then

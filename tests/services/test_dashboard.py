@@ -294,6 +294,31 @@ def test_a_tie_shows_its_candidates_and_what_is_certified(
     desktop.assert_clean()
 
 
+def test_a_cde_experiment_shows_its_reports_and_certified_privacy(
+    desktop: Watched, client: httpx.Client
+) -> None:
+    """CDE (one report per agent, M = 3 for 6 agents expected): the arms count reports, and the
+    certified privacy stands beside the certified failure."""
+    from playwright.sync_api import expect
+
+    page = desktop.page
+    cde = {"algorithm": "cde", "eta": 0.1, "delta": 0.05, "privacy": 0.8, "agents": 6}
+    create_experiment(client, id="cde", arms=["A", "B", "C"], epsilon=0.5, **cde)
+    agents = enroll_agents(client, "cde", 6)
+    for agent, arm in zip(agents, (0, 0, 1, 0), strict=False):
+        reply = client.post("/v1/experiments/cde/report", json={"arm": arm}, headers=agent.headers)
+        assert reply.status_code == 200, reply.text
+    page.goto(f"/dashboard?{POLL}#cde")
+    expect(page.locator("#status")).to_have_text("Identified: the best arm is A", timeout=WAIT)
+    expect(page.locator("#arms-counted")).to_have_text("Reports / M")
+    expect(page.locator("#arms .count")).to_have_text(["3 / 3", "1 / 3", "0 / 3"])
+    expect(page.locator("#eliminations li .when").first).to_contain_text("1 reports")
+    expect(page.locator("#certified-privacy")).to_have_text("≤ 0.8")
+    expect(page.locator("#privacy-line")).to_contain_text("names its ε-optimal arm more often")
+    expect(page.locator("#certificate")).to_contain_text("A wrong answer has probability")
+    desktop.assert_clean()
+
+
 def test_arm_names_render_as_text(desktop: Watched, client: httpx.Client) -> None:
     from playwright.sync_api import expect
 

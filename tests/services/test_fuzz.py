@@ -147,6 +147,7 @@ NATURAL = {
     "POST /v1/agents": "ticket",
     "GET /v1/agents/me": "agent",
     "POST /v1/experiments/{experiment}/votes": "agent",
+    "POST /v1/experiments/{experiment}/report": "agent",
 }
 
 

@@ -350,14 +350,21 @@ function renderExperiment(d, best) {
   renderStatus(d, best, arms, remaining);
 
   // arms: a bar per arm from 0 to the threshold M, which the mark at its end shows
+  // (CDE: the agents that reported each arm; the first at M is accepted, the others leave)
+  const reporting = Array.isArray(d.reports);
+  $("arms-counted").textContent = reporting ? "Reports / M" : "Votes against / M";
   $("arms-caption").textContent =
-    `Distinct agents that voted against each arm this epoch; an arm leaves at M = ${M}` +
-    (d.params && d.params.tolerance ? ` (M + f, f = ${d.params.tolerance})` : "") +
+    (reporting
+      ? `Agents that reported each arm, one report per agent; the first arm at M = ${M} is accepted and the others leave`
+      : `Distinct agents that voted against each arm this epoch; an arm leaves at M = ${M}`) +
+    (d.params && d.params.tolerance
+      ? (reporting ? ` (f = ${d.params.tolerance} may lie)` : ` (M + f, f = ${d.params.tolerance})`)
+      : "") +
     ", the mark at the end of each bar.";
   fill(
     $("arms"),
     ...arms.map((name, index) => {
-      const votes = (d.votes || [])[index] || 0;
+      const votes = ((reporting ? d.reports : d.votes) || [])[index] || 0;
       const out = outBy.get(index);
       let stateText = "in";
       let rowClass = "arm-in";
@@ -397,7 +404,7 @@ function renderExperiment(d, best) {
         el(
           "span",
           { class: "when" },
-          `${e.votes} votes · `,
+          `${e.votes} ${Array.isArray(d.reports) ? "reports" : "votes"} · `,
           e.order === 1 ? "first" : `+${duration(e.time - first)}`,
           " · ",
           el("time", { datetime: new Date(e.time).toISOString(), text: wallClock(e.time) }),
@@ -456,6 +463,10 @@ function renderCertificate(d) {
     `with the ${num(d.certified_agents)} agents enrolled` +
     (typeof cap === "number" ? `; ≤ ${upperText(cap)} if as many agents enroll as the coordinator admits` : "");
   $("certificate").textContent = d.certificate || "";
+  // CDE: the bound on an adversary's hit rate, beside the bound on a wrong answer
+  const privacy = $("privacy-line");
+  privacy.hidden = typeof d.certified_privacy !== "number";
+  if (!privacy.hidden) $("certified-privacy").textContent = `≤ ${upperText(d.certified_privacy)}`;
 }
 
 function joinNames(names) {
