@@ -1145,7 +1145,7 @@ def demo(
             subroutine=subroutine,
             epsilon=epsilon,
             delta=delta,
-            eta=(0.1 if algorithm == "cde" else 0.9) if eta is None else eta,
+            eta=default_eta(algorithm) if eta is None else eta,
             xi=xi,
             privacy=privacy,
         )
