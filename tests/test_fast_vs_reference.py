@@ -142,7 +142,35 @@ CASES: dict[str, Case] = {
     "tie-dser4": _case(
         AlgorithmConfig("de", "ser4", phi=0.001, every_arm=True, **BASE), env=TIE_ENV, n_ref=40
     ),
+    # CDE (common.simulation.cde_fast, its own engine): M = 4 of N = 8 reports; the global rule
+    # with skewed agents (retired after reporting), Gaussian rewards, the stress mode, liars
+    # tolerated, a budget cut, and close arms whose reports often run out (exhausted).
+    "cde": _case(AlgorithmConfig("cde", **BASE)),
+    "cde-every-arm-power-global": _case(
+        AlgorithmConfig("cde", every_arm=True, **BASE),
+        n_agents=10,
+        activation=Activation("power", (0.0, 1.5)),
+        stop="global",
+    ),
+    "cde-power": _case(
+        AlgorithmConfig("cde", **BASE), n_agents=10, activation=Activation("power", (0.0, 1.5))
+    ),
+    "cde-gaussian": _case(
+        AlgorithmConfig("cde", **BASE),
+        env=Environment((1.0, 0.6, 0.5, 0.4), rewards="gaussian", sigma=0.5),
+    ),
+    "cde-stress": _case(AlgorithmConfig("cde", **BASE), exact_local_error=True),
+    "cde-attackers-tolerance": _case(
+        AlgorithmConfig("cde", tolerance=2, **BASE), n_agents=12, attackers=2
+    ),
+    "cde-budget": _case(AlgorithmConfig("cde", **BASE), budget=260),
+    "cde-exhausted": _case(
+        AlgorithmConfig("cde", privacy=0.5, **BASE),
+        n_agents=6,
+        env=Environment((0.6, 0.5, 0.45, 0.4)),
+    ),
 }
+CDE_CASES = [name for name in CASES if name.startswith("cde")]
 TIE_CASES = [name for name in CASES if name.startswith("tie-")]
 
 
@@ -161,6 +189,9 @@ def _check_invariants(config: SimulationConfig, result: TrialResult) -> None:
     assert 1 <= result.sample_complexity <= config.budget
     if result.stopped_by == "budget":
         assert result.sample_complexity == config.budget
+    if algo.reports:
+        _check_reports(config, result)
+        return
     if algo.algorithm == "central":
         assert result.stopped_by in ("global", "budget")
         assert result.messages == (n_agents - 1) * result.sample_complexity
@@ -209,6 +240,49 @@ def _check_invariants(config: SimulationConfig, result: TrialResult) -> None:
         orders = [e.order for e in result.eliminations if e.epoch == epoch]
         assert orders == list(range(1, len(orders) + 1))
         assert len(orders) <= n_arms - 1
+
+
+def _check_reports(config: SimulationConfig, result: TrialResult) -> None:
+    """CDE: one report per agent at most, sent at or after its run's last activation (the
+    Byzantine agents': the liars' arm, at their first); an answer is the first arm with M of
+    them, at the last report; no answer means no arm could still get M."""
+    n_arms, n_agents, threshold = config.environment.n_arms, config.n_agents, config.threshold
+    reports, times = result.agent_reports, result.agent_report_times
+    assert reports is not None and times is not None and threshold is not None
+    assert reports.shape == times.shape == (n_agents,)
+    sent = reports >= 0
+    assert result.messages == sent.sum() and ((times > 0) == sent).all()
+    assert times.max(initial=0) <= result.sample_complexity
+    assert (times[config.attackers :][sent[config.attackers :]] >= config.local_budget).all()
+    assert (reports[: config.attackers][sent[: config.attackers]] == config.lie_arm).all()
+    a = config.attackers
+    assert result.agent_arms is not None
+    assert (result.agent_arms[:a] == -1).all()  # the local answers of the honest reporters
+    assert ((result.agent_arms[a:] >= 0) == sent[a:]).all()
+    counts = np.bincount(reports[sent], minlength=n_arms)
+    assert result.settled_messages == 0 and result.resets == 0 and result.agent_votes is None
+    if result.stopped_by == "global":
+        assert (
+            counts[result.best_arm] == threshold
+            and (np.delete(counts, result.best_arm) < threshold).all()
+        )
+        assert times.max() == result.sample_complexity
+        assert result.candidates == [result.best_arm]
+        assert [e.arm for e in result.eliminations] == [
+            a for a in range(n_arms) if a != result.best_arm
+        ]
+        assert all(e.time == result.sample_complexity for e in result.eliminations)
+        assert [e.order for e in result.eliminations] == list(range(1, n_arms))
+        env, eps = config.environment, config.algorithm.epsilon
+        assert result.correct == env.eps_optimal(result.best_arm, eps)
+        return
+    assert result.stopped_by in ("exhausted", "budget")
+    assert not result.correct and not result.eliminations
+    assert result.candidates == list(range(n_arms))
+    assert (counts < threshold).all() and result.best_arm == int(np.argmax(counts))
+    if result.stopped_by == "exhausted":
+        assert (counts + n_agents - result.messages < threshold).all()
+        assert times.max() == result.sample_complexity
 
 
 def _check_tie(config: SimulationConfig, result: TrialResult) -> None:
@@ -314,10 +388,11 @@ def test_fast_is_deterministic_per_seed_and_takes_seed_sequences() -> None:
 
 def test_every_subroutine_has_a_fast_code_with_its_order_and_bound() -> None:
     """A name the registry gains must reach the compiled kernel with the right flags: its code,
-    SER3's reshuffled order (the `shuffle` class flag) and, for the sharper bounds, their own."""
-    assert set(fast._SUB_CODES) == set(SUBROUTINES)
+    SER3's reshuffled order (the `shuffle` class flag) and, for the sharper bounds, their own.
+    CDE's fixed-budget run is the one exception: its trials have their own engine (cde_fast)."""
+    assert set(fast._SUB_CODES) == set(SUBROUTINES) - {"fixed-budget"}
     for name, cls in SUBROUTINES.items():
-        if fast._SUB_CODES[name] == fast.SUB_SE:
+        if fast._SUB_CODES.get(name) == fast.SUB_SE:
             assert (name in fast._SHUFFLED) == cls.shuffle  # type: ignore[attr-defined]
     assert fast._BOUNDS_AND_RULES["kl-se"][0] == fast.B_KL
     assert fast._BOUNDS_AND_RULES["stitched-se"][0] == fast.B_STITCHED
@@ -378,3 +453,39 @@ def test_engines_agree_on_ties(name: str) -> None:
     assert p > P_MIN, f"{name}: correctness of ties differs (p={p:.2g})"
     p = _two_sample([r.settled_messages for r in ref], [r.settled_messages for r in fst])
     assert p > P_MIN, f"{name}: settled messages differ (p={p:.2g})"
+
+
+# ----------------------------------------------------------------------------- CDE
+
+
+@pytest.mark.parametrize("name", CDE_CASES)
+def test_engines_agree_on_what_each_agent_sends(name: str) -> None:
+    """CDE: what the coordinator sees of one agent, its report and its time (the privacy audit's
+    records), has one distribution in both engines: who reports (agent 0, the most active one
+    under the skewed cases), the first report's time, agent 0's report time when it reports, how
+    many reports name the best arm, and whether agent 0's report names it."""
+    ref = _results(name, "reference")
+    fst = _results(name, "fast")
+    best = CASES[name].config.attacked_arm
+    features = {
+        "agent 0 reports": lambda r: float(r.agent_reports[0] >= 0),
+        "first report's time": lambda r: float(r.agent_report_times[r.agent_reports >= 0].min()),
+        "agent 0's time": lambda r: float(r.agent_report_times[0]),
+        "reports of the best arm": lambda r: float((r.agent_reports == best).sum()),
+        "agent 0 reports the best arm": lambda r: float(r.agent_reports[0] == best),
+    }
+    for feature, value in features.items():
+        p = _two_sample([value(r) for r in ref], [value(r) for r in fst])
+        assert p > P_MIN, f"{name}: {feature} differs (p={p:.2g})"
+
+
+def test_cde_cases_reach_each_stop() -> None:
+    """The CDE cases cover what they are for: answers right and wrong, no answer (exhausted), the
+    budget cut, and liars whose arm is accepted sometimes."""
+    stops = {name: {r.stopped_by for r in _results(name, "fast")} for name in CDE_CASES}
+    assert stops["cde-exhausted"] >= {"global", "exhausted"}
+    assert stops["cde-budget"] >= {"global", "budget"}
+    stress = _results("cde-stress", "fast")
+    assert any(r.stopped_by == "global" and not r.correct for r in stress)
+    liars = CASES["cde-attackers-tolerance"].config
+    assert any(r.best_arm == liars.lie_arm for r in _results("cde-attackers-tolerance", "fast"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from common.activation import Activation
 from common.algorithms import AlgorithmConfig
 from common.environments import Environment
 from common.errors import ParameterError
+from common.subroutines.fixed_budget import samples_per_arm
 from common.votes import Elimination
 
 STOP_RULES = ("all-agents", "global")
@@ -42,7 +44,20 @@ class SimulationConfig:
     `best_arm` is the candidate with the fewest votes (lowest index on equal votes).
     CE agents send one settled message when their local set reaches one arm (while it is still in
     the global set), and again once the coordinator forgot it (an arm left that they did not
-    visibly vote against) if they are still settled; each counts in `messages`."""
+    visibly vote against) if they are still settled; each counts in `messages`.
+
+    CDE (`algorithm.reports`, common.cde). Each agent's fixed-budget run ends at its T K-th
+    activation (T with every_arm); it then sends its one randomized report. A trial stops as soon
+    as an arm has `threshold` reports (stopped_by "global": the answer, under both stop rules), or
+    when no arm can reach it any more (`common.votes.reports_exhausted`: stopped_by "exhausted", no
+    answer, counted as a failure like a budget cut: the certificate's no-answer event). The stop
+    rule only says whether an agent whose run ended keeps being activated (all-agents, Feraud's
+    activation model) or retires from P_N (global, Rio's). Byzantine agents report `lie_arm` at
+    their first activation, once (a global-rule attacker then retires). `exact_local_error` is
+    the stress mode: each honest agent's local answer ignores its rewards and is each
+    non-eps-optimal arm with probability eta / (K - 1), the best arm otherwise (`stress_answers`:
+    the worst case the certificate allows), then randomized as usual. Drifting rewards are refused:
+    the fixed-budget run and its certificate are for fixed means."""
 
     environment: Environment
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
@@ -51,6 +66,7 @@ class SimulationConfig:
     stop: str = "all-agents"
     budget: int = DEFAULT_BUDGET
     attackers: int = 0
+    exact_local_error: bool = False  # CDE's stress mode (see above)
 
     def __post_init__(self) -> None:
         if self.stop not in STOP_RULES:
@@ -64,18 +80,31 @@ class SimulationConfig:
             raise ParameterError(
                 "attackers", a, f"must be an integer in [0, agents - 1 = {self.n_agents - 1}]"
             )
-        if a > 0 and not self.algorithm.votes:
+        if a > 0 and not (self.algorithm.votes or self.algorithm.reports):
             raise ParameterError(
-                "attackers", a, "Byzantine agents lie in their votes: voting algorithms only"
+                "attackers",
+                a,
+                "Byzantine agents lie in their votes or reports: de, ce, dp-mase, cde",
+            )
+        if self.exact_local_error and not self.algorithm.reports:
+            raise ParameterError(
+                "exact_local_error", True, "the stress mode of CDE's local runs: cde only"
+            )
+        if self.algorithm.reports and self.environment.drift:
+            raise ParameterError(
+                "drift",
+                self.environment.drift,
+                "CDE's fixed-budget run and its certificate are for fixed means",
             )
 
     @property
     def sigma(self) -> float | None:
         return None if self.environment.bounded else self.environment.sigma
 
-    @property
+    @cached_property
     def threshold(self) -> int | None:
-        return self.algorithm.threshold(self.environment.n_arms)
+        """M + f; CDE's is chosen from N (a search: computed once)."""
+        return self.algorithm.threshold(self.environment.n_arms, self.n_agents)
 
     def probabilities(self) -> np.ndarray:
         return self.activation.probabilities(self.n_agents)
@@ -84,6 +113,37 @@ class SimulationConfig:
     def attacked_arm(self) -> int:
         """The arm the Byzantine agents vote against: the best at t = 0, lowest index on ties."""
         return int(np.argmax(self.environment.means_at(0)))
+
+    @property
+    def lie_arm(self) -> int:
+        """CDE: the arm the Byzantine agents report, the most dangerous one: the best arm that is
+        not eps-optimal (the worst arm when every arm is)."""
+        mu = self.environment.means_at(0)
+        bad = np.flatnonzero(mu < mu.max() - self.algorithm.epsilon)
+        if bad.size == 0:
+            return int(np.argmin(mu))
+        return int(bad[np.argmax(mu[bad])])
+
+    @property
+    def local_budget(self) -> int:
+        """CDE: the activations of one agent's fixed-budget run, T K (T with every_arm)."""
+        params = self.algorithm.local_params(self.environment.n_arms, self.n_agents, self.sigma)
+        pulls = samples_per_arm(
+            params.epsilon, params.confidence, self.environment.n_arms, self.sigma
+        )
+        return pulls if params.every_arm else pulls * self.environment.n_arms
+
+    def stress_answers(self) -> np.ndarray:
+        """The stress mode's local answer distribution (K,): each non-eps-optimal arm with
+        probability eta / (K - 1), the best arm (`attacked_arm`) the rest, which is 1 - eta when
+        it is the only eps-optimal arm."""
+        k = self.environment.n_arms
+        mu = self.environment.means_at(0)
+        probabilities = np.where(
+            mu < mu.max() - self.algorithm.epsilon, self.algorithm.eta / (k - 1), 0.0
+        )
+        probabilities[self.attacked_arm] = 1.0 - probabilities.sum()
+        return probabilities
 
 
 @dataclass
@@ -97,7 +157,8 @@ class TrialResult:
     correct: bool
     # "all-agents" | "global" | "tie" (votes can remove no arm any more, several remain: see
     # `common.votes.is_tied`) | "exhausted" (no agent left to act; non-voting baselines only:
-    # a voting run that exhausts with several arms left is a tie) | "budget"
+    # a voting run that exhausts with several arms left is a tie; CDE: no arm can reach the
+    # threshold any more) | "budget"
     stopped_by: str
     eliminations: list[Elimination] = field(default_factory=list)
     resets: int = 0  # DSER4 global resets
@@ -105,14 +166,21 @@ class TrialResult:
     # (N, K) int: the activation t at which each of those votes was sent, 0 where none (what the
     # coordinator sees of an agent: its votes, their order and times; common/privacy.py)
     agent_vote_times: np.ndarray | None = None
-    agent_arms: np.ndarray | None = None  # (N,) the arm each agent holds at the stop, -1 if several
+    # (N,) the arm each agent holds at the stop, -1 if several (CDE: its local answer, before
+    # randomization, -1 while its run goes on)
+    agent_arms: np.ndarray | None = None
     # Agents whose sent votes contradict the outcome: they voted against best_arm (current epoch).
     # Every Byzantine agent that voted is one; an honest agent is one only when its local
     # subroutine eliminated the arm the experiment returned.
     suspects: list[int] = field(default_factory=list)
-    # The arms the outcome leaves: the remaining arms at a tie (sorted), [best_arm] otherwise.
+    # The arms the outcome leaves: the remaining arms at a tie (sorted), [best_arm] otherwise
+    # (CDE without an answer: every arm).
     candidates: list[int] = field(default_factory=list)
     settled_messages: int = 0  # CE's "settled" messages, included in `messages`
+    # CDE: what the coordinator sees of each agent, its one report (-1: none sent before the
+    # stop) and the activation t at which it was sent (0: none). `messages` counts the reports.
+    agent_reports: np.ndarray | None = None  # (N,) int
+    agent_report_times: np.ndarray | None = None  # (N,) int
 
     def __post_init__(self) -> None:
         if not self.candidates:
@@ -146,6 +214,18 @@ def tie_outcome(
     candidates = sorted(int(a) for a in remaining)
     best = min(candidates, key=lambda a: (int(votes[a]), a))
     return best, bool(all(optimal[a] for a in candidates)), candidates
+
+
+def report_outcome(
+    config: SimulationConfig, counts: np.ndarray, accepted: int | None, t: int
+) -> tuple[int, bool, list[int]]:
+    """(best_arm, correct, candidates) of a CDE trial: the accepted arm, correct when it is
+    eps-optimal at t; without one (exhausted, budget) no answer, a failure, every arm a candidate
+    and best the most reported (lowest index on equal counts)."""
+    if accepted is not None:
+        return accepted, config.environment.eps_optimal(accepted, config.algorithm.epsilon, t), []
+    best = int(np.argmax(counts))
+    return best, False, list(range(config.environment.n_arms))
 
 
 def majority_arm(agent_arms: np.ndarray, n_arms: int) -> int:

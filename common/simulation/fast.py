@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from common.simulation import cde_fast
 from common.simulation.config import (
     SimulationConfig,
     TrialResult,
@@ -1165,7 +1166,10 @@ def _rng_state(seed: np.random.SeedSequence | int) -> np.ndarray:
 
 
 def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> TrialResult:
-    """One trial, same semantics (and output distribution) as `reference.run_trial`."""
+    """One trial, same semantics (and output distribution) as `reference.run_trial`; CDE's
+    trials are drawn by their own vectorized engine (common.simulation.cde_fast)."""
+    if config.algorithm.reports:
+        return cde_fast.run_trial(config, seed)
     env = config.environment
     algo = config.algorithm
     n_arms, n_agents = env.n_arms, config.n_agents

@@ -8,15 +8,17 @@ from __future__ import annotations
 import numpy as np
 
 from common.agent import AgentSpec, LocalAgent
+from common.cde import randomize
 from common.simulation.config import (
     SimulationConfig,
     TrialResult,
     find_suspects,
     honest_outcome,
     majority_arm,
+    report_outcome,
     tie_outcome,
 )
-from common.votes import GlobalState, VoteOutcome, is_tied
+from common.votes import GlobalState, ReportOutcome, VoteOutcome, is_tied
 
 _BLOCK = 4096
 
@@ -69,7 +71,7 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
         seeds = np.random.SeedSequence(seed)
     rng = np.random.default_rng(seeds.spawn(1)[0])
     params = algo.local_params(n_arms, n_agents, config.sigma)
-    spec = AgentSpec(n_arms, algo.local_subroutine, params, algo.vote_drop)
+    spec = AgentSpec(n_arms, algo.local_subroutine, params, algo.vote_drop, algo.report_privacy)
     draws = _AgentDraws(config.probabilities(), rng)
 
     if algo.algorithm == "central":
@@ -79,6 +81,8 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
 
     agent_rngs = [np.random.default_rng(s) for s in seeds.spawn(n_agents)]
     agents = [LocalAgent(spec, agent_rngs[n]) for n in range(n_agents)]
+    if algo.reports:
+        return _run_reports(config, agents, draws, rng)
     threshold = config.threshold or n_agents + 1  # baselines: no arm ever leaves
     state = GlobalState(n_arms, threshold)
     votes_sent = np.zeros((n_agents, n_arms), dtype=bool)
@@ -234,6 +238,72 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
         suspects=find_suspects(votes_sent, best),
         candidates=candidates,
         settled_messages=settled_messages,
+    )
+
+
+def _run_reports(
+    config: SimulationConfig, agents: list[LocalAgent], draws: _AgentDraws, rng: np.random.Generator
+) -> TrialResult:
+    """CDE: each agent plays its fixed-budget run and, at the activation it ends, sends the one
+    randomized report LocalAgent drew (the stress mode draws the local answer from
+    `config.stress_answers` instead, then randomizes it); the Byzantine agents report
+    `config.lie_arm` at their first activation. The first arm with `threshold` reports is the
+    answer; the trial also ends when no arm can reach it any more."""
+    env, algo = config.environment, config.algorithm
+    n_arms, n_agents = env.n_arms, config.n_agents
+    assert config.threshold is not None
+    state = GlobalState(n_arms, config.threshold)
+    reports = np.full(n_agents, -1, dtype=np.int64)
+    times = np.zeros(n_agents, dtype=np.int64)
+    answers = np.full(n_agents, -1, dtype=np.int64)  # local answers, before randomization
+    stress = config.stress_answers() if config.exact_local_error else None
+    retire = config.stop == "global"
+    accepted: int | None = None
+    t = 0
+    stopped_by = "budget"
+    while t < config.budget:
+        if retire and not draws.any_present():
+            stopped_by = "exhausted"
+            break
+        n = draws.next()
+        agent = agents[n]
+        t += 1
+        report: int | None = None
+        if n < config.attackers:
+            report = config.lie_arm if reports[n] < 0 else None
+        elif not agent.done:
+            arms = agent.select()
+            agent.observe(arms, env.draw(arms, t - 1, rng))
+            if agent.report is not None:
+                answers[n] = agent.local_arms[0]
+                report = agent.report
+                if stress is not None:
+                    answers[n] = int(agent.rng.choice(n_arms, p=stress))
+                    report = randomize(int(answers[n]), n_arms, algo.privacy, agent.rng)
+        if report is None:
+            continue
+        reports[n], times[n] = report, t
+        if state.report(str(n), report, time=t) is ReportOutcome.ACCEPTED:
+            accepted, stopped_by = report, "global"
+            break
+        if state.exhausted(n_agents):
+            stopped_by = "exhausted"
+            break
+        if retire:
+            draws.retire(n)
+    counts = np.bincount(reports[reports >= 0], minlength=n_arms)
+    best, correct, candidates = report_outcome(config, counts, accepted, t)
+    return TrialResult(
+        sample_complexity=t,
+        messages=state.messages,
+        best_arm=best,
+        correct=correct,
+        stopped_by=stopped_by,
+        eliminations=list(state.eliminations),
+        agent_arms=answers,
+        candidates=candidates,
+        agent_reports=reports,
+        agent_report_times=times,
     )
 
 
