@@ -58,6 +58,7 @@ from dexp.options import (
     ToleranceOption,
     WorkersOption,
 )
+from dexp.plan import plan
 from dexp.watch import watch
 
 PULLS = ("one", "every-arm")
@@ -1075,6 +1076,7 @@ def demo(
 app.add_typer(tickets_app, name="tickets")
 app.add_typer(experiments_app, name="experiments")
 app.command("watch")(watch)
+app.command("plan")(plan)
 app.add_typer(audit_app, name="audit")
 app.add_typer(regret_app, name="regret")
 
