@@ -25,10 +25,20 @@ Adversaries (ADVERSARIES):
 Baselines (public information alone): "identified-arm", the published answer (a uniform draw
 among the candidates at a tie); "uniform", |eps-optimal arms| / K.
 
+CDE (REPORT_ADVERSARIES): the record is one agent's report and the activation at which it was sent
+(none if the run ended first). reported-arm guesses the report (a uniform guess without one);
+bayes-posterior keys each arm on (the agent reported, this arm is its report, its time in tenths
+of the training trials' report times: absolute, since the time at which the answer came is part
+of the outcome, and the report that brought an arm to M is the published answer);
+outcome+bayes-posterior reads the published answer as above. The certified figure is
+common.cde.certified_privacy with the instance's s eps-optimal arms: a bound on the hit rate of
+any adversary holding the messages, which the audited rates must not exceed.
+
 Certified bounds (what the definition promises: no adversary can be more than that sure of one
 agent's eps-optimal arm from its votes): DE 1 - eta; CE (1 - eta_xi)(1 - xi)^(K-1) = 1 - eta by
 the choice of eta_xi; DP-MASE 1 - beta, beside the eps_dp-differential privacy of the rewards;
-independent agents 0 (no message). Neither is a bound on how often a guess hits. Pure: no I/O.
+independent agents 0 (no message). Neither is a bound on how often a guess hits; CDE's is.
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -56,6 +66,14 @@ ADVERSARIES: dict[str, str] = {
         "the arm the public outcome names; at a tie, the candidate the posterior ranks first"
     ),
 }
+REPORT_ADVERSARIES: dict[str, str] = {
+    "reported-arm": "the arm the agent reported (a uniform guess if it sent none)",
+    "bayes-posterior": (
+        "the arm most likely eps-optimal given the agent's report and its time, posterior "
+        "learned on training trials"
+    ),
+    "outcome+bayes-posterior": ADVERSARIES["outcome+bayes-posterior"],
+}
 READS_OUTCOME = frozenset({"outcome+bayes-posterior"})
 BASELINES: dict[str, str] = {
     "identified-arm": "the published answer (a uniform draw among the candidates of a tie)",
@@ -75,9 +93,10 @@ def method_label(algo: AlgorithmConfig) -> str:
     return f"{algo.algorithm} ({algo.subroutine})"
 
 
-def certified_bound(algo: AlgorithmConfig, n_arms: int) -> float:
+def certified_bound(algo: AlgorithmConfig, n_arms: int, optimal_arms: int = 1) -> float:
     """The probability above which no adversary can be sure of one agent's eps-optimal arm from
-    its votes, as each method certifies it."""
+    its votes, as each method certifies it; CDE: the bound on the hit rate itself, which depends
+    on s = `optimal_arms`, how many arms are eps-optimal (1 for the API, which does not know)."""
     if algo.algorithm == "de":
         return 1.0 - algo.eta
     if algo.algorithm == "ce":
@@ -87,8 +106,8 @@ def certified_bound(algo: AlgorithmConfig, n_arms: int) -> float:
         return 1.0 - algo.beta
     if algo.algorithm == "independent":
         return 0.0  # 1-privacy: no message at all
-    if algo.reports:  # a bound on the hit rate itself, for one eps-optimal arm (common.cde)
-        return cde.certified_privacy(algo.privacy, n_arms)
+    if algo.reports:  # a bound on the hit rate itself (common.cde)
+        return cde.certified_privacy(algo.privacy, n_arms, optimal_arms)
     raise ParameterError(
         "algorithm",
         algo.algorithm,
@@ -115,6 +134,37 @@ def certifies(algo: AlgorithmConfig) -> str:
     return (
         "no adversary holding one agent's votes can be more than 1 - eta sure of its eps-optimal "
         "arm; it does not bound how often a guess hits"
+    )
+
+
+def optimal_arms(config: SimulationConfig) -> int:
+    """s: how many arms of the simulated instance are eps-optimal."""
+    return int(config.environment.eps_optimal_arms(config.algorithm.epsilon).size)
+
+
+def certified_hit_rate(config: SimulationConfig) -> float | None:
+    """CDE: the certified bound on any messages-only adversary's hit rate on this instance (its
+    s eps-optimal arms); None for the methods that certify no hit rate."""
+    if not config.algorithm.reports:
+        return None
+    return certified_bound(config.algorithm, config.environment.n_arms, optimal_arms(config))
+
+
+def hit_rate_statement(config: SimulationConfig) -> str | None:
+    """The sentence beside `certified_hit_rate`: what it bounds, on this instance, and what it
+    does not (the published answer)."""
+    algo = config.algorithm
+    if not algo.reports:
+        return None
+    s, k = optimal_arms(config), config.environment.n_arms
+    e0 = cde.report_epsilon(algo.privacy, k)
+    arms = "1 arm is" if s == 1 else f"{s} arms are"
+    return (
+        f"No adversary holding one agent's report and its time, and knowing nothing else about "
+        f"which arm is best, names an eps-optimal arm of that agent more often than this (here "
+        f"{arms} eps-optimal of {k}; the report is e0 = {e0:.3g} locally differentially "
+        "private). It bounds what the messages add: the published answer names the best arm to "
+        "everyone."
     )
 
 
@@ -154,6 +204,10 @@ class Records:
     named: np.ndarray  # (N, K) bool
     optimal: np.ndarray  # (K,) bool: eps-optimal at the stop (the secret)
     votes: np.ndarray  # (N, K) bool
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.votes.shape
 
     def keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Cell keys from finest to coarsest: (sent, after, when), (sent, after), (sent, voted)."""
@@ -200,6 +254,72 @@ def records(config: SimulationConfig, result: TrialResult) -> Records:
     )
 
 
+@dataclass(frozen=True)
+class ReportRecords:
+    """What the coordinator sees of the honest agents of one CDE trial: per (agent, arm) whether
+    it is the agent's report (`reported`), the report's time bin, the same for each arm of the
+    agent (-1: no report), and whether the public outcome names the arm."""
+
+    reported: np.ndarray  # (N, K) bool
+    when: np.ndarray  # (N, K) int
+    named: np.ndarray  # (N, K) bool
+    optimal: np.ndarray  # (K,) bool
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.reported.shape
+
+    @property
+    def sent(self) -> np.ndarray:
+        """(N,) whether each agent reported."""
+        return np.asarray(self.reported.any(axis=1))
+
+    def keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Cell keys from finest to coarsest: (sent, this arm, when), (sent, this arm), this arm."""
+        coarse = (self.when >= 0) * 2 + self.reported
+        return coarse * (TIME_BINS + 1) + (self.when + 1), coarse, self.reported.astype(np.int64)
+
+
+def report_time_edges(config: SimulationConfig, training: Sequence[TrialResult]) -> np.ndarray:
+    """The TIME_BINS - 1 inner deciles of the honest agents' report times over `training`: the
+    adversary's scale for one report's time (it may simulate the algorithm)."""
+    times = [
+        r.agent_report_times[config.attackers :][r.agent_report_times[config.attackers :] > 0]
+        for r in training
+        if r.agent_report_times is not None
+    ]
+    pooled = np.concatenate(times) if times else np.empty(0)
+    if pooled.size == 0:
+        return np.empty(0)
+    return np.quantile(pooled, np.arange(1, TIME_BINS) / TIME_BINS)
+
+
+def report_records(
+    config: SimulationConfig, result: TrialResult, edges: np.ndarray
+) -> ReportRecords:
+    """The honest agents' records of one CDE trial (agents 0 .. attackers-1 lie: left out)."""
+    env = config.environment
+    if result.agent_reports is None or result.agent_report_times is None:
+        raise ParameterError("agent_reports", None, "each trial must report its reports and times")
+    if result.agent_reports.shape != (config.n_agents,):
+        raise ParameterError(
+            "agent_reports", result.agent_reports.shape, f"must be (agents,) = ({config.n_agents},)"
+        )
+    reports = np.asarray(result.agent_reports, dtype=np.int64)[config.attackers :]
+    times = np.asarray(result.agent_report_times, dtype=np.int64)[config.attackers :]
+    reported = reports[:, None] == np.arange(env.n_arms)[None, :]
+    when = np.where(reports >= 0, np.searchsorted(edges, times, side="right"), -1)
+    named_arms = np.zeros(env.n_arms, dtype=bool)
+    named_arms[list(result.candidates)] = True
+    mu = env.means_at(result.sample_complexity)
+    return ReportRecords(
+        reported=reported,
+        when=np.repeat(when[:, None], env.n_arms, axis=1).astype(np.int64),
+        named=np.broadcast_to(named_arms, reported.shape).copy(),
+        optimal=mu >= mu.max() - config.algorithm.epsilon,
+    )
+
+
 @dataclass
 class Posterior:
     """P(arm eps-optimal | its cell), counted on training records, at three granularities."""
@@ -208,7 +328,7 @@ class Posterior:
     prior: float = 0.5
 
     @classmethod
-    def fit(cls, training: Sequence[Records]) -> Posterior:
+    def fit(cls, training: Sequence[Records | ReportRecords]) -> Posterior:
         if not training:
             raise ParameterError("training_trials", 0, "the posterior needs training trials")
         levels: list[list[np.ndarray]] = [[], [], []]
@@ -216,7 +336,7 @@ class Posterior:
         for rec in training:
             for level, keys in zip(levels, rec.keys(), strict=True):
                 level.append(keys.ravel())
-            labels.append(np.broadcast_to(rec.optimal, rec.votes.shape).ravel())
+            labels.append(np.broadcast_to(rec.optimal, rec.shape).ravel())
         y = np.concatenate(labels).astype(np.int64)
         cells = []
         for level in levels:
@@ -232,9 +352,9 @@ class Posterior:
             )
         return cls(cells, float(y.mean()) if y.size else 0.5)
 
-    def scores(self, rec: Records) -> np.ndarray:
+    def scores(self, rec: Records | ReportRecords) -> np.ndarray:
         """The posterior of each (agent, arm): the finest cell with MIN_CELL training pairs."""
-        out = np.full(rec.votes.shape, np.nan)
+        out = np.full(rec.shape, np.nan)
         for level, keys in zip(self.cells, rec.keys(), strict=True):
             todo = np.isnan(out)
             if not todo.any():
@@ -275,7 +395,7 @@ class VoteAudit:
     adversaries: dict[str, Rate]
     baseline: dict[str, Rate]
     named_exactly: Rate  # agents that voted against K - 1 arms: their arm is named exactly
-    voters: Rate  # agents that sent at least one vote
+    voters: Rate  # agents that sent at least one vote (CDE: their report)
     agents: int  # (agent, trial) pairs audited
     trials: int
     training_trials: int
@@ -301,7 +421,8 @@ class VoteAudit:
             "votes_only": {**votes_rate.to_json(), "adversary": votes_name},
             "baseline": {**self.baseline[best_public].to_json(), "guess": best_public},
             "adversaries": {
-                a: {**r.to_json(), "guess": ADVERSARIES[a]} for a, r in self.adversaries.items()
+                a: {**r.to_json(), "guess": {**ADVERSARIES, **REPORT_ADVERSARIES}[a]}
+                for a, r in self.adversaries.items()
             },
             "baselines": {
                 b: {**r.to_json(), "guess": BASELINES[b]} for b, r in self.baseline.items()
@@ -323,21 +444,37 @@ def audit_votes(
     training: Sequence[TrialResult],
 ) -> VoteAudit:
     """Every adversary and baseline on the audited `results`; the Bayes posteriors are learned on
-    `training` (trials of the same configuration with other seeds)."""
+    `training` (trials of the same configuration with other seeds). CDE: the report adversaries
+    on the agents' reports and their times."""
     if not results:
         raise ParameterError("trials", 0, "need at least one trial")
     algo = config.algorithm
     k = config.environment.n_arms
-    train = [records(config, r) for r in training]
+    if algo.reports:
+        edges = report_time_edges(config, training)
+        train: list[Records | ReportRecords] = [report_records(config, r, edges) for r in training]
+        audited: list[Records | ReportRecords] = [report_records(config, r, edges) for r in results]
+    else:
+        train = [records(config, r) for r in training]
+        audited = [records(config, r) for r in results]
     posterior = Posterior.fit(train)
-    hits: dict[str, list[np.ndarray]] = {a: [] for a in ADVERSARIES}
+    hits: dict[str, list[np.ndarray]] = {
+        a: [] for a in (REPORT_ADVERSARIES if algo.reports else ADVERSARIES)
+    }
     public: dict[str, list[np.ndarray]] = {b: [] for b in BASELINES}
     exact: list[np.ndarray] = []
     voted: list[np.ndarray] = []
-    for result in results:
-        rec = records(config, result)
-        n = rec.votes.shape[0]
-        hits["never-voted-against"].append(hit_probabilities(rec.votes, rec.optimal))
+    for rec in audited:
+        n = rec.shape[0]
+        if isinstance(rec, ReportRecords):
+            own = np.where(rec.sent, (rec.reported & rec.optimal).any(axis=1), rec.optimal.mean())
+            hits["reported-arm"].append(own.astype(float))
+            exact.append(np.zeros(n))  # a randomized report never names the arm for sure
+            voted.append(rec.sent.astype(float))
+        else:
+            hits["never-voted-against"].append(hit_probabilities(rec.votes, rec.optimal))
+            exact.append((rec.votes.sum(axis=1) == k - 1).astype(float))
+            voted.append(rec.votes.any(axis=1).astype(float))
         scores = posterior.scores(rec)
         hits["bayes-posterior"].append(best_guess_hits(scores, rec.optimal))
         # scores are probabilities: + 2 puts every named arm above every other arm
@@ -349,12 +486,10 @@ def audit_votes(
             np.full(n, (named & rec.optimal).sum() / max(named.sum(), 1))
         )
         public["uniform"].append(np.full(n, rec.optimal.mean()))
-        exact.append((rec.votes.sum(axis=1) == k - 1).astype(float))
-        voted.append(rec.votes.any(axis=1).astype(float))
     sc = describe([r.sample_complexity for r in results])
     return VoteAudit(
         method=method_label(algo),
-        certified=certified_bound(algo, k),
+        certified=certified_bound(algo, k, optimal_arms(config)),
         certifies=certifies(algo),
         adversaries={a: Rate.of(h) for a, h in hits.items()},
         baseline={b: Rate.of(h) for b, h in public.items()},

@@ -2,8 +2,10 @@
 
 Each point runs T audited trials and T' training trials of one configuration in one seeded
 batch: audited trial i is trial i of `dexp simulate` with the same options and seed, the
-training trials are the batch's next T' seeds. --eta, --xi, --beta, --agents, --algorithm and
---subroutine take comma-separated lists; the points are their product. One point prints one JSON
+training trials are the batch's next T' seeds. --eta, --xi, --beta, --privacy, --agents,
+--algorithm and --subroutine take comma-separated lists; the points are their product. CDE's
+points audit each agent's report and its time (common/privacy.py), against its certified bound
+on the hit rate itself. One point prints one JSON
 object; a sweep prints {"points": [...]}.
 """
 
@@ -22,6 +24,7 @@ from rich.table import Table
 
 from common.activation import Activation
 from common.algorithms import AlgorithmConfig
+from common.cde import DEFAULT_PRIVACY
 from common.certificate import certify_simulation, upper
 from common.environments import Environment, build_problem
 from common.errors import ParameterError
@@ -43,9 +46,10 @@ from dexp.options import (
     StopOption,
     ToleranceOption,
     WorkersOption,
+    default_eta,
 )
 
-VOTING = ("de", "ce", "dp-mase")
+AUDITED = ("de", "ce", "dp-mase", "cde")
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ def parse_list(name: str, text: str, kind: Callable[[str], Any]) -> list[Any]:
 def point_label(algo: AlgorithmConfig, n_agents: int) -> str:
     if algo.algorithm == "dp-mase":
         return f"dp-mase beta={algo.beta:g} eps_dp={algo.dp_epsilon:g} N={n_agents}"
+    if algo.reports:
+        return f"cde privacy={algo.privacy:g} eta={algo.eta:g} N={n_agents}"
     xi = f" xi={algo.xi:g}" if algo.algorithm == "ce" else ""
     return f"{algo.algorithm}-{algo.subroutine} eta={algo.eta:g}{xi} N={n_agents}"
 
@@ -88,9 +94,9 @@ def run_point(
 ) -> dict[str, Any]:
     """The audit of one configuration as JSON: `trials` audited, `training_trials` to learn the
     posterior from, all from one seeded batch."""
-    if config.algorithm.algorithm not in VOTING:
+    if config.algorithm.algorithm not in AUDITED:
         raise ParameterError(
-            "algorithm", config.algorithm.algorithm, f"the vote audit covers {', '.join(VOTING)}"
+            "algorithm", config.algorithm.algorithm, f"the vote audit covers {', '.join(AUDITED)}"
         )
     results = run_trials(
         config,
@@ -111,6 +117,7 @@ def run_point(
         "xi": algo.xi,
         "beta": algo.beta,
         "dp_epsilon": algo.dp_epsilon,
+        "privacy": algo.privacy if algo.reports else None,
         "seed": seed,
         "certified_failure": certify_simulation(config).failure,
         **audit.to_json(),
@@ -161,7 +168,8 @@ def print_points(points: Sequence[dict[str, Any]], title: str) -> None:
         "certified failure: the probability bound on the best arm voted out by error for the "
         "point's configuration and N (docs/SUBROUTINES.md, section 3). "
         "certified: what the method promises no adversary can be surer of (not a bound on how "
-        "often a guess hits). votes only: the strongest adversary reading one agent's votes, "
+        "often a guess hits; for cde it is one: the hit rate of any adversary holding an agent's "
+        "report and its time, which the votes only column must not exceed). votes only: the strongest adversary reading one agent's votes, "
         "their order and times. with outcome: also the published answer. baseline: the "
         "published answer alone."
     )
@@ -174,23 +182,29 @@ def votes(
     drift: DriftOption = None,
     agents: Annotated[str, typer.Option(help="Agents N, or a list: 32,64.")] = "64",
     activation: ActivationOption = None,
-    algorithm: Annotated[str, typer.Option(help="de | ce | dp-mase, or a list.")] = "de",
+    algorithm: Annotated[str, typer.Option(help="de | ce | dp-mase | cde, or a list.")] = "de",
     subroutine: Annotated[str, typer.Option(help="Local subroutine, or a list.")] = "ser3",
     epsilon: Annotated[float, typer.Option(help="Target accuracy eps.")] = 0.25,
     delta: Annotated[float, typer.Option(help="Global failure probability.")] = 0.05,
     eta: Annotated[
-        str,
+        str | None,
         typer.Option(
-            help="Local failure probability eta (DE, CE), or a list. Certified 1 - eta; the "
-            "measured hit rate can rise with eta."
+            help="Local failure probability eta (DE, CE, CDE), or a list (default 0.9, cde 0.1). "
+            "Certified 1 - eta; the measured hit rate can rise with eta."
         ),
-    ] = "0.9",
+    ] = None,
     xi: Annotated[str, typer.Option(help="CE: vote drop probability, or a list.")] = "0.1",
     dp_epsilon: Annotated[float, typer.Option(help="DP-MASE: eps_dp of the rewards.")] = 0.1,
     beta: Annotated[
         str, typer.Option(help="DP-MASE: local failure probability, or a list.")
     ] = "0.5",
     phi: PhiOption = 0.0,
+    privacy: Annotated[
+        str | None,
+        typer.Option(
+            help=f"CDE: the certified hit-rate bound, or a list (default {DEFAULT_PRIVACY:g})."
+        ),
+    ] = None,
     tolerance: ToleranceOption = 0,
     attackers: Annotated[
         int,
@@ -227,14 +241,15 @@ def votes(
     grid = itertools.product(
         parse_list("algorithm", algorithm, str),
         parse_list("subroutine", subroutine, str),
-        parse_list("eta", eta, float),
+        parse_list("eta", eta, float) if eta is not None else [None],
         parse_list("xi", xi, float),
         parse_list("beta", beta, float),
+        parse_list("privacy", privacy, float) if privacy is not None else [DEFAULT_PRIVACY],
         parse_list("agents", agents, int),
     )
     configs: list[SimulationConfig] = []
     seen: set[str] = set()
-    for algo_name, sub, eta_v, xi_v, beta_v, n in grid:
+    for algo_name, sub, eta_v, xi_v, beta_v, privacy_v, n in grid:
         config = build_config(
             built.environment,
             built.activation,
@@ -243,13 +258,14 @@ def votes(
                 subroutine=sub,
                 epsilon=epsilon,
                 delta=delta,
-                eta=eta_v,
+                eta=default_eta(algo_name) if eta_v is None else eta_v,
                 xi=xi_v if algo_name == "ce" else 0.0,
                 dp_epsilon=dp_epsilon,
                 beta=beta_v,
                 phi=phi,
                 every_arm=pulls == "every-arm",
                 tolerance=tolerance,
+                privacy=privacy_v if algo_name == "cde" else DEFAULT_PRIVACY,
             ),
             n,
             stop,
@@ -257,7 +273,7 @@ def votes(
             attackers,
         )
         label = point_label(config.algorithm, n)
-        if label not in seen:  # e.g. a list of xi with DE: one point
+        if label not in seen:  # e.g. a list of xi or privacy with DE: one point
             seen.add(label)
             configs.append(config)
     points = []
@@ -280,8 +296,8 @@ def build_config(
     budget: int,
     attackers: int = 0,
 ) -> SimulationConfig:
-    if algo.algorithm not in VOTING:
-        raise ParameterError("algorithm", algo.algorithm, f"must be one of {', '.join(VOTING)}")
+    if algo.algorithm not in AUDITED:
+        raise ParameterError("algorithm", algo.algorithm, f"must be one of {', '.join(AUDITED)}")
     if n_agents < 1:
         raise ParameterError("agents", n_agents, "must be >= 1")
     return SimulationConfig(

@@ -29,10 +29,12 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from common.algorithms import ALGORITHMS, USER_SUBROUTINES, AlgorithmConfig
-from common.certificate import VOTES, Certificate, certify_simulation, upper
+from common.cde import DEFAULT_PRIVACY
+from common.certificate import REPORTS, VOTES, Certificate, certify_simulation, upper
 from common.environments import build_problem
 from common.errors import ParameterError
 from common.hillel import HILLEL_ALGORITHMS, HillelConfig
+from common.privacy import certified_hit_rate, hit_rate_statement
 from common.simulation import ENGINES, SimulationConfig, TrialResult, run_trials, summarize
 from common.simulation.config import DEFAULT_BUDGET
 from common.simulation.runner import simulation_warnings
@@ -49,6 +51,7 @@ from dexp.options import (
     BudgetOption,
     DriftOption,
     EngineOption,
+    ExactLocalErrorOption,
     MeansOption,
     PhiOption,
     ProblemOption,
@@ -57,11 +60,18 @@ from dexp.options import (
     StopOption,
     ToleranceOption,
     WorkersOption,
+    default_eta,
 )
 from dexp.plan import plan
 from dexp.watch import watch
 
 PULLS = ("one", "every-arm")
+CDE_STOP_HELP = {
+    "all-agents": "an arm has M reports, or none can get them; agents keep being activated after "
+    "reporting (Feraud et al.)",
+    "global": "an arm has M reports, or none can get them; agents retire once they reported (Rio "
+    "et al.)",
+}
 STOP_HELP = {
     "all-agents": "every agent holds one arm that is still in the global set (Feraud et al.)",
     "global": "the global set has one arm; agents with one local arm retire (Rio et al.)",
@@ -226,15 +236,11 @@ def simulation_certificate(config: SimulationConfig, certificate: Certificate) -
     known: whether another arm is within eps of the best (then the best arm can also leave without
     error, which the bound does not cover)."""
     statement = certificate.statement()
+    if certificate.kind == REPORTS:
+        return f"{statement} {_reports_here(config, certificate)}"
     if certificate.kind != VOTES or config.algorithm.algorithm == "dp-mase":
         return statement
-    means = config.environment.means_at(0)
-    best = config.attacked_arm
-    near = [
-        a
-        for a in range(len(means))
-        if a != best and means[a] >= means[best] - config.algorithm.epsilon
-    ]
+    best, near = config.attacked_arm, _near_best(config)
     if near:
         arms = ", ".join(str(a) for a in near)
         return (
@@ -245,6 +251,55 @@ def simulation_certificate(config: SimulationConfig, certificate: Certificate) -
         f"{statement} Here no other arm is within epsilon of the best arm {best}: how often it is "
         "voted out (best arm voted out) must stay within the bound."
     )
+
+
+def _near_best(config: SimulationConfig) -> list[int]:
+    """The other arms within eps of the best arm (`attacked_arm`) at t = 0."""
+    means = config.environment.means_at(0)
+    best = config.attacked_arm
+    bar = means[best] - config.algorithm.epsilon
+    return [a for a in range(len(means)) if a != best and means[a] >= bar]
+
+
+def _local_run(config: SimulationConfig) -> str:
+    """CDE's local run in words: its pulls and activations, and the stress mode."""
+    algo, k = config.algorithm, config.environment.n_arms
+    per_arm = config.local_budget if algo.every_arm else config.local_budget // k
+    run = f"{per_arm} pulls per arm, report at the agent's activation {config.local_budget:,}"
+    if config.exact_local_error:
+        return (
+            f"{run}; stress mode: the local answer ignores the rewards, each arm that is not "
+            f"eps-optimal with probability eta/(K-1) = {algo.eta / (k - 1):.4g}"
+        )
+    return run
+
+
+def _reports_here(config: SimulationConfig, certificate: Certificate) -> str:
+    """CDE on a known instance: whether the whole bound applies to the failure rate, or only its
+    wrong-arm part (another arm within eps of the best)."""
+    best, near = config.attacked_arm, _near_best(config)
+    if near:
+        arms = ", ".join(str(a) for a in near)
+        return (
+            f"Here arm {arms} is within epsilon of the best arm {best}: only the first part "
+            f"applies, a wrong arm accepted with probability at most {upper(certificate.wrong_arm)}."
+        )
+    return (
+        f"Here no other arm is within epsilon of the best arm {best}: the failure rate (a wrong "
+        "arm accepted, or no answer) must stay within the bound."
+    )
+
+
+def check_cde_options(algorithm: str, privacy: float | None, exact_local_error: bool) -> None:
+    """--privacy and --exact-local-error are CDE's: refused elsewhere, even at their defaults."""
+    if algorithm == "cde":
+        return
+    if privacy is not None:
+        raise ParameterError("privacy", privacy, "a privacy bound is for --algorithm cde only")
+    if exact_local_error:
+        raise ParameterError(
+            "exact_local_error", True, "the stress mode of CDE's local runs: --algorithm cde only"
+        )
 
 
 def _warn(message: str) -> None:
@@ -270,11 +325,11 @@ def simulate(
     ] = 0.25,
     delta: Annotated[float, typer.Option(help="Global failure probability.")] = 0.05,
     eta: Annotated[
-        float,
+        float | None,
         typer.Option(
-            help="Local failure probability (DE, CE). Certifies 1 - eta; a higher eta does not make votes reveal less (dexp audit votes)."
+            help="Local failure probability (DE, CE, CDE; default 0.9, cde 0.1). Certifies 1 - eta; a higher eta does not make votes reveal less (dexp audit votes)."
         ),
-    ] = 0.9,
+    ] = None,
     xi: Annotated[float, typer.Option(help="CE: probability of dropping a vote.")] = 0.0,
     dp_epsilon: Annotated[
         float,
@@ -282,11 +337,20 @@ def simulate(
     ] = 0.1,
     beta: Annotated[float, typer.Option(help="DP-MASE: local failure probability.")] = 0.5,
     phi: PhiOption = 0.0,
+    privacy: Annotated[
+        float | None,
+        typer.Option(
+            help="CDE: the certified bound on how often an adversary holding one agent's report "
+            f"names its eps-optimal arm, in (1/K, 1) (default {DEFAULT_PRIVACY:g})."
+        ),
+    ] = None,
+    exact_local_error: ExactLocalErrorOption = False,
     tolerance: ToleranceOption = 0,
     attackers: Annotated[
         int,
         typer.Option(
-            help="Byzantine agents: agents 0..A-1 vote against the best arm and nothing else."
+            help="Byzantine agents: agents 0..A-1 vote against the best arm and nothing else "
+            "(cde: report the best arm that is not eps-optimal)."
         ),
     ] = 0,
     pulls: PullsOption = "one",
@@ -334,6 +398,7 @@ def simulate(
     check_at_least("workers", workers, 1)
     check_at_least("seed", seed, 0)
     check_at_least("agents", agents, 1)
+    check_cde_options(algorithm, privacy, exact_local_error)
     if algorithm in HILLEL_ALGORITHMS:
         _simulate_hillel(built, name, algorithm, agents, epsilon, delta, horizon, repeats,
                          max_time, trials, seed, as_json, per_trial)  # fmt: skip
@@ -342,6 +407,7 @@ def simulate(
         if value is not None:
             raise ParameterError(option, value, "is for the hillel-* algorithms only")
     check_engine(engine)
+    eta = default_eta(algorithm) if eta is None else eta
     algo = AlgorithmConfig(
         algorithm=algorithm,
         subroutine=subroutine,
@@ -354,6 +420,7 @@ def simulate(
         phi=phi,
         every_arm=pulls == "every-arm",
         tolerance=tolerance,
+        privacy=DEFAULT_PRIVACY if privacy is None else privacy,
     )
     config = SimulationConfig(
         environment=env,
@@ -363,9 +430,11 @@ def simulate(
         stop=stop,
         budget=budget,
         attackers=attackers,
+        exact_local_error=exact_local_error,
     )
     trial_function(engine)
     certificate = certify_simulation(config)
+    hit_bound = certified_hit_rate(config)
     warnings = simulation_warnings(config, seed)
     uncertified = certificate.warning()  # certified failure above delta: what would certify it
     warnings += [uncertified] if uncertified else []
@@ -373,7 +442,8 @@ def simulate(
         _warn(warning)
 
     with _progress() as progress:
-        task = progress.add_task(f"{algorithm}-{subroutine} N={agents}", total=trials)
+        label = algorithm if algo.reports else f"{algorithm}-{subroutine}"
+        task = progress.add_task(f"{label} N={agents}", total=trials)
         results = run_trials(
             config,
             trials,
@@ -401,6 +471,8 @@ def simulate(
         "dp_epsilon": dp_epsilon,
         "beta": beta,
         "phi": phi,
+        "privacy": algo.privacy if algo.reports else None,
+        "exact_local_error": exact_local_error,
         "tolerance": tolerance,
         "attackers": attackers,
         "pulls": pulls,
@@ -412,7 +484,7 @@ def simulate(
         "workers": workers,
         "engine": engine,
     }
-    summary = summary_json(results, config.attacked_arm)
+    summary = summary_json(results, None if algo.reports else config.attacked_arm)
     statement = simulation_certificate(config, certificate)
     if as_json:
         document = {
@@ -420,6 +492,8 @@ def simulate(
             "threshold": config.threshold,
             "certified_failure": certificate.failure,
             "certificate": statement,
+            "certified_privacy": None if hit_bound is None else round(hit_bound, 12),
+            "privacy_certificate": hit_rate_statement(config),
             "warnings": warnings,
             "trials": [r.to_json() for r in results],
             "summary": summary,
@@ -511,11 +585,20 @@ def print_simulation(
         privacy += f" dp_epsilon={algo.dp_epsilon:g} beta={algo.beta:g}"
     if algo.subroutine == "ser4":
         privacy += f" phi={algo.phi:g}"
+    if algo.reports:
+        privacy += f" privacy={algo.privacy:g}"
     table.add_row("parameters", privacy)
     table.add_row("pulls", params["pulls"])
+    if algo.reports:
+        table.add_row("local run", _local_run(config))
     base = algo.base_threshold(env.n_arms)
     if config.threshold is None:
         threshold = "none (no votes)"
+    elif algo.reports:
+        liars = f", f={algo.tolerance} of them may lie" if algo.tolerance else ""
+        threshold = (
+            f"{config.threshold} reports accept an arm (chosen from N={config.n_agents}{liars})"
+        )
     elif algo.tolerance > 0:
         threshold = f"{config.threshold} (M={base} + tolerance f={algo.tolerance})"
     else:
@@ -525,9 +608,13 @@ def print_simulation(
     if config.attackers:
         last = config.attackers - 1
         who = "agent 0" if last == 0 else f"agents 0-{last}"
-        byzantine += f" ({who} vote against arm {config.attacked_arm} only)"
+        if algo.reports:
+            byzantine += f" ({who} report arm {config.lie_arm} at once)"
+        else:
+            byzantine += f" ({who} vote against arm {config.attacked_arm} only)"
     table.add_row("byzantine", byzantine)
-    table.add_row("stop rule", f"{config.stop}: {STOP_HELP[config.stop]}")
+    stop_help = CDE_STOP_HELP if algo.reports else STOP_HELP
+    table.add_row("stop rule", f"{config.stop}: {stop_help[config.stop]}")
     table.add_row(
         "trials", f"{params['trials']} (seed {params['seed']}, engine {params['engine']})"
     )
@@ -594,6 +681,10 @@ def print_simulation(
             f"[{low:.3f}, {high:.3f}] ({out_count}/{n})",
         )
         table.add_row("certified failure", upper(certified[0]), "", "at most (see below)")
+    if certified is not None and algo.reports:
+        table.add_row("certified failure", upper(certified[0]), "", "at most (see below)")
+        hit = certified_hit_rate(config)
+        table.add_row("certified privacy", f"{hit:.4g}", "", "hit rate at most (see below)")
     if any_tie:
         kept: dict[str, int] = {}
         for r in results:
@@ -618,6 +709,8 @@ def print_simulation(
     out.print(table)
     if certified is not None:
         out.print(f"certified failure: {certified[1]}")
+    if algo.reports:
+        out.print(f"certified privacy: {hit_rate_statement(config)}")
     if any_tie:
         out.print(TIE_MEANING)
 

@@ -11,6 +11,16 @@ from common.simulation import ENGINES
 from common.simulation.config import STOP_RULES
 
 DEFAULT_PROBLEM = "feraud-1"
+# --eta when none is given: the papers' 0.9 for the voting algorithms; CDE's certificate needs
+# local runs better than a uniform guess (eta < (K - 1) / K), and 0.1 certifies delta = 0.05 from
+# 15 agents on 10 arms at the default privacy (common.cde.smallest_agents).
+DEFAULT_ETA = 0.9
+CDE_ETA = 0.1
+
+
+def default_eta(algorithm: str) -> float:
+    return CDE_ETA if algorithm == "cde" else DEFAULT_ETA
+
 
 # The problem options that `simulate`, `demo` and the audits share.
 ProblemOption = Annotated[
@@ -45,4 +55,13 @@ EngineOption = Annotated[str, typer.Option(help=" | ".join(ENGINES))]
 PhiOption = Annotated[float, typer.Option(help="SER4: reset probability per step.")]
 ToleranceOption = Annotated[
     int, typer.Option(help="Byzantine agents tolerated f: the vote threshold is M + f.")
+]
+ExactLocalErrorOption = Annotated[
+    bool,
+    typer.Option(
+        "--exact-local-error",
+        help="CDE stress mode: each local answer ignores the rewards and is each arm that is not "
+        "eps-optimal with probability eta/(K-1), the best arm otherwise (the certificate's worst "
+        "case).",
+    ),
 ]
