@@ -2,7 +2,7 @@
 """Issue 24, point 3: CDE measured on Problem 1, Problem 2 and an untuned instance at N = 64, 1,024
 and 10,000, against DE-SER3 and DE-stitched-LUCB and the information-theoretic lower bound.
 
-    python3 scripts/cde_measurements.py [--trials 1000] [--audit-trials 20] [--de-trials 5]
+    python3 scripts/cde_measurements.py [--trials 2000] [--audit-trials 20] [--de-trials 10]
 
 For each experiment cde-p1, cde-p2, cde-gauss (dexp/experiments.py: the same configurations as
 `dexp reproduce NAME`) and each N: CDE's failure rate with its 95% Wilson interval against its
@@ -44,7 +44,7 @@ def activations(results: Sequence[TrialResult]) -> tuple[str, float]:
 
 def cde_row(config: SimulationConfig, results: list[TrialResult], audit: int) -> list[str]:
     """N, M, P, certified failure, failure rate (interval), certified hit rate, audited hit rate
-    (interval, adversary), activations, messages."""
+    (interval, adversary), the share of agents that reported, activations, messages."""
     failures = sum(not r.correct for r in results)
     low, high = proportion_interval(failures, len(results))
     found = audit_votes(config, results[:audit], results[audit : 2 * audit])
@@ -60,6 +60,7 @@ def cde_row(config: SimulationConfig, results: list[TrialResult], audit: int) ->
         f"{failures / len(results):.4f} {interval(low, high, 4)} ({failures}/{len(results)})",
         upper(hit or 0.0),
         f"{rate.mean:.3f} {interval(rate.low, rate.high)} ({name})",
+        f"{found.voters.mean:.2f}",
         spent,
         f"{messages:,.0f}",
     ]
@@ -93,9 +94,9 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=1000, help="CDE trials per N")
+    parser.add_argument("--trials", type=int, default=2000, help="CDE trials per N")
     parser.add_argument("--audit-trials", type=int, default=20, help="audited (and training)")
-    parser.add_argument("--de-trials", type=int, default=5, help="DE trials per series and N")
+    parser.add_argument("--de-trials", type=int, default=10, help="DE trials per series and N")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--agents", default=",".join(str(n) for n in CDE_AGENTS))
     parser.add_argument("--experiments", default=",".join(MEASURED))
@@ -135,8 +136,8 @@ def main() -> int:
         print(
             table(
                 ("N", "M", "P", "certified failure", "failure rate [95% CI] (failures/trials)",
-                 "certified privacy", "audited hit rate [95% CI] (adversary)", "activations",
-                 "messages"),
+                 "certified privacy", "audited hit rate [95% CI] (adversary)", "reported",
+                 "activations", "messages"),
                 cde_rows,
             )
         )  # fmt: skip
