@@ -29,6 +29,7 @@ from common.environments import Environment, problem
 from common.privacy import audit_votes, certified_hit_rate
 from common.simulation import SimulationConfig, run_trials
 from common.simulation.cde_fast import randomized
+from common.simulation.runner import simulation_warnings
 from common.stats import clopper_pearson
 from common.subroutines import FixedBudget, LocalParams
 from common.subroutines.fixed_budget import samples_per_arm, wrong_arm_bound
@@ -311,6 +312,19 @@ def test_simulate_cde_refuses_what_does_not_apply(args: list[str], needle: str) 
     assert result.exit_code == 2 and result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0]
+
+
+def test_liars_alone_warning() -> None:
+    """Fewer honest agents than the threshold: only the liars' arm can be accepted, and the
+    warning says so (it names the arm they report: the best one that is not eps-optimal)."""
+    config = SimulationConfig(
+        Environment((0.9, 0.2, 0.1)), AlgorithmConfig("cde", eta=0.1), n_agents=20, attackers=15
+    )
+    assert config.lie_arm == 1 and config.threshold is not None and config.threshold > 5
+    (warning,) = [w for w in simulation_warnings(config, 0) if "liars' arm" in w]
+    assert warning.startswith(f"5 honest agents (N - attackers) < threshold {config.threshold}")
+    results = run_trials(config, 50, seed=1)
+    assert {r.best_arm for r in results if r.stopped_by == "global"} == {1}
 
 
 def test_simulate_cde_stress_in_a_subprocess() -> None:

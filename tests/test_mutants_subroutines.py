@@ -120,6 +120,8 @@ def width(sub: Any) -> float:
         return float(sub.radius(5))
     if hasattr(sub, "samples"):
         return float(sub.samples)
+    if hasattr(sub, "budget"):  # CDE's fixed-budget run: its pulls per arm
+        return float(sub.budget)
     sub.counts[:] = 5
     sub.sums[:] = 2.5
     low, high = sub.interval(0, 5 * sub.n_arms)
@@ -132,10 +134,11 @@ def width(sub: Any) -> float:
 @pytest.mark.parametrize("sigma", [0.25, 1.5])
 def test_every_width_scales_with_sigma_as_a_sub_gaussian_one(name: str, sigma: float) -> None:
     """Rewards in [0, 1] are 1/2-sub-Gaussian: a sigma-sub-Gaussian reward needs widths 2 sigma
-    times theirs (Median Elimination: (2 sigma)^2 times their samples, up to the ceiling)."""
+    times theirs (Median Elimination and CDE's fixed budget: (2 sigma)^2 times their samples, up
+    to the ceiling)."""
     bounded = width(make(name, 4, epsilon=1.0))
     scaled = width(make(name, 4, epsilon=1.0, sigma=sigma))
-    if name == "me":
+    if name in ("me", "fixed-budget"):
         assert abs(scaled - (2 * sigma) ** 2 * bounded) <= (2 * sigma) ** 2 + 1
     else:
         assert scaled == pytest.approx(2 * sigma * bounded, rel=1e-12)

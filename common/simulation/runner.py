@@ -132,11 +132,18 @@ def reset_rate_warning(config: SimulationConfig, seed: int) -> str | None:
 
 def attackers_warning(config: SimulationConfig) -> str | None:
     """The Byzantine agents vote against one arm only: every other arm needs the threshold's
-    votes from the N - A honest agents. With fewer, no other arm can ever leave."""
+    votes from the N - A honest agents. With fewer, no other arm can ever leave (CDE: they report
+    one arm, and no other can be accepted)."""
     honest = config.n_agents - config.attackers
     threshold = config.threshold
     if config.attackers == 0 or threshold is None or honest >= threshold:
         return None
+    if config.algorithm.reports:
+        return (
+            f"{honest} honest agents (N - attackers) < threshold {threshold}: no arm but the "
+            f"liars' arm {config.lie_arm} can ever be accepted, so every run ends with it or with "
+            "no answer"
+        )
     return (
         f"{honest} honest agents (N - attackers) < threshold {threshold}: no arm other than the "
         f"attacked arm {config.attacked_arm} can ever leave, so every run ends tied"
