@@ -43,9 +43,12 @@ def activations(results: Sequence[TrialResult]) -> tuple[str, float]:
 
 
 def cde_row(config: SimulationConfig, results: list[TrialResult], audit: int) -> list[str]:
-    """N, M, P, certified failure, failure rate (interval), certified hit rate, audited hit rate
-    (interval, adversary), the share of agents that reported, activations, messages."""
+    """N, M, P, certified failure, failure rate (interval), the failures split into a wrong arm
+    accepted and no answer (beside the bound's wrong-arm part), certified hit rate, audited hit
+    rate (interval, adversary), the share of agents that reported, activations, messages."""
     failures = sum(not r.correct for r in results)
+    unanswered = sum(r.stopped_by == "exhausted" for r in results)
+    cert = certify_simulation(config)
     low, high = proportion_interval(failures, len(results))
     found = audit_votes(config, results[:audit], results[audit : 2 * audit])
     name, rate = found.strongest(with_outcome=False)
@@ -56,8 +59,9 @@ def cde_row(config: SimulationConfig, results: list[TrialResult], audit: int) ->
         f"{config.n_agents:,}",
         str(config.threshold),
         f"{config.algorithm.privacy:g}",
-        upper(certify_simulation(config).failure),
+        upper(cert.failure),
         f"{failures / len(results):.4f} {interval(low, high, 4)} ({failures}/{len(results)})",
+        f"{failures - unanswered} (<= {upper(cert.wrong_arm)}) / {unanswered}",
         upper(hit or 0.0),
         f"{rate.mean:.3f} {interval(rate.low, rate.high)} ({name})",
         f"{found.voters.mean:.2f}",
@@ -136,6 +140,7 @@ def main() -> int:
         print(
             table(
                 ("N", "M", "P", "certified failure", "failure rate [95% CI] (failures/trials)",
+                 "wrong arm (its bound) / no answer",
                  "certified privacy", "audited hit rate [95% CI] (adversary)", "reported",
                  "activations", "messages"),
                 cde_rows,

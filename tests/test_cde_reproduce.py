@@ -76,8 +76,10 @@ def test_the_measurement_script_prints_what_point_3_compares() -> None:
     rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| 64 |")]
     assert len(rows) == 1
     cells = [c.strip(" |") for c in rows[0]]
-    certified_failure, failure, certified_privacy, audited = cells[3:7]
-    assert 0.0 < float(cells[7]) <= 1.0  # the share of agents that reported
+    certified_failure, failure, split, certified_privacy, audited = cells[3:8]
+    assert 0.0 < float(cells[8]) <= 1.0  # the share of agents that reported
+    wrong, unanswered = split.split(" (<= ")[0], split.split(" / ")[1]
+    assert f"({int(wrong) + int(unanswered)}/60)" in failure
     assert float(certified_failure) <= 0.05
     assert failure.endswith("/60)")
     # the audited hit rate's 95% interval is not above the certified bound
