@@ -61,6 +61,7 @@ from dexp.options import (
 )
 
 CDE_ETAS = (0.05, 0.2, 0.5)  # CDE's local error bounds tried by default
+CDE_ETAS_TEXT = ",".join(f"{eta:g}" for eta in CDE_ETAS)
 CE_XI = 0.1  # Rio et al.'s faster setting
 DP_EPSILON = 0.1  # Rio et al.'s middle setting
 # (label, algorithm, subroutine): the voting configurations searched
@@ -545,7 +546,7 @@ def plan(
     ] = 0,
     eta: Annotated[
         str, typer.Option(help="CDE: the local error bounds to try, comma-separated.")
-    ] = ",".join(f"{e:g}" for e in CDE_ETAS),
+    ] = CDE_ETAS_TEXT,
     trials: Annotated[
         int, typer.Option(help="Fast-simulator trials per configuration (0: no run).")
     ] = 5,
