@@ -62,6 +62,7 @@ from dexp.options import (
     WorkersOption,
     default_eta,
 )
+from dexp.plan import plan
 from dexp.watch import watch
 
 PULLS = ("one", "every-arm")
@@ -872,7 +873,8 @@ def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
     out = _console()
     table = Table(title=title, title_justify="left")
     columns = ("series", "N", "M", "trials", "samples", "± 95% CI", "messages", "± 95% CI")
-    for column in (*columns, "failures", "certified", "stopped by"):
+    privacy = any(r["certified_privacy"] != "" for r in rows)  # CDE's certified hit-rate bound
+    for column in (*columns, "failures", "certified", *(("privacy",) * privacy), "stopped by"):
         table.add_column(
             column,
             justify="left" if column in ("series", "stopped by") else "right",
@@ -891,6 +893,7 @@ def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
             *cells,
             f"{r['failure_rate']:.2f}",
             upper(r["certified_failure"]),
+            *((upper(r["certified_privacy"]) if r["certified_privacy"] != "" else "-",) * privacy),
             r["stopped_by"],
         )
     out.print(table)
@@ -898,6 +901,12 @@ def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
         "failures: trials whose answer was not eps-optimal; certified: the probability bound on "
         "the best arm voted out by error for that configuration and N (docs/SUBROUTINES.md, "
         "section 3), a bound on failures when no other arm is within eps of the best."
+        + (
+            " CDE's certified failure bounds a wrong answer (docs/CDE.md); privacy: its bound on how often any adversary holding one agent's report names "
+            "its eps-optimal arm."
+            if privacy
+            else ""
+        )
     )
 
 
@@ -1183,6 +1192,7 @@ def demo(
 app.add_typer(tickets_app, name="tickets")
 app.add_typer(experiments_app, name="experiments")
 app.command("watch")(watch)
+app.command("plan")(plan)
 app.add_typer(audit_app, name="audit")
 app.add_typer(regret_app, name="regret")
 

@@ -12,12 +12,14 @@ seeds for every point (common random numbers), and trial i of a row is reproduce
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from common import cde
 from common.activation import Activation
 from common.algorithms import AlgorithmConfig
 from common.environments import PROBLEMS, Problem
 from common.errors import ParameterError
+from dexp.plan import Excluded, voting_candidate
 
 FERAUD_AGENTS = (32, 64, 128, 256, 512, 1024)
 RIO_AGENTS = (64, 128, 256, 512, 1024)
@@ -35,19 +37,42 @@ class Series:
     dp_epsilon: float = 0.1
     beta: float = 0.5
     activation: str | None = None  # an Activation spec; None: the problem's
+    eta: float | None = None  # None: the experiment's
+    # CDE: its hit-rate bound P; None: the strongest that certifies delta with each N
+    privacy: float | None = None
+    # DE, CE, DP-MASE: the threshold and confidence that certify delta with each N (dexp plan's)
+    certified: bool = False
 
-    def algorithm_config(self, experiment: Experiment) -> AlgorithmConfig:
-        return AlgorithmConfig(
+    def algorithm_config(self, experiment: Experiment, n_agents: int) -> AlgorithmConfig:
+        base = AlgorithmConfig(
             algorithm=self.algorithm,
             subroutine=self.subroutine,
             epsilon=experiment.epsilon,
             delta=experiment.delta,
-            eta=experiment.eta,
+            eta=experiment.eta if self.eta is None else self.eta,
             xi=self.xi,
             dp_epsilon=self.dp_epsilon,
             beta=self.beta,
             every_arm=experiment.every_arm,
         )
+        n_arms = experiment.problem_def.environment.n_arms
+        if self.algorithm == "cde":
+            privacy = self.privacy
+            if privacy is None:
+                privacy = cde.strongest_privacy(n_agents, base.delta, base.eta, n_arms)
+            if privacy is None:
+                raise ParameterError(
+                    "agents", n_agents, f"no CDE privacy bound certifies delta (eta={base.eta:g})"
+                )
+            return replace(base, privacy=privacy)
+        if self.certified:
+            found = voting_candidate(
+                self.label, self.algorithm, self.subroutine, base, n_arms, n_agents
+            )
+            if isinstance(found, Excluded):
+                raise ParameterError("agents", n_agents, str(found))
+            return replace(found.algo, every_arm=experiment.every_arm)
+        return base
 
     def activation_for(self, experiment: Experiment) -> Activation:
         if self.activation is None:
@@ -211,6 +236,43 @@ def _subroutine_experiment(name: str, problem: str, description: str) -> Experim
     )
 
 
+# Issue 24, point 3: CDE against DE at the papers' eta and at the thresholds that certify delta.
+CDE_AGENTS = (64, 1024, 10_000)
+CDE_ETA = 0.1
+CDE_SERIES = (
+    Series("CDE", "cde", eta=CDE_ETA),
+    Series("DE-SER3", "de", "ser3"),
+    Series("DE-stitched-LUCB", "de", "stitched-lucb"),
+    Series("DE-SER3 certified", "de", "ser3", certified=True),
+    Series("DE-stitched-LUCB certified", "de", "stitched-lucb", certified=True),
+)
+
+
+def _cde_experiment(name: str, problem: str, description: str) -> Experiment:
+    labels = tuple(s.label for s in CDE_SERIES)
+    return Experiment(
+        name=name,
+        description=description,
+        source="this project (issue 24; docs/CDE.md)",
+        problem=problem,
+        series=CDE_SERIES,
+        figures=tuple(
+            Figure(metric, metric, f"{name}: {title}", (Panel("", labels),))
+            for metric, title in (
+                ("sample_complexity", "activations until the answer"),
+                ("messages", "messages (CDE: one report per agent at most)"),
+            )
+        ),
+        agents=CDE_AGENTS,
+        trials=20,
+        claims=(
+            "CDE's failure rate stays within its certified failure, itself <= delta, at every N",
+            "CDE's threshold and privacy bound are chosen from N: more agents, stronger privacy",
+            "DE certifies delta only at the thresholds dexp plan finds, not at the papers' eta",
+        ),
+    )
+
+
 _CENTRAL_SERIES = tuple(
     Series(label.replace("DE-", "central-"), "central", sub) for label, sub in SUBROUTINE_SERIES
 )
@@ -346,6 +408,17 @@ EXPERIMENTS: dict[str, Experiment] = {
             "subroutines-gauss",
             "gauss-8",
             "every subroutine valid for Gaussian rewards under DE on 8 Gaussian arms",
+        ),
+        _cde_experiment(
+            "cde-p1", "feraud-1", "CDE against DE on Problem 1 (uniform agents), N up to 10,000"
+        ),
+        _cde_experiment(
+            "cde-p2", "feraud-2", "CDE against DE on Problem 2 (skewed agents), N up to 10,000"
+        ),
+        _cde_experiment(
+            "cde-gauss",
+            "gauss-8",
+            "CDE against DE on 8 Gaussian arms nobody tuned for (skewed agents), N up to 10,000",
         ),
         Experiment(
             name="subroutines-central",

@@ -20,6 +20,7 @@ import numpy as np
 
 from common.certificate import certify_simulation
 from common.errors import ParameterError
+from common.privacy import certified_hit_rate
 from common.simulation import SimulationConfig, TrialResult, trial_seeds
 from common.simulation.config import DEFAULT_BUDGET
 from common.stats import describe, proportion_interval
@@ -31,9 +32,11 @@ TRIAL_COLUMNS = (
     "series",
     "algorithm",
     "subroutine",
+    "eta",
     "xi",
     "dp_epsilon",
     "beta",
+    "privacy",
     "activation",
     "stop",
     "every_arm",
@@ -70,6 +73,7 @@ SUMMARY_COLUMNS = (
     "failure_ci95_low",
     "failure_ci95_high",
     "certified_failure",
+    "certified_privacy",
     "stopped_by",
 )
 
@@ -119,13 +123,12 @@ def build_points(
     env = exp.problem_def.environment
     points = []
     for s in series:
-        algo = s.algorithm_config(exp)
         activation = s.activation_for(exp)
         for n in agents:
             try:
                 config = SimulationConfig(
                     environment=env,
-                    algorithm=algo,
+                    algorithm=s.algorithm_config(exp, n),
                     n_agents=n,
                     activation=activation,
                     stop=exp.stop,
@@ -232,9 +235,11 @@ def trial_rows(outcome: Outcome) -> list[dict[str, Any]]:
                     "series": p.series.label,
                     "algorithm": algo.algorithm,
                     "subroutine": algo.local_subroutine,
+                    "eta": algo.eta,
                     "xi": algo.xi,
                     "dp_epsilon": algo.dp_epsilon if algo.algorithm == "dp-mase" else "",
                     "beta": algo.beta if algo.algorithm == "dp-mase" else "",
+                    "privacy": algo.privacy if algo.reports else "",
                     "activation": p.config.activation.spec,
                     "stop": p.config.stop,
                     "every_arm": algo.every_arm,
@@ -267,6 +272,7 @@ def summary_row(exp: Experiment, p: Point) -> dict[str, Any]:
     messages = describe([r.messages for r in results])
     failures = sum(not r.correct for r in results)
     failure_ci = proportion_interval(failures, len(results)) if results else (np.nan, np.nan)
+    hit_rate = certified_hit_rate(p.config)
     return {
         "experiment": exp.name,
         "series": p.series.label,
@@ -287,6 +293,7 @@ def summary_row(exp: Experiment, p: Point) -> dict[str, Any]:
         "failure_ci95_low": failure_ci[0],
         "failure_ci95_high": failure_ci[1],
         "certified_failure": certify_simulation(p.config).failure,
+        "certified_privacy": "" if hit_rate is None else hit_rate,
         "stopped_by": stopped_by_text(results),
     }
 
