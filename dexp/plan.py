@@ -323,7 +323,12 @@ def cde_candidate(
     label = f"CDE at eta={eta:g}"
     f, delta = base.tolerance, base.delta
     if agents <= f:
-        return Excluded(label, f"{agents:,} agents are no more than the {f} liars tolerated")
+        return Excluded(
+            label,
+            f"{agents:,} agent{'' if agents == 1 else 's'} "
+            f"{'is' if agents == 1 else 'are'} no more than the {f} "
+            f"liar{'' if f == 1 else 's'} tolerated",
+        )
     if hit_rate is not None:
         privacy = privacy_for_hit_rate(hit_rate, n_arms, optimal_arms)
         if privacy is None:
