@@ -169,6 +169,7 @@ def test_the_guides_http_calls_are_the_coordinators(
         ("post", f"/v1/experiments/{EXPERIMENT}/votes"),
         ("post", f"/v1/experiments/{EXPERIMENT}/settled"),
         ("post", f"/v1/experiments/{EXPERIMENT}/reset"),
+        ("post", f"/v1/experiments/{EXPERIMENT}/report"),
         ("get", "/v1/agents/me"),
     }
     for e in exchanges:
