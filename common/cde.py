@@ -92,6 +92,17 @@ def certified_privacy(privacy: float, n_arms: int, optimal_arms: int = 1) -> flo
     return 1.0 if s >= n_arms else s * odds / (s * odds + n_arms - s)
 
 
+def privacy_sentence(privacy: float, n_arms: int) -> str:
+    """What `certified_privacy` means, beside the number, where the number of eps-optimal arms is
+    not known (the services do not know the means)."""
+    two = certified_privacy(privacy, n_arms, 2) if n_arms > 2 else 1.0
+    return (
+        "no adversary holding one agent's report, and knowing nothing else of which arm is best, "
+        "names its eps-optimal arm more often, when one arm alone is eps-optimal (with two, "
+        f"{two:.3g}; docs/CDE.md, section 2)"
+    )
+
+
 @dataclass(frozen=True)
 class ReportShares:
     """q_bad bounds P(report = b) for each non-eps-optimal b; q_good bounds P(report = best)

@@ -158,10 +158,8 @@ def privacy_text(doc: dict[str, Any]) -> str | None:
     privacy = doc.get("certified_privacy")
     if isinstance(privacy, bool) or not isinstance(privacy, int | float):
         return None
-    return (
-        f"at most {upper(privacy)}: no adversary holding one agent's report (and knowing nothing "
-        "else of which arm is best) names its eps-optimal arm more often"
-    )
+    sentence = doc.get("privacy_certificate")
+    return f"at most {upper(privacy)}" + (f": {sentence}" if isinstance(sentence, str) else "")
 
 
 def reporting(doc: dict[str, Any]) -> bool:

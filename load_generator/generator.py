@@ -136,6 +136,7 @@ class Summary:
     delta: float | None = None
     certificate: str | None = None
     certified_privacy: float | None = None
+    privacy_certificate: str | None = None
 
     @property
     def epochs_seen(self) -> int:
@@ -531,6 +532,11 @@ class LoadGenerator:
             delta=_number(params.get("delta")),
             certificate=final.get("certificate"),
             certified_privacy=_number(final.get("certified_privacy")),
+            privacy_certificate=(
+                final.get("privacy_certificate")
+                if isinstance(final.get("privacy_certificate"), str)
+                else None
+            ),
         )
 
     # -- stalls ---------------------------------------------------------------------------
@@ -845,7 +851,7 @@ def certified_lines(summary: Summary) -> list[str]:
     ]
     if summary.certified_privacy is not None:
         lines.append(
-            f"certified privacy at most {upper(summary.certified_privacy)}: no adversary holding "
-            "one agent's report names its eps-optimal arm more often"
+            f"certified privacy at most {upper(summary.certified_privacy)}"
+            + (f": {summary.privacy_certificate}" if summary.privacy_certificate else "")
         )
     return lines

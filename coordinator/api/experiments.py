@@ -232,6 +232,11 @@ CERTIFIED_PRIVACY = Field(
     "e^e0 / (e^e0 + K - 1) = params.privacy (docs/CDE.md); null for the voting algorithms, "
     "whose votes it does not bound (docs/PRIVACY.md)",
 )
+PRIVACY_CERTIFICATE = Field(
+    None,
+    description="CDE: what certified_privacy means, as a sentence (it holds when one arm alone is "
+    "eps-optimal; the sentence gives the bound with two); null for the voting algorithms",
+)
 CERTIFIED_AGENTS = Field(description="N, the agents enrolled, for which certified_failure holds")
 CERTIFIED_AT_CAP = Field(
     description="certified_failure if DEXP_MAX_AGENTS agents enroll (the most the coordinator "
@@ -314,6 +319,7 @@ class ExperimentPublic(BaseModel):
     certified_failure_at_max_agents: float | None = CERTIFIED_AT_CAP
     certificate: str = CERTIFICATE
     certified_privacy: float | None = CERTIFIED_PRIVACY
+    privacy_certificate: str | None = PRIVACY_CERTIFICATE
 
 
 class ExperimentSummary(BaseModel):
@@ -408,6 +414,7 @@ class BestArm(BaseModel):
     certified_failure_at_max_agents: float | None = CERTIFIED_AT_CAP
     certificate: str = CERTIFICATE
     certified_privacy: float | None = CERTIFIED_PRIVACY
+    privacy_certificate: str | None = PRIVACY_CERTIFICATE
 
 
 class Suspect(BaseModel):
@@ -476,6 +483,9 @@ def certified_fields(state: dict[str, Any], settings: Settings) -> dict[str, Any
         "certified_failure_at_max_agents": certificate_of(state, cap).failure if cap else None,
         "certificate": certificate.statement(),
         "certified_privacy": privacy,
+        "privacy_certificate": (
+            cde.privacy_sentence(config.privacy, len(state["arms"])) if config.reports else None
+        ),
     }
 
 
