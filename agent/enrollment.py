@@ -5,7 +5,11 @@ experiment (DEXP_TICKETS, DEXP_TICKETS_FILE: a ticket names its experiment, so o
 several, and it is read again at each discovery round and whenever the tickets read are used up, so
 tickets appended later are used): the process walks that experiment's tickets from a random offset
 (replicas may share one file), skips a ticket refused with 401 (used by another replica, expired, or
-burnt by a lost reply) and tries the next. Tickets are not subject to open enrollment's per-address
+burnt by a lost reply) and tries the next, saying so in one line (a line per ticket only at
+DEBUG). Before it walks them, it asks the coordinator which are still unused (their digests only:
+POST /v1/experiments/{id}/tickets/unused) and skips the others: a replica scaled up next to
+replicas that used most of a shared file does not spend a refused enrollment (and a failed
+credential check, which the coordinator throttles per address) on each. Tickets are not subject to open enrollment's per-address
 limits (number and rate): the way to enroll many agents from one machine. When they run out first,
 the experiment gets one line saying how to get more tickets. Without tickets, agents enroll with the
 shared secret (open enrollment, refused by a production coordinator unless it allows it). Tickets
@@ -20,6 +24,7 @@ limit and the fix).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 from collections import Counter
@@ -33,6 +38,7 @@ from clients.coordinator import CoordinatorClient, CoordinatorError
 
 # The agent service's log lines keep the name operators filter on, whichever module writes them.
 log = logging.getLogger("dexp.agent.service")
+MAX_DIGESTS = 500  # per request of POST .../tickets/unused (coordinator/api/tickets.py)
 
 
 class EnrollmentFailed(RuntimeError):
@@ -135,6 +141,37 @@ class Enrollment:
             )
         return [t for t in tickets if ticket_experiment(t) == experiment]
 
+    def unused(self, tickets: list[str], experiment: str) -> list[str]:
+        """Of `tickets`, those the coordinator knows unused (POST .../tickets/unused, with their
+        digests only): the others are spent without a refused enrollment each. Advice only: a
+        coordinator that cannot answer (an older one, an error) leaves the list as it is, and
+        enrollment decides."""
+        digests = {hashlib.sha256(t.encode()).hexdigest(): t for t in tickets}
+        unused: set[str] = set()
+        order = list(digests)
+        try:
+            for start in range(0, len(order), MAX_DIGESTS):
+                reply = self.client.request(
+                    "POST",
+                    f"/v1/experiments/{experiment}/tickets/unused",
+                    json={"digests": order[start : start + MAX_DIGESTS]},
+                )
+                unused.update(reply["unused"])
+        except (CoordinatorError, KeyError, TypeError):
+            return tickets
+        known = [t for d, t in digests.items() if d not in unused]
+        self.spent.update(known)
+        self.refused[experiment] += len(known)
+        if known and unused:  # all used: the out-of-tickets line alone says it
+            log.info(
+                "experiment %s: skipping %d ticket(s) the coordinator knows used, expired or "
+                "unknown; %d left to try",
+                experiment,
+                len(known),
+                len(unused),
+            )
+        return [t for d, t in digests.items() if d in unused]
+
     def enroll(
         self,
         view: GlobalView,
@@ -172,10 +209,11 @@ class Enrollment:
                     "DEXP_TICKETS_FILE or DEXP_TICKETS)"
                 ) from None
         configured: list[str] = []
+        skipped = 0  # tickets refused for this agent: said in one line, not one each
         for fresh in (False, True):
             if fresh or not walker:  # the first read of this round, or the read ones used up
                 configured = self.tickets_of(experiment)
-                unspent = [t for t in configured if t not in self.spent]
+                unspent = self.unused([t for t in configured if t not in self.spent], experiment)
                 if fresh and not unspent:
                     break
                 walker[:] = [Tickets(unspent)]
@@ -190,7 +228,8 @@ class Enrollment:
                         raise
                     self.spent.add(ticket)
                     self.refused[experiment] += 1
-                    log.info(
+                    skipped += 1
+                    log.debug(  # one line per ticket only on request: a scale-up meets many
                         "ticket %d of %d (%s) refused (used, expired or unknown): trying the next",
                         position,
                         len(tickets.tickets),
@@ -198,6 +237,13 @@ class Enrollment:
                     )
                     continue
                 self.spent.add(ticket)
+                if skipped:
+                    log.info(
+                        "experiment %s: %d ticket(s) refused (used, expired or unknown) before "
+                        "one enrolled an agent",
+                        experiment,
+                        skipped,
+                    )
                 return agent
         more = f"`dexp tickets issue {experiment} --count {needed - enrolled}`"
         if not configured:
@@ -208,6 +254,6 @@ class Enrollment:
         raise EnrollmentFailed(
             f"experiment {experiment}: out of tickets: {enrolled} of the {needed} agent(s) to "
             f"enroll got one ({len(configured)} ticket(s) of {experiment} configured, "
-            f"{self.refused[experiment]} refused as used, expired or unknown); issue more with "
+            f"{self.refused[experiment]} of them used, expired or unknown); issue more with "
             f"{more} and add them to DEXP_TICKETS_FILE or DEXP_TICKETS"
         )

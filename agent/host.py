@@ -122,7 +122,8 @@ class AgentService:
                     if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
                         raise
                     self.reader.groups_missing(exc)
-                if time.monotonic() - last_log > 10:
+                status = self.settings.status_seconds  # 0: no status line
+                if status and time.monotonic() - last_log > status:
                     last_log = time.monotonic()
                     self._log_progress()
         finally:

@@ -96,7 +96,17 @@ class AgentSettings(SecretFileSettings):
     redis_retry_max_seconds: float = Field(
         2.0, gt=0, description="cap of the back-off while Redis is unreachable"
     )
-    log_level: str = "info"
+    log_level: str = Field(
+        "info",
+        description="the process's log level: info has a line per vote, settled message, report "
+        "and rate-limited reset; warning keeps only what needs an operator (compose's default)",
+    )
+    status_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="how often the process logs one status line (activations, votes, remaining "
+        "arms) at info; 0: never",
+    )
 
     @field_validator("coordinator_url")
     @classmethod

@@ -18,7 +18,7 @@ from starlette.routing import Match
 
 from common.algorithms import AlgorithmConfig
 from coordinator import dashboard
-from coordinator.api import agents, events, experiments
+from coordinator.api import agents, events, experiments, tickets
 from coordinator.api.deps import Problem, problems
 from coordinator.api.experiments import ExperimentCreate
 from coordinator.caching import ConditionalReads, RevisionCache
@@ -139,6 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.include_router(experiments.router)
     app.include_router(agents.router)
+    app.include_router(tickets.router)  # POST /v1/experiments/{id}/tickets/unused: public advice
     app.include_router(events.router)  # GET /v1/experiments/{id}/events: the SSE stream
     app.include_router(dashboard.router)  # GET /dashboard: static page over the public GET routes
     # Starlette runs the last-added middleware first. From the outside in: CORS (on every answer

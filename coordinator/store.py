@@ -724,6 +724,17 @@ class ExperimentStore:
             raise NotFound(f"experiment {exp!r} does not exist")
         return tickets, expires_at
 
+    async def unused_tickets(self, exp: str, digests: list[str]) -> list[str]:
+        """Of these ticket digests, those of unused, unexpired tickets of `exp`, in order (one
+        pipelined ZSCORE each, on one key). NotFound for an experiment that does not exist."""
+        await self._meta(exp)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for digest in digests:
+                pipe.zscore(keys.tickets(exp), digest)
+            expiries = await pipe.execute()
+        now = _now_ms()
+        return [d for d, e in zip(digests, expiries, strict=True) if e is not None and e > now]
+
     async def ticket_usable(self, ticket: str) -> bool:
         """Whether `ticket` is an unused, unexpired ticket of the experiment it names (a check
         before the request body is read; the enrollment script decides, atomically)."""

@@ -1132,6 +1132,13 @@ def demo(
         int, typer.Option(help="With --redis-cluster: replicas per master (0 to 2).")
     ] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    linger: Annotated[
+        float,
+        typer.Option(
+            help="Keep the stack up this many seconds after the summary, so that its dashboard "
+            "can be opened; Ctrl-C ends it early."
+        ),
+    ] = 0.0,
 ) -> None:
     """Run the whole system as local processes (redis-server, coordinator, agents, load generator)
     until the experiment ends: identified, or tied (several arms left that no agent can separate
@@ -1141,13 +1148,18 @@ def demo(
     started (redis, the coordinator, an agent process) exited during the run, or the agents stopped
     enrolling: it says which, with its exit status and the last lines of its log (logs kept). With
     several coordinators, one that exits while another runs is a warning line, not the end; with
-    a Redis Cluster that has replicas, so is a node whose death the cluster heals within 15 s."""
-    from dexp.demo import DEMO_FAILED, DemoFailed, format_demo_summary, run_demo
+    a Redis Cluster that has replicas, so is a node whose death the cluster heals within 15 s.
+    The summary is printed while the stack still runs; with --linger it stays up that long."""
+    from dexp.demo import DEMO_FAILED, DemoFailed, DemoSummary, format_demo_summary, run_demo
     from load_generator.generator import exit_code
 
     check_at_least("agents", agents, 1)
     check_at_least("processes", processes, 1)
     name = problem if problem is not None or means is not None else DEFAULT_PROBLEM
+
+    def show(summary: DemoSummary) -> None:  # while the stack runs: its dashboard still answers
+        print(format_demo_summary(summary, json_output), flush=True)
+
     try:
         config = AlgorithmConfig(
             algorithm=algorithm,
@@ -1175,6 +1187,8 @@ def demo(
             coordinators=coordinators,
             redis_cluster=redis_cluster,
             redis_replicas=redis_replicas,
+            linger=linger,
+            on_summary=show,
         )
     except ParameterError as exc:
         _fail(str(exc))
@@ -1185,7 +1199,6 @@ def demo(
         _fail(f"stopped: {exc}", DEMO_FAILED, prefix="dexp demo")
     except KeyboardInterrupt:  # every process it started is stopped on the way out
         _fail("interrupted; every process it started is stopped", 130, prefix="dexp demo")
-    print(format_demo_summary(summary, json_output))
     raise typer.Exit(exit_code(summary))
 
 

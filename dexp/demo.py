@@ -43,6 +43,12 @@ logs in as its own user with a random password of this run: the coordinator, the
 `LocalStack.redis_urls` holds their URLs; `LocalStack.redis_url` is the `admin` user's, which no
 service gets (the demo's own checks, and the tests' inspection). A cluster's nodes all have the
 same users, and its replicas replicate as the `replica` user.
+
+Lingering (`linger`, `dexp demo --linger SECONDS`). The summary is printed (`on_summary`) while the
+stack still runs, and the stack then stays up that long, so that the dashboard the summary names
+(`dashboard`) can still be opened; Ctrl-C (or SIGTERM) ends the wait early and stops every process,
+and the run's outcome stays the summary's. A process that dies meanwhile ends the wait with one
+warning line: the run is over, its result already printed.
 """
 
 from __future__ import annotations
@@ -92,6 +98,7 @@ MIN_CLUSTER_MASTERS = 3  # a Redis Cluster needs a majority of masters to promot
 MAX_CLUSTER_MASTERS = 16
 MAX_CLUSTER_REPLICAS = 2  # per master
 CLUSTER_HEAL_SECONDS = 15.0  # a dead cluster node: the most the cluster may take to heal
+MAX_LINGER_SECONDS = 86_400.0  # `--linger`: a day at most
 
 
 class DemoFailed(RuntimeError):
@@ -721,6 +728,35 @@ def supervise(stack: LocalStack, settings: LoadSettings, out: TextIO | None = No
     return summary
 
 
+def linger_stack(stack: LocalStack, seconds: float, out: TextIO) -> None:
+    """Keep the stack up for `seconds` after the run, watching its processes: Ctrl-C or SIGTERM
+    ends the wait early, and so does a process that dies (one warning line; the run is over)."""
+    url = f"{stack.coordinator_url}/dashboard"
+    print(
+        f"dexp demo: the stack stays up {seconds:g} s (dashboard: {url}); Ctrl-C ends it now",
+        file=out,
+        flush=True,
+    )
+    ended = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # SIGTERM: as Ctrl-C, cleanly
+        previous = signal.signal(signal.SIGTERM, lambda *_: ended.set())
+    deadline = time.monotonic() + seconds
+    try:
+        while not ended.is_set() and (left := deadline - time.monotonic()) > 0:
+            ended.wait(min(left, 0.2))
+            try:
+                stack.check_alive()
+            except ProcessDied as exc:
+                print(f"dexp demo: warning: {exc}; stopping the rest", file=out, flush=True)
+                return
+    except KeyboardInterrupt:
+        print("dexp demo: interrupted; stopping every process", file=out, flush=True)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def check_topology(coordinators: int, redis_cluster: int, redis_replicas: int) -> None:
     """ParameterError for a number of coordinators or Redis nodes the demo does not run, or a
     Redis Cluster the services of this checkout cannot use."""
@@ -764,12 +800,13 @@ def describe_redis(stack: LocalStack) -> str:
 
 @dataclass
 class DemoSummary(Summary):
-    """The load generator's summary, and what the demo ran: `redis` {"mode": "single" | "cluster",
+    """The load generator's summary, and what the demo ran: `dashboard` (its URL), `redis` {"mode": "single" | "cluster",
     "nodes": n (processes), "masters", "replicas" (per master; cluster only)}, `coordinators`
     (processes started), `coordinators_alive` (still running at the end), `survived` (one line per
     process that died during the run without stopping it)."""
 
     redis: dict[str, Any] = field(default_factory=dict)
+    dashboard: str = ""  # the (first) coordinator's dashboard: alive while the demo lingers
     coordinators: int = 1
     coordinators_alive: int = 1
     survived: list[str] = field(default_factory=list)
@@ -789,6 +826,7 @@ class DemoSummary(Summary):
         return cls(
             **{f.name: getattr(summary, f.name) for f in fields(Summary)},
             redis=redis_info,
+            dashboard=f"{stack.coordinator_url}/dashboard",
             coordinators=len(stack.coordinators),
             coordinators_alive=stack.coordinators_alive(),
             survived=list(stack.lost.values()),
@@ -808,6 +846,7 @@ def format_demo_summary(summary: Summary, as_json: bool) -> str:
         f"replica(s) each ({summary.redis['nodes']} nodes)"
     )
     lines = [
+        f"dashboard         {summary.dashboard}",
         f"coordinators      {summary.coordinators}, {summary.coordinators_alive} running at "
         "the end",
         f"redis             {redis_line}",
@@ -836,6 +875,8 @@ def run_demo(
     coordinators: int = 1,
     redis_cluster: int = 0,
     redis_replicas: int = 0,
+    linger: float = 0.0,
+    on_summary: Callable[[DemoSummary], None] | None = None,
 ) -> DemoSummary:
     """One run of the whole system on a problem: a named one, possibly with its means, rewards,
     drift or activation replaced, or one made of `means` alone (problem_name None). Everything is
@@ -844,7 +885,10 @@ def run_demo(
     logs go to `workdir` (default: a temporary directory, removed after a run that ended and kept
     after a DemoFailed, whose `logs` names it). Progress lines go to `out` (default stderr), and
     so do the warnings about a process the run survives (several coordinators, a Redis Cluster
-    with replicas: see the module's docstring)."""
+    with replicas: see the module's docstring). With `linger` seconds, `on_summary` gets the
+    summary while the stack still runs, which then stays up that long (module docstring)."""
+    if not 0 <= linger <= MAX_LINGER_SECONDS:
+        raise ParameterError("linger", linger, f"0 to {MAX_LINGER_SECONDS:,} seconds")
     problem = build_problem(problem_name, means, rewards, drift, activation)
     env = problem.environment
     config = config or AlgorithmConfig()
@@ -927,7 +971,13 @@ def run_demo(
             )
             stack.phase = "during the run"
             summary = supervise(stack, settings, output)
-            return DemoSummary.of(summary, stack)
+            result = DemoSummary.of(summary, stack)
+            if on_summary is not None:
+                on_summary(result)
+            if linger > 0:
+                stack.phase = "while the demo lingered"
+                linger_stack(stack, linger, output)
+            return result
     except DemoFailed as exc:
         keep = True
         exc.logs = logs

@@ -8,6 +8,9 @@ coordinator or Redis unreachable for DEXP_UNREACHABLE_SECONDS): the summary says
 another load generator is feeding the experiment (it holds the experiment's lease and kept it for
 DEXP_LEASE_SECONDS plus a second): one line says which run, on which host, since when.
 
+The summary, in text, is one block between two rules naming the experiment, so that it stands out
+in a foreground `docker compose up` among the other services' lines (--json: one JSON object).
+
 SIGTERM (docker stop) ends the run as Ctrl-C does: the lease is deleted, so the next run need not
 wait for it to expire.
 """
@@ -26,6 +29,8 @@ from common.errors import ParameterError
 from load_generator.generator import LoadGenerator, NotEnoughAgents, exit_code, format_summary
 from load_generator.lease import LeaseHeld
 from load_generator.settings import LoadSettings
+
+RULE_WIDTH = 100  # the summary's rules
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -70,8 +75,18 @@ def main(argv: list[str] | None = None) -> int:
         # within DEXP_UNREACHABLE_SECONDS. A stall, as during the run.
         print(f"error: stalled before the run: {exc}", file=sys.stderr)
         return 5
-    print(format_summary(summary, settings.json_output), flush=True)
+    text = format_summary(summary, settings.json_output)
+    if not settings.json_output:
+        text = framed(f"dexp load generator: experiment {summary.experiment}", text)
+    print(text, flush=True)
     return exit_code(summary)
+
+
+def framed(title: str, text: str) -> str:
+    """`text` between a rule that names it and a closing rule, RULE_WIDTH wide (or the title's)."""
+    width = max(RULE_WIDTH, len(title) + 10)
+    head = f"==== {title} ".ljust(width, "=")
+    return "\n".join([head, text, "=" * width])
 
 
 if __name__ == "__main__":

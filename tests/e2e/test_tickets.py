@@ -181,8 +181,49 @@ def test_agents_enroll_with_tickets_and_stop_plainly_when_they_run_out(
     for secret in [*tickets, spare]:
         assert secret not in logs
         assert secret.rpartition(".")[2] not in logs
-    assert "refused (used, expired or unknown)" in logs
+    assert "trying the next" not in logs  # a line per refused ticket only at DEBUG
     print(f"\n[tickets] {time.monotonic() - start:.1f} s for 4 agents from 4 tickets")
+
+
+def test_a_replica_scaled_up_past_the_tickets_says_so_in_one_line(
+    production: tuple[LocalStack, str],
+) -> None:
+    """`--scale agent=N` with no new ticket: the new replica meets only tickets the first one
+    used, and logs one line (out of tickets, how many used, the command that issues more), not
+    one per ticket; it exits with status 3 as a replica with no ticket does. With fresh tickets
+    appended, the next one skips the used ones without trying them (the coordinator says which
+    are unused, from their digests)."""
+    stack, admin = production
+    issued = issue(stack, admin, "demo", "--count", "5")
+    assert issued.returncode == 0, issued.stderr
+    tickets_file = stack.workdir / "tickets.txt"
+    tickets_file.write_text(issued.stdout)
+    spawn_agents(stack, "agent-0", 5, DEXP_TICKETS_FILE=str(tickets_file))
+    wait_until(lambda: agents(stack) == 5, "five agents", timeout=60)
+    spawn_agents(stack, "agent-1", 5, DEXP_TICKETS_FILE=str(tickets_file))
+    assert exit_status(stack, "agent-1") == 3
+    assert agents(stack) == 5
+    lines = stack.log_path("agent-1").read_text().splitlines()
+    about_tickets = [line for line in lines if "ticket" in line]
+    assert len(about_tickets) == 1, lines
+    assert "out of tickets: 0 of the 5 agent(s) to enroll got one" in about_tickets[0]
+    assert (
+        "(5 ticket(s) of demo configured, 5 of them used, expired or unknown)" in about_tickets[0]
+    )
+    assert "dexp tickets issue demo --count 5" in about_tickets[0]
+    # Two fresh tickets among the used ones, apart (whatever its offset, a walk that enrolls two
+    # meets a used ticket); a third replica (every line, DEBUG): it asks the coordinator, skips
+    # the five used ones without trying any, and enrolls with the two fresh ones.
+    more = issue(stack, admin, "demo", "--count", "2")
+    assert more.returncode == 0, more.stderr
+    used, fresh = issued.stdout.split(), more.stdout.split()
+    tickets_file.write_text("\n".join([*used[:3], fresh[0], *used[3:], fresh[1]]) + "\n")
+    spawn_agents(stack, "agent-2", 2, DEXP_TICKETS_FILE=str(tickets_file), DEXP_LOG_LEVEL="debug")
+    wait_until(lambda: agents(stack) == 7, "seven agents", timeout=60)
+    log = stack.log_path("agent-2").read_text()
+    assert "trying the next" not in log  # not one refused enrollment
+    assert "skipping 5 ticket(s) the coordinator knows used, expired or unknown" in log
+    assert stack.named["agent-2"].poll() is None
 
 
 def test_a_production_coordinator_refuses_open_enrollment(

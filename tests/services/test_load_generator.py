@@ -261,7 +261,10 @@ def test_a_lease_left_by_a_killed_holder_is_waited_out_then_taken(
         "experiment dead is already identified (epoch 0) before this run: nothing to play; "
         "`dexp experiments reset dead` starts a new epoch"
     )
-    out = captured.out.splitlines()
+    framed = captured.out.splitlines()  # one block between two rules (load_generator.__main__)
+    assert framed[0].startswith("==== dexp load generator: experiment dead ====")
+    assert set(framed[-1]) == {"="} and len(framed[-1]) == len(framed[0])
+    out = framed[1:-1]
     assert out[:3] == [
         "experiment        dead: identified",
         "identified arm    A (index 0), eps-optimal: not judged (ended before this run)",
