@@ -29,7 +29,7 @@ from coordinator.asgi import ASGIApp, Message, Receive, Scope, Send
 
 REFRESH_SECONDS = 5.0  # the store's figures are read at most this often
 SCANNED_EXPERIMENTS = 1000  # experiments by status and agents: over at most this many
-ROUTE_CACHE = 4096  # (method, path) -> route template, remembered; cleared when full
+ROUTE_CACHE = 4096  # path -> route template, remembered; cleared when full (paths are clients')
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 STATUSES = ("exploring", "identified", "tied")
 # the refusals an operator watches, by the answer's status (and "overloaded": DEXP_MAX_CONCURRENCY,
