@@ -29,6 +29,7 @@ from coordinator.errors import Conflict, CoordinatorError, StoreUnavailable
 from coordinator.events import EVENTS_CLIENT, Hub
 from coordinator.fast_path import VoteFastPath
 from coordinator.gate import CredentialGate
+from coordinator.metrics import RequestMetrics, StoreFigures, instrument
 from coordinator.redis_client import RedisCluster, client, connect
 from coordinator.settings import Settings, get_settings
 from coordinator.store import ExperimentStore, Limits
@@ -96,8 +97,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             cluster=settings.redis_cluster,
             timeout=settings.redis_timeout_seconds,
         )
-        app.state.redis = redis
+        app.state.redis = instrument(redis)  # its commands' latency and errors in /metrics
         app.state.store = ExperimentStore(redis, Limits.of(settings))
+        app.state.figures = StoreFigures(app.state.store)
         # what the process knows of each experiment's revision: 304s without a round trip
         app.state.revisions = RevisionCache(
             None if settings.redis_cluster else settings.redis_url, settings.redis_timeout_seconds
@@ -159,6 +161,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     origins = parse_origins(settings.cors_origins)
     if origins:
         app.add_middleware(CORS, origins=origins)
+    # outermost: every answer counted by route template and status, whichever layer gave it
+    app.add_middleware(RequestMetrics, routes=lambda: app.router.routes)
 
     @app.exception_handler(CoordinatorError)
     async def domain_error(_: Request, exc: CoordinatorError) -> JSONResponse:
@@ -214,7 +218,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONResponse({"status": "ready"})
 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
-    async def metrics() -> PlainTextResponse:
+    async def metrics(request: Request) -> PlainTextResponse:
+        await request.app.state.figures.refresh()  # experiments by status, agents enrolled
         return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -45,6 +45,7 @@ from coordinator.asgi import (
     send_json,
     send_problem,
 )
+from coordinator.metrics import refused
 from coordinator.settings import Settings
 
 MAX_HEADER_BYTES = 16 * 1024  # request line and headers; h11's default limit, applied to both
@@ -75,6 +76,7 @@ def trusted_proxies(value: str) -> list[str]:
 
 async def overloaded(scope: Scope, receive: Receive, send: Send) -> None:
     """The answer beyond DEXP_MAX_CONCURRENCY: the API's JSON error, retry in a second."""
+    refused("overloaded")  # before the app: its request metrics never see it
     await send_problem(
         send,
         503,

@@ -41,6 +41,7 @@ from coordinator.errors import (
     RateLimited,
     Unauthorized,
 )
+from coordinator.metrics import ENROLLMENTS, TICKETS
 from coordinator.redis_client import AnyRedis
 
 _LUA = Path(__file__).with_name("lua")
@@ -722,6 +723,7 @@ class ExperimentStore:
         if not exists:  # deleted meanwhile: the tickets must not outlive it
             await self.redis.delete(keys.tickets(exp))
             raise NotFound(f"experiment {exp!r} does not exist")
+        TICKETS.inc(count)
         return tickets, expires_at
 
     async def unused_tickets(self, exp: str, digests: list[str]) -> list[str]:
@@ -779,6 +781,7 @@ class ExperimentStore:
             index, value = int(code), int(value)
             if index > 0:
                 self.on_change(exp)
+                ENROLLMENTS.labels("open" if ticket is None else "ticket").inc()
                 return Enrollment(agent_id, token, index)
             if index == 0:
                 raise NotFound(f"experiment {exp!r} does not exist")

@@ -547,7 +547,7 @@ def edge_clients(production: Production) -> Iterator[EdgeClients]:
         assert created.status_code == 201, created.text
         issued = admin.post(f"/v1/experiments/{EDGE}/tickets", headers=auth, json={"count": 6})
         assert issued.status_code == 201, issued.text
-    network, image = f"{PRODUCTION_PROJECT}_public", "dexp-app:latest"
+    network, image = f"{PRODUCTION_PROJECT}_public", f"{PRODUCTION_PROJECT}-app:latest"
 
     def run_container(role: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
