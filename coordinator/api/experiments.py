@@ -544,7 +544,8 @@ def warnings_of(state: dict[str, Any]) -> list[str]:
             "voters: no arm can be eliminated until enough agents enroll"
         )
     else:
-        warnings += config.warnings(len(state["arms"]), agents)  # ties possible
+        if state.get("status") != "identified":  # identified: it did not end tied
+            warnings += config.warnings(len(state["arms"]), agents)  # ties possible
         expected = agents * (1 - config.vote_drop)
         if config.vote_drop and expected < threshold:
             warnings.append(
