@@ -272,13 +272,15 @@ class ArmRef(BaseModel):
 
 
 class LoadGeneratorAtDecision(BaseModel):
-    """The load generator's figures, from its lease, at the first read of the decision: kept
-    with the result, so they stay after the run ends and its lease expires."""
+    """The figures of the load generator run that fed the decision, from its lease: read at the
+    first read of the decision, refreshed while that run still renews its lease (it stops within
+    one poll, about 0.2 s, of the decision), and kept with the result after the run ends and its
+    lease expires. A run started after the decision is not counted."""
 
     run: str | None = Field(description="the run's id")
     activations: int | None = Field(description="activations the agents processed, that run")
     activations_per_second: float | None = Field(
-        description="processed per second over the last few seconds before the decision"
+        description="processed per second over the run's last few seconds"
     )
     updated_at: int | None = Field(description="unix ms of these figures")
 

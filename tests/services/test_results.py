@@ -70,12 +70,14 @@ def test_the_result_is_kept_at_the_decision_and_outlives_the_load_generator(
         vote(client, "r", agent, 2)
     exploring = document(client, "r")
     assert exploring["status"] == "exploring" and exploring["result"] is None
+    assert any("tied" in w for w in exploring["warnings"])  # 3 agents < 2 M - 1
     assert listed(client, "r")["result"] is None
     for agent in agents:
         vote(client, "r", agent, 0)
     decided = document(client, "r")
     result = decided["result"]
     assert decided["status"] == "identified"
+    assert not any("tied" in w for w in decided["warnings"])  # it did not end tied
     last = decided["eliminations"][-1]["time"]
     assert result == {
         "status": "identified",
