@@ -105,21 +105,11 @@ def refreshed(result: dict[str, Any], state: dict[str, Any]) -> dict[str, Any] |
 
 
 def history_of(raw: str | None, epoch: int) -> list[list[int]]:
-    """This epoch's votes history (lua/publish.lua's p_history): [[unix ms, total votes], ...]."""
-    document = kept_history(raw)
-    if document is None or document.get("e") != epoch:
-        return []
-    points = document.get("p")
-    if not isinstance(points, list):
-        return []
-    return [[int(t), int(v)] for t, v in points]
-
-
-def kept_history(raw: str | None) -> dict[str, Any] | None:
-    if not raw:
-        return None
+    """This epoch's votes history (lua/publish.lua's p_history): [[unix ms, total votes], ...];
+    empty for another epoch's, or a field that does not parse (none is written so)."""
     try:
-        document = json.loads(raw)
-    except ValueError:
-        return None
-    return document if isinstance(document, dict) else None
+        document = json.loads(raw or "null")
+        points = document["p"] if document["e"] == epoch else []
+        return [[int(t), int(v)] for t, v in points]
+    except (ValueError, TypeError, KeyError):
+        return []
