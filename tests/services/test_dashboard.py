@@ -363,6 +363,9 @@ def test_a_late_visitor_sees_the_whole_run_and_its_result(
     page.goto(f"/dashboard?{POLL}#late")
     expect(page.locator("#status")).to_have_text("Identified: the best arm is A", timeout=WAIT)
     expect(page.locator("#experiments .exp-id")).to_have_text(["newer", "older", "late"])
+    expect(page.locator("#experiments li", has_text="late").locator(".exp-result")).to_have_text(
+        re.compile(r"best arm A · in \d+\.\d+ s")
+    )
     result = page.locator("#result")
     for text in ("Best armA", "Messages24", "Votes24", "Activations4,321", "Activations / s987"):
         expect(result).to_contain_text(text)

@@ -310,10 +310,18 @@ function renderList() {
           class: "exp-meta",
           text: `${num(e.remaining)} of ${num(e.n_arms)} arms · M ${num(e.threshold)} · ${num(e.agents)} agents`,
         }),
+        e.result ? el("span", { class: "exp-meta exp-result", text: resultLine(e.result) }) : null,
       );
       return el("li", {}, link);
     }),
   );
+}
+
+function resultLine(r) {
+  // a decided experiment's kept result, in the list: its outcome and how long it took
+  const names = (r.candidates || []).map((c) => c.name).join(", ");
+  const outcome = r.status === "identified" && r.best_arm ? `best arm ${r.best_arm.name}` : `tied: ${names}`;
+  return typeof r.duration_ms === "number" ? `${outcome} · in ${duration(r.duration_ms)}` : outcome;
 }
 
 function statusClass(status) {
