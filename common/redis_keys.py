@@ -33,7 +33,10 @@ def meta(exp: str) -> str:
     revision and revised_at (the document's changes that its counters may not show: the ETag),
     event_id (the last announced change of the public state: the SSE event id) and tied (the tie
     status last announced, 1 or 0). `algorithm` (experiments created since CDE): what the scripts
-    check so that a vote never counts in a CDE experiment, nor a report in a voting one."""
+    check so that a vote never counts in a CDE experiment, nor a report in a voting one. `result`:
+    the decided experiment's result, kept by the first coordinator that read the decision
+    (coordinator/lua/result.lua); `p_history`: the published total votes over this epoch
+    (coordinator/lua/publish.lua)."""
     return f"{PREFIX}:{{{exp}}}:meta"
 
 

@@ -32,6 +32,7 @@ from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
 from common.votes import ReportOutcome, VoteOutcome, is_tied, reports_exhausted
+from coordinator import results
 from coordinator.errors import (
     Conflict,
     CoordinatorError,
@@ -277,6 +278,7 @@ class ExperimentStore:
         self._publish = redis.register_script(_script("published.lua", *published))
         self._enroll = redis.register_script(_script("enroll.lua", *limited))
         self._announce = redis.register_script(_script("announce.lua", "changes.lua"))
+        self._keep_result = redis.register_script(_script("result.lua"))
         # exp -> (what the verdict depends on, tied): see get_with_status
         self._ties: OrderedDict[str, tuple[tuple[int, ...], bool]] = OrderedDict()
         # called with an experiment's id after this process changed it (caching.RevisionCache)
@@ -360,7 +362,7 @@ class ExperimentStore:
         tie verdict is not known for its counters costs one more read (see get_with_status)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for exp in ids:
-                pipe.hmget(keys.meta(exp), *SUMMARY_FIELDS)
+                pipe.hmget(keys.meta(exp), *SUMMARY_FIELDS, "result")
                 pipe.smembers(keys.remaining(exp))
                 pipe.zcard(keys.agents(exp))
             replies = await pipe.execute()
@@ -369,6 +371,7 @@ class ExperimentStore:
             meta, live_remaining, agents = replies[3 * i : 3 * i + 3]
             if meta[0] is None:
                 continue
+            raw_result = meta.pop()
             # the last publication; the live counters for an experiment never published
             if meta[7] is not None:
                 remaining = json.loads(meta[7])
@@ -389,11 +392,15 @@ class ExperimentStore:
                 "ignored_messages": ignored,
             }
             status = self._known_status(exp, counters)
-            if status is None:
+            key = results.decision(status or "", epoch, version, int(agents))
+            outcome = results.kept(raw_result, key) if status != "exploring" else None
+            if status is None or (status != "exploring" and outcome is None):
+                # the tie verdict, or a decision no reader has kept the result of yet
                 try:
-                    status = (await self.get_with_status(exp))["status"]
+                    state = await self.get_with_status(exp)
                 except NotFound:  # deleted meanwhile
                     continue
+                status, outcome = state["status"], state["result"]
             result.append(
                 {
                     "id": exp,
@@ -405,6 +412,7 @@ class ExperimentStore:
                     "version": version,
                     "epoch": epoch,
                     "created_at": created,
+                    "result": outcome,
                 }
             )
         return result
@@ -552,7 +560,11 @@ class ExperimentStore:
             "event_id": meta.get("event_id") or "0-0",
             "announced_tied": meta.get("tied") == "1",
             "publication_due_at": publication_due_at(meta, self._publication[1]),
+            "published_ms": results.redis_ms(meta.get("published_at")),
+            "kept_result": meta.get("result"),
         }
+        if not voters:  # the votes over time, as published
+            state["votes_history"] = results.history_of(meta.get("p_history"), int(meta["epoch"]))
         if voters:
             state["voters"] = [sorted(_s(v) for v in ids) for ids in per_arm]
             state["settled"] = sorted(_s(a) for a in settled)
@@ -637,6 +649,7 @@ class ExperimentStore:
         state = await self.get(exp, voters=voters)
         if state["reports"] is not None:
             state["status"] = self._report_status(exp, state)
+            state["result"] = await self._result(exp, state)
             return state
         status = self._known_status(exp, state)
         if status is None:
@@ -650,7 +663,27 @@ class ExperimentStore:
             if not voters and status == "identified":
                 status = "exploring"  # the publication of that elimination is still to come
         state["status"] = status
+        state["result"] = await self._result(exp, state)
         return state
+
+    async def _result(self, exp: str, state: dict[str, Any]) -> dict[str, Any] | None:
+        """The result of a decided state (None while exploring): the one kept for this decision,
+        else composed now and kept, unless another coordinator kept one first (lua/result.lua)."""
+        if state["status"] == "exploring":
+            return None
+        key = results.decision_of(state)
+        args: list[Any] = [state["created_at"], key]
+        result = results.kept(state["kept_result"], key)
+        if result is not None:
+            newer = results.refreshed(result, state)  # the run that fed it, still running
+            if newer is None:
+                return result
+            args += [json.dumps(newer), state["kept_result"]]
+        else:
+            result = results.result_of(state, key, _now_ms())
+            args.append(json.dumps(result))
+        raw = await self._keep_result(keys=[keys.meta(exp)], args=args)
+        return results.kept(raw, key) or result
 
     def _report_status(self, exp: str, state: dict[str, Any]) -> Status:
         """CDE's status, from the state alone: identified (an arm accepted), tied (several arms

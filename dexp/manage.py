@@ -110,6 +110,35 @@ def status_text(doc: dict[str, Any], outcome: dict[str, Any] | None = None) -> s
     return f"{status}: {len(remaining)} of {len(doc.get('arms', []))} arms remain"
 
 
+def result_text(result: Any) -> str:
+    """The kept `result` of a decided experiment in one line: the outcome, when and how long after
+    the creation, its messages and votes (CDE: reports), and the load generator's activations and
+    rate at the decision if one fed it; '-' while exploring (null)."""
+    if not isinstance(result, dict):
+        return "-"
+    if result.get("status") == "identified":
+        outcome = f"best arm {(result.get('best_arm') or {}).get('name')}"
+    else:
+        names = ", ".join(str(c.get("name")) for c in result.get("candidates") or [])
+        outcome = f"tied: {names}"
+    duration = result.get("duration_ms")
+    seconds = f" after {duration / 1000:,.1f} s" if isinstance(duration, int | float) else ""
+    counted = result.get("reports") if isinstance(result.get("reports"), list) else None
+    what = "reports" if counted is not None else "votes"
+    total = sum(counted if counted is not None else result.get("votes") or [])
+    text = (
+        f"{outcome}, decided {format_time(result.get('decided_at'))}{seconds}; "
+        f"{_count(result.get('messages'))} messages, {_count(total)} {what}"
+    )
+    lg = result.get("load_generator")
+    if isinstance(lg, dict) and lg.get("activations") is not None:
+        text += f"; {_count(lg['activations'])} activations"
+        rate = lg.get("activations_per_second")
+        if isinstance(rate, int | float) and not isinstance(rate, bool):
+            text += f" at {rate:,.0f}/s"
+    return text
+
+
 def load_generator_text(lg: dict[str, Any], now: float | None = None) -> str:
     """The simulated environment's progress as it published it (GET /v1/experiments/{id}
     `load_generator`; any field may be null), with its age: a stopped load generator's last
@@ -173,6 +202,7 @@ def summaries_table(experiments: Sequence[dict[str, Any]], title: str) -> Table:
     for column in ("id", "status", "remaining", "threshold", "agents", "epoch", "version"):
         table.add_column(column, justify="left" if column in ("id", "status") else "right")
     table.add_column("created (UTC)")
+    table.add_column("result")
     for e in experiments:
         table.add_row(
             str(e.get("id")),
@@ -183,6 +213,7 @@ def summaries_table(experiments: Sequence[dict[str, Any]], title: str) -> Table:
             str(e.get("epoch")),
             str(e.get("version")),
             format_time(e.get("created_at")),
+            result_text(e.get("result")),
         )
     return table
 
@@ -257,6 +288,8 @@ def overview_table(
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value")
     table.add_row("status", status_text(doc, outcome))
+    if isinstance(doc.get("result"), dict):
+        table.add_row("result", result_text(doc["result"]))
     table.add_row(
         "arms", f"{len(doc.get('remaining_arms', []))} of {len(doc.get('arms', []))} remain"
     )

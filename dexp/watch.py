@@ -46,6 +46,7 @@ from dexp.manage import (
     fetch_experiment,
     fetch_outcome,
     load_generator_text,
+    result_text,
     status_text,
 )
 
@@ -111,7 +112,7 @@ def final_lines(doc: dict[str, Any], outcome: dict[str, Any] | None) -> list[str
         best = (outcome or {}).get("best_arm") or {}
         arm = best.get("index", (doc.get("remaining_arms") or [None])[0])
         name = best.get("name", arm_label(doc, arm) if isinstance(arm, int) else "?")
-        return [f"{experiment} identified: best arm {name} (arm {arm}) {after}"]
+        return [f"{experiment} identified: best arm {name} (arm {arm}) {after}", *kept(doc)]
     candidates = (outcome or {}).get("candidates") or [
         {"name": arm_label(doc, a)} for a in doc.get("remaining_arms", [])
     ]
@@ -120,7 +121,12 @@ def final_lines(doc: dict[str, Any], outcome: dict[str, Any] | None) -> list[str
     ]
     if outcome and outcome.get("certified"):
         lines.append(f"certified: {outcome['certified']}")
-    return lines
+    return lines + kept(doc)
+
+
+def kept(doc: dict[str, Any]) -> list[str]:
+    """The result the coordinator kept (with the load generator's figures at the decision)."""
+    return [f"result: {result_text(doc['result'])}"] if isinstance(doc.get("result"), dict) else []
 
 
 def watch_view(

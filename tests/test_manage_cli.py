@@ -147,11 +147,20 @@ def test_create_list_show_vote_watch_reset_delete(url: str, http: httpx.Client) 
     assert watcher.returncode == 0, err
     assert err == ""
     lines = out.splitlines()
-    assert lines[-1] == "life identified: best arm A (arm 0) after 6 messages, epoch 0"
-    assert "A 0/3, B 3/3 out #1, C 3/3 out #2" in lines[-2]
+    assert lines[-2] == "life identified: best arm A (arm 0) after 6 messages, epoch 0"
+    # the result the coordinator kept: decided at the last elimination, with its counters
+    assert re.fullmatch(
+        r"result: best arm A, decided \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z after "
+        r"[\d,]+\.\d s; 6 messages, 6 votes",
+        lines[-1],
+    ), lines[-1]
+    assert "A 0/3, B 3/3 out #1, C 3/3 out #2" in lines[-3]
 
     shown = dexp(url, "experiments", "show", "life")
     assert "identified: best arm A" in shown.stdout
+    assert "result best arm A, decided " in " ".join(shown.stdout.split())
+    listed = dexp(url, "experiments", "list")
+    assert "best arm A, decided" in " ".join(listed.stdout.split())
     assert "out #1" in shown.stdout and "eliminations, in order" in shown.stdout
 
     reset = dexp(url, "experiments", "reset", "life")
@@ -202,8 +211,9 @@ def test_json_outputs_are_the_coordinators_documents(
     (final,) = [json.loads(line) for line in watched.stdout.splitlines()]
     assert final["status"] == "tied" and final["outcome"]["candidates"]
     lines = dexp(url, "watch", "j0").stdout.splitlines()
-    assert lines[-2].startswith("j0 tied: candidates X, Y after 3 messages")
-    assert lines[-1].startswith("certified: the best arm is among the candidates unless M = ")
+    assert lines[-3].startswith("j0 tied: candidates X, Y after 3 messages")
+    assert lines[-2].startswith("certified: the best arm is among the candidates unless M = ")
+    assert lines[-1].startswith("result: tied: X, Y, decided ")
 
     reset = json.loads(dexp(url, "experiments", "reset", "j0", "--json").stdout)
     assert (reset["reset"], reset["epoch"]) == (True, 1)

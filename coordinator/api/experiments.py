@@ -271,6 +271,54 @@ class LoadGeneratorLive(BaseModel):
     )
 
 
+class ArmRef(BaseModel):
+    index: int
+    name: str
+
+
+class LoadGeneratorAtDecision(BaseModel):
+    """The figures of the load generator run that fed the decision, from its lease: read at the
+    first read of the decision, refreshed while that run still renews its lease (it stops within
+    one poll, about 0.2 s, of the decision), and kept with the result after the run ends and its
+    lease expires. A run started after the decision is not counted."""
+
+    run: str | None = Field(description="the run's id")
+    activations: int | None = Field(description="activations the agents processed, that run")
+    activations_per_second: float | None = Field(
+        description="processed per second over the run's last few seconds"
+    )
+    updated_at: int | None = Field(description="unix ms of these figures")
+
+
+class ExperimentResult(BaseModel):
+    """What a decided experiment decided, kept in Redis by the first coordinator that read the
+    decision (coordinator/results.py): it stays when the load generator stops. A reset, or an
+    enrollment that reopens a tie, ends it (null while exploring again)."""
+
+    status: Literal["identified", "tied"]
+    best_arm: ArmRef | None = Field(description="identified: the one arm left; null otherwise")
+    candidates: list[ArmRef] = Field(description="tied: the arms left; empty otherwise")
+    decided_at: int = Field(
+        description="unix ms of the decision: the last elimination (identified), or the "
+        "publication that showed the tie"
+    )
+    duration_ms: int = Field(description="decided_at - created_at")
+    epoch: int
+    version: int
+    agents: int = Field(description="agents enrolled at the decision")
+    messages: int = Field(description="votes (CDE: reports) received, every epoch, at the decision")
+    votes: list[int] = Field(description="distinct voters against each arm at the decision")
+    reports: list[int] | None = Field(description="CDE: reports per arm; null for the others")
+    load_generator: LoadGeneratorAtDecision | None = Field(
+        description="when a load generator fed this epoch: its figures at the decision; null: none"
+    )
+
+
+RESULT = Field(
+    None, description="the decision, kept once made (see ExperimentResult); null while exploring"
+)
+
+
 class ExperimentPublic(BaseModel):
     id: str
     arms: list[str]
@@ -314,6 +362,12 @@ class ExperimentPublic(BaseModel):
     load_generator: LoadGeneratorLive | None = Field(
         None, description="the load generator feeding the experiment now; null: none"
     )
+    result: ExperimentResult | None = RESULT
+    votes_history: list[tuple[int, int]] = Field(
+        [],
+        description="this epoch's total votes (CDE: reports) over time, as published: [unix ms, "
+        "total] at each publication that changed it, at most 120 points (the older ones thinned)",
+    )
     certified_failure: float = CERTIFIED_FAILURE
     certified_agents: int = CERTIFIED_AGENTS
     certified_failure_at_max_agents: float | None = CERTIFIED_AT_CAP
@@ -332,6 +386,7 @@ class ExperimentSummary(BaseModel):
     version: int
     epoch: int
     created_at: int
+    result: ExperimentResult | None = RESULT
 
 
 class ExperimentPage(BaseModel):
@@ -379,11 +434,6 @@ class Tickets(BaseModel):
         "(POST /v1/agents with 'Authorization: Bearer <ticket>')"
     )
     expires_at: int = Field(description="unix ms after which unused tickets are refused")
-
-
-class ArmRef(BaseModel):
-    index: int
-    name: str
 
 
 class BestArm(BaseModel):
@@ -506,7 +556,8 @@ def warnings_of(state: dict[str, Any]) -> list[str]:
             "voters: no arm can be eliminated until enough agents enroll"
         )
     else:
-        warnings += config.warnings(len(state["arms"]), agents)  # ties possible
+        if state.get("status") != "identified":  # identified: it did not end tied
+            warnings += config.warnings(len(state["arms"]), agents)  # ties possible
         expected = agents * (1 - config.vote_drop)
         if config.vote_drop and expected < threshold:
             warnings.append(

@@ -13,6 +13,33 @@
 -- publish(meta, remaining, eliminations, channel): take it: the document's `published` counter
 --   and `published_at` (Redis's clock, us) move, and the change is announced (a new global set:
 --   a new event id, 's') or touched ('c': the counts, and so maybe the tie status, moved).
+-- remember(meta, votes, ms): the publication's total votes (CDE: reports) at `ms`, in `p_history`:
+--   {e = epoch, p = {{ms, total}, ...}}, this epoch's only, at most HISTORY_POINTS points (the
+--   older half thinned when full), so that a reader who comes late still draws the votes over time.
+local HISTORY_POINTS = 120
+local function remember(meta, votes, ms)
+  local total = 0
+  for _, n in ipairs(votes) do total = total + n end
+  local m = redis.call('HMGET', meta, 'p_history', 'epoch')
+  local epoch = tonumber(m[2] or 0)
+  local ok, history = pcall(cjson.decode, m[1] or '')
+  if not ok or type(history) ~= 'table' or history['e'] ~= epoch then
+    history = {e = epoch, p = {}}
+  end
+  local points = history['p']
+  local last = points[#points]
+  if last and last[2] == total then return end
+  points[#points + 1] = {ms, total}
+  if #points > HISTORY_POINTS then
+    local half = math.floor(#points / 2)
+    local kept = {}
+    for i = 1, #points do
+      if i > half or i % 2 == 1 then kept[#kept + 1] = points[i] end
+    end
+    history['p'] = kept
+  end
+  redis.call('HSET', meta, 'p_history', cjson.encode(history))
+end
 local function pending_vote(meta, arm)
   local pending = cjson.decode(redis.call('HGET', meta, 'pending_votes') or '{}')
   local key = tostring(arm)
@@ -49,6 +76,7 @@ local function publish(meta, remaining, eliminations, channel)
   redis.call('HINCRBY', meta, 'published', 1)
   local clock = redis.call('TIME')
   redis.call('HSET', meta, 'published_at', clock[1] .. '.' .. clock[2])
+  remember(meta, votes, tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
   if m[6] ~= m[7] then announce(meta, channel) else touched(channel) end
 end
 local function zeros(n)

@@ -105,6 +105,7 @@ def test_list_and_get(client: httpx.Client) -> None:
         "version": 0,
         "epoch": 0,
         "created_at": one.json()["created_at"],
+        "result": None,
     }
     assert one.json()["params"]["algorithm"] == "de"
     missing = client.get("/v1/experiments/three")

@@ -10,6 +10,7 @@ Screenshots go to DEXP_SCREENSHOT_DIR (default: the test's tmp_path).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from common import redis_keys as keys
 from tests.prerequisites import missing
 
 from .helpers import Agent, ThreadedCoordinator, create_experiment, enroll_agents
@@ -239,8 +241,8 @@ def test_votes_show_up_live_until_the_best_arm(
     expect(page.locator("#eliminations li .name")).to_have_text(["C"])
     expect(page.locator("#status")).to_have_text("Exploring: 2 of 3 arms remain")
 
-    create_experiment(client, id="other", arms=["X", "Y"], **M3)
-    expect(page.locator("#experiments .exp-id")).to_have_text(["live", "other"], timeout=WAIT)
+    create_experiment(client, id="other", arms=["X", "Y"], **M3)  # running, and more recent
+    expect(page.locator("#experiments .exp-id")).to_have_text(["other", "live"], timeout=WAIT)
 
     for agent in (a, b, c):
         vote(client, "live", agent, 1)
@@ -288,6 +290,10 @@ def test_a_tie_shows_its_candidates_and_what_is_certified(
     expect(arm_row(page, 0).locator(".state")).to_have_text("candidate")
     expect(arm_row(page, 1).locator(".state")).to_have_text("candidate")
     expect(arm_row(page, 0).locator(".count")).to_have_text("2 / 3")
+    # the time axis ends at the tie (the publication that showed it), not at the last elimination
+    tied_at = client.get("/v1/experiments/tie").json()["result"]["decided_at"]
+    expect(page.locator("#result")).to_contain_text("Tied betweenA, B")
+    expect(page.locator("#chart-remaining svg")).to_have_attribute("data-x1", str(tied_at))
     expect(page.locator("#experiments li", has_text="tie").locator(".badge")).to_have_text("tied")
     page.emulate_media(color_scheme="dark")  # the dark scheme, seen once
     page.screenshot(path=str(screenshots / "dashboard-tied-dark.png"), full_page=True)
@@ -316,6 +322,76 @@ def test_a_cde_experiment_shows_its_reports_and_certified_privacy(
     expect(page.locator("#certified-privacy")).to_have_text("≤ 0.8")
     expect(page.locator("#privacy-line")).to_contain_text("names its ε-optimal arm more often")
     expect(page.locator("#certificate")).to_contain_text("A wrong answer has probability")
+    params = page.locator("#params")
+    expect(params).to_contain_text("P (privacy, CDE)0.8")
+    for absent in ("DP ε", "β (beta", "φ (phi", "ξ (xi"):
+        expect(params).not_to_contain_text(absent)
+    expect(page.locator("#result")).to_contain_text("Reports4")
+    desktop.assert_clean()
+
+
+def test_a_late_visitor_sees_the_whole_run_and_its_result(
+    desktop: Watched, client: httpx.Client, clean_redis: str, screenshots: Path
+) -> None:
+    """Opened after the run: the votes chart from the coordinator's history, both time axes
+    ending at the decision, the result kept after the load generator's lease went (set and
+    removed here as load_generator/lease.py does), no tie warning after a clean identification,
+    only DE's parameters, the threshold marks in one column whatever each count's width, and the
+    list with the running experiments first, then the most recent."""
+    import redis
+    from playwright.sync_api import expect
+
+    page = desktop.page
+    create_experiment(client, id="older", arms=["X", "Y"], **M3)
+    # M = 12 (eta = 1/2, delta = 2^-11.5): counts of one and two digits, "0 / 12" and "12 / 12"
+    create_experiment(client, id="late", arms=["A", "B", "C"], delta=0.5**11.5, eta=0.5)
+    agents = enroll_agents(client, "late", 12)  # < 2 M - 1: it warns that it can end tied
+    assert "tied" in " ".join(client.get("/v1/experiments/late").json()["warnings"])
+    store = redis.Redis.from_url(clean_redis)
+    lease = {"run": "run-9", "epoch": 0, "activations": 4321, "activations_per_second": 987.0}
+    store.set(keys.load_generator("late"), json.dumps({**lease, "updated_at": 1}), px=60_000)
+    for arm in (2, 1):
+        for agent in agents:
+            vote(client, "late", agent, arm)
+    doc = client.get("/v1/experiments/late").json()
+    store.delete(keys.load_generator("late"))  # the run ended
+    store.close()
+    create_experiment(client, id="newer", arms=["X", "Y"], **M3)
+    assert doc["status"] == "identified" and doc["warnings"] == []
+    decided_at = doc["result"]["decided_at"]
+
+    page.goto(f"/dashboard?{POLL}#late")
+    expect(page.locator("#status")).to_have_text("Identified: the best arm is A", timeout=WAIT)
+    expect(page.locator("#experiments .exp-id")).to_have_text(["newer", "older", "late"])
+    expect(page.locator("#experiments li", has_text="late").locator(".exp-result")).to_have_text(
+        re.compile(r"best arm A · in \d+\.\d+ s")
+    )
+    result = page.locator("#result")
+    for text in ("Best armA", "Messages24", "Votes24", "Activations4,321", "Activations / s987"):
+        expect(result).to_contain_text(text)
+    expect(page.locator("#loadgen-card")).to_be_hidden()
+    expect(page.locator("#warnings-card")).to_be_hidden()
+    expect(page.locator("#privacy-line")).to_be_hidden()  # CDE's only
+    params = page.locator("#params")
+    expect(params).to_contain_text("η (eta)0.5")
+    for absent in ("DP ε", "β (beta", "φ (phi", "ξ (xi", "privacy"):
+        expect(params).not_to_contain_text(absent)
+    expect(page.locator("#certificate .cert-inline")).to_have_text(
+        page.locator("#certified-failure").text_content() or "-"
+    )
+    # the votes over time, step by step as published: one level per published total
+    votes = page.locator("#chart-votes svg")
+    expect(votes).to_have_attribute("data-x1", str(decided_at))
+    expect(page.locator("#chart-remaining svg")).to_have_attribute("data-x1", str(decided_at))
+    path = votes.locator("path.votes").get_attribute("d") or ""
+    assert path.count(" V") == len(doc["votes_history"]) - 1 > 0, path
+    expect(arm_row(page, 0).locator(".count")).to_have_text("0 / 12")
+    expect(arm_row(page, 1).locator(".count")).to_have_text("12 / 12")
+    ends = page.evaluate(
+        "[...document.querySelectorAll('#arms .track')].map(t => t.getBoundingClientRect().right)"
+    )
+    assert len(ends) == 3 and max(ends) - min(ends) < 0.5, ends
+    page.screenshot(path=str(screenshots / "dashboard-late.png"), full_page=True)
     desktop.assert_clean()
 
 

@@ -201,6 +201,13 @@ def test_a_second_generator_is_refused_while_the_first_completes(
     assert (summary.first_epoch, summary.epoch, summary.epochs_seen) == (0, 0, 1)
     final = experiment(client, "two")
     assert final["load_generator"] is None  # released at the end
+    # the result stays, with the run's figures read from its lease at the decision
+    result = final["result"]
+    assert result["best_arm"]["index"] == summary.identified_arm and result["epoch"] == 0
+    assert result["decided_at"] == final["eliminations"][-1]["time"]
+    assert result["load_generator"]["run"] == first.lease.run
+    assert 0 < result["load_generator"]["activations"] <= summary.activations_processed
+    assert result["load_generator"]["activations_per_second"] >= 0
     assert summary.epoch_messages == final["epoch_messages"] == final["messages"]
     assert summary.epoch_votes == sum(final["votes"]) <= summary.message_bound == 3 * 3 - 1
     assert json.loads(format_summary(summary, as_json=True))["epochs_seen"] == 1

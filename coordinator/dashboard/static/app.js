@@ -12,7 +12,6 @@ const query = new URLSearchParams(window.location.search);
 const INTERVAL = Math.min(60000, Math.max(250, Number(query.get("interval")) || 1000));
 const LIST_EVERY = 3; // the experiment list is refreshed every third poll
 const MAX_PAGES = 100; // 100 pages of 100 experiments
-const MAX_SAMPLES = 1200;
 const REQUEST_TIMEOUT = Math.max(3000, 3 * INTERVAL);
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -31,7 +30,6 @@ const state = {
   again: false,
   lastOk: 0,
   failingSince: 0,
-  history: new Map(), // id -> {epoch, created, learnedAt, samples: [{t, votes}]}
 };
 
 const $ = (id) => document.getElementById(id);
@@ -155,10 +153,18 @@ function hashId() {
   return ID_PATTERN.test(raw) ? raw : "";
 }
 
+// The list as shown, and the experiment picked without a hash: the running ones (exploring)
+// first, then the most recently created; the id breaks ties so the order is stable.
+function ordered(list) {
+  const running = (e) => (e.status === "exploring" ? 0 : 1);
+  return [...list].sort((a, b) =>
+    running(a) - running(b) || (b.created_at || 0) - (a.created_at || 0) || (a.id < b.id ? -1 : 1));
+}
+
 function selectedId() {
   const wanted = hashId();
   if (wanted) return wanted;
-  return state.experiments && state.experiments.length ? state.experiments[0].id : "";
+  return state.experiments && state.experiments.length ? ordered(state.experiments)[0].id : "";
 }
 
 // -- polling --------------------------------------------------------------------------------------
@@ -203,10 +209,7 @@ async function poll() {
     }
     state.detail = detail;
     state.best = best;
-    if (detail) {
-      sample(detail);
-      freshenSummary(detail);
-    }
+    if (detail) freshenSummary(detail);
     state.lastOk = Date.now();
     state.failingSince = 0;
     showConnection("live");
@@ -226,22 +229,6 @@ async function poll() {
   }
 }
 
-function sample(detail) {
-  const now = Date.now();
-  let h = state.history.get(detail.id);
-  if (!h || h.epoch !== detail.epoch || h.created !== detail.created_at) {
-    h = { epoch: detail.epoch, created: detail.created_at, learnedAt: now, samples: [] };
-    state.history.set(detail.id, h);
-  }
-  const votes = (detail.votes || []).reduce((a, b) => a + b, 0);
-  h.samples.push({ t: now, votes });
-  if (h.samples.length > MAX_SAMPLES) {
-    // thin the older half so a long-open page keeps its whole span in bounded memory
-    const half = Math.floor(h.samples.length / 2);
-    h.samples = h.samples.slice(0, half).filter((_, i) => i % 2 === 0).concat(h.samples.slice(half));
-  }
-}
-
 // The list is refreshed less often than the selected experiment: keep its entry in step.
 function freshenSummary(d) {
   const entry = (state.experiments || []).find((e) => e.id === d.id);
@@ -252,6 +239,7 @@ function freshenSummary(d) {
   entry.threshold = d.threshold;
   entry.version = d.version;
   entry.epoch = d.epoch;
+  entry.result = d.result;
 }
 
 function showConnection(kind, error) {
@@ -301,7 +289,7 @@ function render() {
 }
 
 function renderList() {
-  const list = state.experiments || [];
+  const list = ordered(state.experiments || []);
   const current = selectedId();
   const key = JSON.stringify([list, current, state.listTruncated]);
   if (key === state.listKey) return;
@@ -322,10 +310,18 @@ function renderList() {
           class: "exp-meta",
           text: `${num(e.remaining)} of ${num(e.n_arms)} arms · M ${num(e.threshold)} · ${num(e.agents)} agents`,
         }),
+        e.result ? el("span", { class: "exp-meta exp-result", text: resultLine(e.result) }) : null,
       );
       return el("li", {}, link);
     }),
   );
+}
+
+function resultLine(r) {
+  // a decided experiment's kept result, in the list: its outcome and how long it took
+  const names = (r.candidates || []).map((c) => c.name).join(", ");
+  const outcome = r.status === "identified" && r.best_arm ? `best arm ${r.best_arm.name}` : `tied: ${names}`;
+  return typeof r.duration_ms === "number" ? `${outcome} · in ${duration(r.duration_ms)}` : outcome;
 }
 
 function statusClass(status) {
@@ -352,6 +348,9 @@ function renderExperiment(d, best) {
   // arms: a bar per arm from 0 to the threshold M, which the mark at its end shows
   // (CDE: the agents that reported each arm; the first at M is accepted, the others leave)
   const reporting = Array.isArray(d.reports);
+  const counts = (reporting ? d.reports : d.votes) || [];
+  const widest = Math.max(...arms.map((_, i) => `${counts[i] || 0} / ${M}`.length), 1);
+  $("arms").style.setProperty("--count-chars", String(widest));
   $("arms-counted").textContent = reporting ? "Reports / M" : "Votes against / M";
   $("arms-caption").textContent =
     (reporting
@@ -416,6 +415,7 @@ function renderExperiment(d, best) {
   renderFacts(d, M, arms.length);
   renderParams(d);
   renderCertificate(d);
+  renderResult(d);
 
   const warnings = d.warnings || [];
   $("warnings-card").hidden = warnings.length === 0;
@@ -462,7 +462,12 @@ function renderCertificate(d) {
   $("certified-scope").textContent =
     `with the ${num(d.certified_agents)} agents enrolled` +
     (typeof cap === "number" ? `; ≤ ${upperText(cap)} if as many agents enroll as the coordinator admits` : "");
-  $("certificate").textContent = d.certificate || "";
+  fill(
+    $("certificate"),
+    el("strong", { class: "cert-inline", text: `≤ ${upperText(d.certified_failure)}` }),
+    ": ",
+    d.certificate || "",
+  );
   // CDE: the bound on an adversary's hit rate, beside the bound on a wrong answer
   const privacy = $("privacy-line");
   privacy.hidden = typeof d.certified_privacy !== "number";
@@ -513,16 +518,54 @@ const PARAM_LABELS = {
   phi: "φ (phi, SER4 reset)",
   every_arm: "Every arm per activation",
   tolerance: "f (tolerance)",
+  privacy: "P (privacy, CDE)",
+};
+
+// Which parameters apply: xi to CE, the DP budget and beta to DP-MASE, phi to SER4, P to CDE.
+const APPLIES = {
+  xi: (p) => p.algorithm === "ce",
+  dp_epsilon: (p) => p.algorithm === "dp-mase",
+  beta: (p) => p.algorithm === "dp-mase",
+  phi: (p) => p.subroutine === "ser4",
+  privacy: (p) => p.algorithm === "cde",
 };
 
 function renderParams(d) {
   const dl = $("params");
   dl.replaceChildren();
-  const params = d.params || {};
+  const all = d.params || {};
+  const params = Object.fromEntries(
+    Object.entries(all).filter(([k]) => !APPLIES[k] || APPLIES[k](all)));
   const keys = Object.keys(PARAM_LABELS).filter((k) => k in params)
     .concat(Object.keys(params).filter((k) => !(k in PARAM_LABELS)).sort());
   for (const key of keys) fact(dl, PARAM_LABELS[key] || key, paramValue(params[key]));
   fact(dl, "σ (sigma)", d.sigma === null || d.sigma === undefined ? "rewards in [0, 1]" : String(d.sigma));
+}
+
+// The result the coordinator kept at the decision: it stays after the load generator stops.
+function renderResult(d) {
+  const r = d.result;
+  const card = $("result-card");
+  card.hidden = !r || typeof r !== "object";
+  if (card.hidden) return;
+  const dl = $("result");
+  dl.replaceChildren();
+  const names = (refs) => (refs || []).map((c) => c.name).join(", ");
+  if (r.status === "identified") fact(dl, "Best arm", r.best_arm ? r.best_arm.name : "–");
+  else fact(dl, "Tied between", names(r.candidates));
+  fact(dl, "Decided", typeof r.decided_at === "number" ? dateTime.format(new Date(r.decided_at)) : "–");
+  fact(dl, "After", typeof r.duration_ms === "number" ? duration(r.duration_ms) : "–",
+    el("span", { class: "muted", text: " since the creation" }));
+  fact(dl, "Agents", num(r.agents));
+  fact(dl, "Messages", num(r.messages));
+  const counted = Array.isArray(r.reports) ? r.reports : r.votes || [];
+  fact(dl, Array.isArray(r.reports) ? "Reports" : "Votes", num(counted.reduce((a, b) => a + b, 0)));
+  const lg = r.load_generator;
+  if (lg && typeof lg === "object") {
+    fact(dl, "Activations", num(lg.activations), el("span", { class: "muted", text: " (load generator)" }));
+    const rate = typeof lg.activations_per_second === "number" ? decimal.format(lg.activations_per_second) : "–";
+    fact(dl, "Activations / s", rate);
+  }
 }
 
 // what changes with the clock alone: the charts, the load generator's age
@@ -564,9 +607,10 @@ const W = 360;
 const H = 150;
 const PAD = { left: 34, right: 10, top: 10, bottom: 24 };
 
-function frame(title, description) {
+function frame(title, description, x0, x1) {
   const root = svg("svg", {
     viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": description, preserveAspectRatio: "xMidYMid meet",
+    "data-x0": Math.round(x0), "data-x1": Math.round(x1), // the time axis, unix ms
   });
   root.append(svg("title", {}, title));
   root.append(svg("rect", {
@@ -597,23 +641,29 @@ function xScale(x0, x1) {
 }
 
 function renderCharts(d) {
-  const h = state.history.get(d.id);
   const now = Date.now();
   const K = (d.arms || []).length;
   const eliminations = [...(d.eliminations || [])].sort((a, b) => a.order - b.order);
   const ended = d.status !== "exploring";
 
-  // remaining arms: a step down at each elimination
-  const learned = h ? h.learnedAt : now;
-  let x0 = Math.min(learned, eliminations.length ? eliminations[0].time : learned);
-  let x1 = ended && eliminations.length ? eliminations[eliminations.length - 1].time : now;
-  if (x1 - x0 < 1000) x1 = x0 + 1000;
+  // remaining arms: a step down at each elimination, from the epoch's start to the decision
+  // (a tie's is the publication that showed it, after the last elimination), or to now
+  const decided = ended && d.result && typeof d.result.decided_at === "number" ? d.result.decided_at : null;
+  const start = typeof d.epoch_started_at === "number" ? d.epoch_started_at : d.created_at;
+  let x0 = Math.min(start || now, eliminations.length ? eliminations[0].time : now);
+  let x1 = decided !== null ? decided
+    : ended && eliminations.length ? eliminations[eliminations.length - 1].time : now;
+  if (x1 - x0 < 1000) {
+    if (decided !== null) x0 = x1 - 1000; // a second at least, ending at the decision
+    else x1 = x0 + 1000;
+  }
   x0 -= (x1 - x0) * 0.04;
-  x1 += (x1 - x0) * 0.04;
+  if (decided === null) x1 += (x1 - x0) * 0.04; // a decided experiment's axis ends at it
   const remainingNow = (d.remaining_arms || []).length;
   const chart1 = frame(
     "Arms remaining over time",
     `Arms remaining: ${K} at the start of the epoch, ${remainingNow} now, after ${eliminations.length} eliminations.`,
+    x0, x1,
   );
   const y1 = axes(chart1, x0, x1, Math.max(1, K), "arms remaining");
   const x = xScale(x0, x1);
@@ -630,22 +680,24 @@ function renderCharts(d) {
   }
   fill($("chart-remaining"), chart1);
 
-  // total distinct votes, as this page sampled them
-  const samples = h ? h.samples : [];
+  // total distinct votes (CDE: reports) over this epoch, as the coordinator published them
+  const samples = (d.votes_history || []).map(([t, votes]) => ({ t, votes }));
   const maxVotes = Math.max(1, ...samples.map((s) => s.votes));
   const last = samples.length ? samples[samples.length - 1].votes : 0;
+  const what = Array.isArray(d.reports) ? "reports" : "votes";
+  const s0 = samples.length ? Math.min(samples[0].t, x0) : x0;
+  const s1 = decided !== null ? decided : Math.max(now, s0 + 1000);
   const chart2 = frame(
-    "Distinct votes over time",
-    `Distinct votes against all arms, sampled since the page opened: ${last} now.`,
+    `Distinct ${what} over time`,
+    `Distinct ${what}, all arms, as the coordinator published them this epoch: ${last} at the last.`,
+    s0, s1,
   );
-  const s0 = samples.length ? samples[0].t : now;
-  const s1 = Math.max(now, s0 + 1000);
-  const y2 = axes(chart2, s0, s1, niceCeil(maxVotes), "votes");
+  const y2 = axes(chart2, s0, s1, niceCeil(maxVotes), what);
   const x2 = xScale(s0, s1);
   if (samples.length) {
     let p = "";
     samples.forEach((s, i) => {
-      p += `${i ? " L" : "M"}${x2(s.t).toFixed(1)},${y2(s.votes).toFixed(1)}`;
+      p += `${i ? " H" + x2(s.t).toFixed(1) + " V" : "M" + x2(s.t).toFixed(1) + ","}${y2(s.votes).toFixed(1)}`;
     });
     p += ` H${x2(s1).toFixed(1)}`;
     chart2.append(svg("path", { d: p, class: "line votes" }));

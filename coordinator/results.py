@@ -1,0 +1,115 @@
+"""An experiment's result: what it decided, when, and at what cost, kept in Redis once decided.
+
+The load generator's figures live in its lease, which goes when the run ends: a result made of
+live figures would vanish with it. So the first coordinator that reads a decision (identified, or
+tied) composes the result from what it sees then (`result_of`) and keeps it in the meta hash
+(lua/result.lua); every later reader gets that one back. A result names its decision (`decision`):
+a reset, or an enrollment that reopens a tie, makes the old one stale, and the next decision
+replaces it. Pure functions: the store does the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# The points of the votes history a publication keeps (lua/publish.lua, HISTORY_POINTS).
+HISTORY_POINTS = 120
+
+
+def decision(status: str, epoch: int, version: int, agents: int) -> str:
+    """What names a decision: its epoch, the global set's version and the status; a tie is a
+    verdict on the agents enrolled, so theirs too."""
+    key = f"{epoch}:{version}:{status}"
+    return f"{key}:{agents}" if status == "tied" else key
+
+
+def decision_of(state: dict[str, Any]) -> str:
+    return decision(state["status"], state["epoch"], state["version"], state["agents"])
+
+
+def kept(raw: object, key: str) -> dict[str, Any] | None:
+    """The result kept in the meta hash, if it is of the decision `key` (else None: stale)."""
+    if not isinstance(raw, str | bytes):
+        return None
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) and document.get("key") == key else None
+
+
+def redis_ms(clock: str | None) -> int | None:
+    """Redis's TIME as the scripts write it ('<seconds>.<microseconds>', the microseconds not
+    zero-padded) in unix ms; None if absent."""
+    if not clock:
+        return None
+    seconds, _, micros = clock.partition(".")
+    return int(seconds) * 1000 + int(micros or 0) // 1000
+
+
+def result_of(state: dict[str, Any], key: str, now: int) -> dict[str, Any]:
+    """The result of a decided state. Decided at: the last elimination for an identified
+    experiment (the one that left one arm); for a tie, the publication that showed it (no message
+    marks a tie: it is the verdict on the voter sets a publication made public), else `now`. The
+    load generator's figures are those of its lease at the first read of the decision (it renews
+    them about every 0.2 s), if it fed this epoch."""
+    status = state["status"]
+    arms, remaining = state["arms"], state["remaining_arms"]
+    eliminations = state["eliminations"]
+    last = eliminations[-1]["time"] if eliminations else None
+    if status == "identified":
+        decided_at = last if last is not None else now
+    else:
+        published = state.get("published_ms")
+        decided_at = max(t for t in (published, last, 0) if t is not None) or now
+    refs = [{"index": a, "name": arms[a]} for a in remaining]
+    return {
+        "key": key,
+        "status": status,
+        "best_arm": refs[0] if status == "identified" and refs else None,
+        "candidates": refs if status == "tied" else [],
+        "decided_at": decided_at,
+        "duration_ms": max(0, decided_at - state["created_at"]),
+        "epoch": state["epoch"],
+        "version": state["version"],
+        "agents": state["agents"],
+        "messages": state["messages"],
+        "votes": state["votes"],
+        "reports": state["reports"],
+        "load_generator": run_figures(state),
+    }
+
+
+def run_figures(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The figures of the load generator's lease, if its run feeds this epoch."""
+    lg = state.get("load_generator")
+    if lg is None or lg.get("activations") is None or lg.get("epoch") not in (None, state["epoch"]):
+        return None
+    return {
+        name: lg[name] for name in ("run", "activations", "activations_per_second", "updated_at")
+    }
+
+
+def refreshed(result: dict[str, Any], state: dict[str, Any]) -> dict[str, Any] | None:
+    """The result with newer figures of the run that fed the decision, while it still renews its
+    lease (its last renewals carry the activations the agents processed up to the decision, and
+    the rate then); None when there is nothing newer, or the lease is another run's (a run started
+    after the decision fed nothing of it)."""
+    kept, live = result.get("load_generator"), run_figures(state)
+    if kept is None or live is None or live["run"] != kept.get("run"):
+        return None
+    if (live["updated_at"] or 0) <= (kept.get("updated_at") or 0) or live == kept:
+        return None
+    return {**result, "load_generator": live}
+
+
+def history_of(raw: str | None, epoch: int) -> list[list[int]]:
+    """This epoch's votes history (lua/publish.lua's p_history): [[unix ms, total votes], ...];
+    empty for another epoch's, or a field that does not parse (none is written so)."""
+    try:
+        document = json.loads(raw or "null")
+        points = document["p"] if document["e"] == epoch else []
+        return [[int(t), int(v)] for t, v in points]
+    except (ValueError, TypeError, KeyError):
+        return []
