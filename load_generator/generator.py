@@ -401,6 +401,10 @@ class LoadGenerator:
             # Exact (every stream read): an estimate during the run may have been a little high.
             processed = delivered - gauge.poll(full=True).own
         lease.update(activations=processed, delivered=delivered, epoch=int(final["epoch"]))
+        if not unreachable and lease.flush():
+            # one read while the lease holds the final figures: the experiment's result keeps them
+            # (a decision read before, with the previous renewal's figures, is refreshed)
+            final = self.client.experiment(s.experiment)
         sample_complexity = processed
         if status == "identified" and final["eliminations"]:
             sample_complexity = _interpolate(samples, final["eliminations"][-1]["time"], processed)

@@ -250,6 +250,18 @@ class Lease:
             self._figures.update(figures)
         self._wake.set()
 
+    def flush(self) -> bool:
+        """Write the live figures now rather than at the next heartbeat, so that a read right
+        after sees them (the experiment's result takes the run's last figures from the lease:
+        coordinator/results.py). False if the lease is not this run's or Redis did not answer."""
+        if not self.held or self.lost is not None or self.redis is None:
+            return False
+        try:
+            return bool(self._renew(keys=[self.key], args=[self.run, self.value(), self.ttl_ms]))
+        except REDIS_ERRORS as exc:
+            log.debug("lease figures not written: %s", exc)
+            return False
+
     def check(self) -> None:
         """LeaseHeld if another run took the lease (this one could not renew it in time)."""
         if self.lost is not None:

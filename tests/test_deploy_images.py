@@ -29,7 +29,11 @@ def images(files: list[str], project: str | None) -> set[str]:
     docker = shutil.which("docker")
     if docker is None:
         missing("the docker CLI is missing (its compose plugin reads the files offline)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "DEXP_"))}
+    env = {  # the files' defaults: no project, DEXP_ or image variable from the caller's shell
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("COMPOSE_", "DEXP_")) and k not in ("BASE_IMAGE", "REDIS_IMAGE")
+    }
     for name in files:
         for variable in REQUIRED.findall((ROOT / name).read_text()):
             env[variable] = "/dev/null" if variable.startswith("DEXP_TLS") else "x" * 32
