@@ -136,6 +136,32 @@ def test_compose_demo_identifies_the_best_arm(stack: tuple[dict[str, str], str])
     assert state["threshold"] == 29
     assert len(state["eliminations"]) == 9
 
+    # Redis and the coordinator restarted (the volume kept): the experiment comes back whole from
+    # the append-only file, which Redis 7.0 replays as the default user (common/redis_acl.py)
+    restart = subprocess.run(
+        ["docker", "compose", "-p", PROJECT, "restart", "redis", "coordinator"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert restart.returncode == 0, restart.stderr[-2000:]
+    deadline, again = time.monotonic() + 120, None
+    while time.monotonic() < deadline:
+        try:
+            answer = httpx.get(f"{url}/v1/experiments/demo", timeout=10)
+        except httpx.TransportError:
+            answer = None
+        if answer is not None and answer.status_code == 200:
+            again = answer.json()
+            break
+        assert answer is None or answer.status_code == 503, answer.text
+        time.sleep(0.5)
+    assert again is not None, "the coordinator did not come back"
+    assert again["status"] == "identified" and again["eliminations"] == state["eliminations"]
+    assert again["agents"] == 32 and again["result"] == state["result"]
+
 
 def test_an_operator_runs_a_second_experiment_from_the_readme(
     stack: tuple[dict[str, str], str],
