@@ -218,24 +218,11 @@ def largest_level(
 
 
 def smallest(ok: Callable[[int], bool], low: int, limit: int) -> int | None:
-    """The smallest n in [low, limit] with ok(n), None if not even `limit`: doubling, then
-    bisection, which assumes ok stays true once it is (it does in practice here; what is found is
-    checked exactly by common.certificate.certify, the search only looks for a good one)."""
-    if limit < low:
-        return None
-    high = low
-    while not ok(high):
-        if high >= limit:
-            return None
-        high = min(limit, 2 * high)
-    lower = max(low, high // 2)
-    while lower < high:
-        middle = (lower + high) // 2
-        if ok(middle):
-            high = middle
-        else:
-            lower = middle + 1
-    return high
+    """The smallest n in [low, limit] with ok(n), None if not even `limit`
+    (common.cde.first_certifying: doubling, then bisection, which assumes ok stays true once it
+    is; what is found is checked exactly by common.certificate.certify, the search only looks for
+    a good one)."""
+    return None if limit < low else cde.first_certifying(low, limit, ok)
 
 
 def smallest_certifying_threshold(
