@@ -1,0 +1,25 @@
+/** @dexp/agent: the local side of dexp's agents (votes, never rewards), for browsers and Node. */
+export { cryptoDraws, inertDraws, replayDraws } from "./draws.js";
+export type { Draw, Draws } from "./draws.js";
+export { LocalAgent, randomize, reportProbabilities } from "./agent.js";
+export type { AgentSpec, AgentState } from "./agent.js";
+export {
+  ArmSelection,
+  DEFAULT_PARAMS,
+  DPSuccessiveElimination,
+  FixedBudget,
+  SE,
+  SER3,
+  StitchedLUCB,
+  SUBROUTINES,
+  checkParams,
+  subroutineClass,
+} from "./subroutines.js";
+export type { LocalParams, SubroutineState } from "./subroutines.js";
+export {
+  dpEliminationGap,
+  dpEpochLength,
+  eliminationRadius,
+  samplesPerArm,
+  stitchedRadius,
+} from "./radius.js";
