@@ -1,0 +1,245 @@
+"""The JavaScript agent (sdk/js, @dexp/agent) and the Python one (common/agent.py) are the same agent.
+
+Each case drives the Python LocalAgent through a run: rewards drawn from an environment, the global
+set shrinking, DSER4-style resets (new epochs), one arm left, a reload (state saved and restored),
+and records every random draw the agent takes (SER3's orders, CE's drop coins, DP-MASE's Laplace
+noise, CDE's tie-break and report coins). The built module (sdk/js/dist/agent.js) then replays the
+same operations under `node` with those draws injected, and must give the same arms to play, the
+same votes, local sets and reports at every step, consume exactly the recorded draws, load the
+Python agent's saved state at the reload and end in the same state. Float agreement is exact: the
+radii are written in the same order of operations on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import pytest
+
+from common.agent import AgentSpec, LocalAgent
+from common.algorithms import AlgorithmConfig
+from tests.prerequisites import missing
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLE = ROOT / "sdk" / "js" / "dist" / "agent.js"
+RUNNER = ROOT / "tests" / "js" / "agreement.mjs"
+AGENTS = 40  # N: enters only the independent baseline's confidence, not these algorithms'
+RANDOM_SEEDS = 10  # random cases per algorithm and subroutine, beside the edge cases
+
+
+class RecordingRng:
+    """The numpy Generator calls common/ makes, each result recorded in the form
+    sdk/js/src/draws.ts's `replayDraws` reads (a choice is recorded as the index it picked)."""
+
+    def __init__(self, seed: int) -> None:
+        self.gen = np.random.default_rng(seed)
+        self.draws: list[dict[str, Any]] = []
+
+    def random(self, size: int | None = None) -> Any:
+        out = self.gen.random(size)
+        if size is None:
+            self.draws.append({"kind": "random", "value": float(out)})
+        else:
+            self.draws.append({"kind": "randoms", "n": int(size), "values": out.tolist()})
+        return out
+
+    def integers(self, n: int) -> int:
+        value = int(self.gen.integers(n))
+        self.draws.append({"kind": "integer", "n": int(n), "value": value})
+        return value
+
+    def permutation(self, n: int) -> np.ndarray:
+        out = self.gen.permutation(n)
+        self.draws.append({"kind": "permutation", "n": int(n), "values": out.tolist()})
+        return out
+
+    def laplace(self, loc: float, scale: float, size: int) -> np.ndarray:
+        assert loc == 0.0
+        out = self.gen.laplace(loc, scale, size=size)
+        self.draws.append({"kind": "laplace", "scale": float(scale), "values": out.tolist()})
+        return out
+
+    def choice(self, options: list[int]) -> int:
+        return options[self.integers(len(options))]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One run: the algorithm, the arms' means, and how often the global set moves."""
+
+    algorithm: str
+    subroutine: str
+    means: tuple[float, ...]
+    seed: int
+    sigma: float | None = None  # None: Bernoulli rewards; else Gaussian with this sigma
+    every_arm: bool = False
+    event_rate: float = 0.004  # per step: an arm leaves, a reset, one arm left, own votes applied
+    steps: int = 4000
+    label: str = "random"
+
+
+def _spec(case: Case) -> AgentSpec:
+    algo = AlgorithmConfig(
+        algorithm=case.algorithm,
+        subroutine=case.subroutine,
+        xi=0.05 if case.algorithm == "ce" else 0.0,
+        every_arm=case.every_arm,
+    )
+    params = algo.local_params(len(case.means), AGENTS, case.sigma)
+    return AgentSpec(
+        len(case.means), algo.local_subroutine, params, algo.vote_drop, algo.report_privacy
+    )
+
+
+def _jsonable(state: dict[str, Any]) -> dict[str, Any]:
+    return cast(dict[str, Any], json.loads(json.dumps(state)))
+
+
+def python_run(case: Case) -> dict[str, Any]:
+    """Runs the Python agent; returns the JS runner's input (spec, draws, trace) and, per step,
+    the outputs the JS agent must reproduce."""
+    spec = _spec(case)
+    n_arms = spec.n_arms
+    rng = RecordingRng(case.seed)
+    env = np.random.default_rng([case.seed, 7])
+    agent = LocalAgent(spec, cast(np.random.Generator, rng))
+    means = np.asarray(case.means)
+    remaining, epoch, sent = set(range(n_arms)), 0, set[int]()
+    reload_at = int(env.integers(1, 80))  # early: most runs decide within a few hundred steps
+    trace: list[dict[str, Any]] = []
+    expect: list[dict[str, Any]] = []
+
+    def sync() -> None:
+        votes = agent.sync(sorted(remaining), epoch)
+        sent.update(votes)
+        trace.append({"op": "sync", "remaining": sorted(remaining), "epoch": epoch})
+        expect.append({"votes": votes, "local": agent.local_arms, "done": agent.done})
+
+    for step in range(case.steps):
+        if env.random() < case.event_rate:
+            event = int(env.integers(4))
+            if event == 0 and len(remaining) > 1:  # another agent's votes removed an arm
+                remaining.discard(int(env.choice(sorted(remaining))))
+            elif event == 1:  # a DSER4 reset: a new epoch, every arm back, votes forgotten
+                epoch, remaining, sent = epoch + 1, set(range(n_arms)), set()
+            elif event == 2 and env.random() < 0.3:  # one arm left
+                remaining = {int(env.choice(sorted(remaining)))}
+            elif event == 3 and sent and len(sent) < len(remaining):  # this agent's votes landed
+                remaining -= sent
+            sync()
+        if agent.done:
+            break
+        arms = agent.select()
+        trace.append({"op": "select"})
+        expect.append({"arms": arms})
+        if case.sigma is None:
+            rewards = (env.random(len(arms)) < means[arms]).astype(float).tolist()
+        else:
+            rewards = (means[arms] + case.sigma * env.standard_normal(len(arms))).tolist()
+        votes = agent.observe(arms, rewards)
+        sent.update(votes)
+        trace.append({"op": "observe", "arms": arms, "rewards": rewards})
+        expect.append(
+            {"votes": votes, "local": agent.local_arms, "report": agent.report, "done": agent.done}
+        )
+        if step == reload_at:
+            state = _jsonable(agent.to_state())
+            trace.append({"op": "reload", "state": state})
+            expect.append({"state": state})
+            agent = LocalAgent.from_state(spec, state, cast(np.random.Generator, rng))
+    return {
+        "input": {
+            "spec": _jsonable(spec.__dict__ | {"params": spec.params.__dict__}),
+            "draws": rng.draws,
+            "trace": trace,
+        },
+        "expect": expect,
+        "final": _jsonable(agent.to_state()),
+    }
+
+
+def js_run(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    node = shutil.which("node")
+    if node is None:
+        missing("node (Debian's nodejs) runs the JavaScript agent")
+    if not BUNDLE.is_file():
+        missing(f"{BUNDLE.relative_to(ROOT)} is not built (cd sdk/js && npm ci && npm run build)")
+    done = subprocess.run(
+        [node, str(RUNNER), str(BUNDLE)],
+        input=json.dumps({"cases": inputs}),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return cast(list[dict[str, Any]], json.loads(done.stdout))
+
+
+def cases_for(algorithm: str, subroutine: str) -> list[Case]:
+    base = {"algorithm": algorithm, "subroutine": subroutine}
+    sigma_ok = algorithm != "dp-mase"  # dp-se takes rewards in [0, 1] only
+    picker = np.random.default_rng([sum(map(ord, algorithm + subroutine)), 26])
+    out = []
+    for i in range(RANDOM_SEEDS):
+        n_arms = int(picker.integers(2, 6))
+        means = tuple(float(m) for m in np.round(picker.uniform(0.05, 0.95, n_arms), 2))
+        gaussian = sigma_ok and i % 3 == 2
+        dp = algorithm == "dp-mase"  # epochs of ~500 rounds: rare resets, or none completes
+        out.append(
+            Case(
+                **base,
+                means=means,
+                seed=1000 + i,
+                sigma=0.5 if gaussian else None,
+                every_arm=dp or bool(i % 2),
+                event_rate=0.0004 if dp else 0.004,
+            )
+        )
+    out += [
+        # equal means, and exactly equal empirical means (rewards 1 and 0 only)
+        Case(**base, means=(0.5, 0.5, 0.2), seed=1, every_arm=True, label="tied means"),
+        Case(**base, means=(1.0, 1.0, 0.0, 0.0), seed=2, label="tied constant rewards"),
+        Case(**base, means=(0.5,) * 4, seed=3, every_arm=True, label="all tied"),
+        # the global set moves often: arms leave, one arm left, resets
+        Case(**base, means=(0.7, 0.5, 0.4, 0.3), seed=4, event_rate=0.05, label="busy global"),
+        Case(**base, means=(0.8, 0.2), seed=5, event_rate=0.02, label="two arms"),
+    ]
+    return out
+
+
+COMBINATIONS = [
+    ("de", "ser3"),
+    ("de", "stitched-lucb"),
+    ("ce", "ser3"),
+    ("ce", "stitched-lucb"),
+    ("dp-mase", "ser3"),  # DP-MASE runs its own dp-se
+    ("cde", "ser3"),  # CDE runs its own fixed-budget run and report
+]
+
+
+@pytest.mark.parametrize(("algorithm", "subroutine"), COMBINATIONS)
+def test_js_agent_votes_as_the_python_agent(algorithm: str, subroutine: str) -> None:
+    cases = cases_for(algorithm, subroutine)
+    runs = [python_run(case) for case in cases]
+    results = js_run([run["input"] for run in runs])
+    assert len(results) == len(runs)
+    decided = 0
+    for case, run, got in zip(cases, runs, results, strict=True):
+        where = f"{case.label} case, seed {case.seed}, means {case.means}"
+        trace, expect = run["input"]["trace"], run["expect"]
+        for i, (want, have) in enumerate(zip(expect, got["outputs"], strict=False)):
+            assert have == want, f"{where}: step {i} ({trace[i]['op']}) differs"
+        assert got["error"] is None, f"{where}: {got['error']} after {len(got['outputs'])} steps"
+        assert len(got["outputs"]) == len(expect), where
+        assert got["unused"] == 0, f"{where}: {got['unused']} recorded draws left unused"
+        assert got["final"] == run["final"], f"{where}: final states differ"
+        decided += bool(run["final"]["sub"]["active"] and len(run["final"]["sub"]["active"]) == 1)
+        decided += run["final"]["report"] is not None
+    # the runs went somewhere: local decisions (votes, reports) were compared, not just plays
+    assert decided >= len(cases) // 2
