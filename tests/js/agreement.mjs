@@ -1,10 +1,11 @@
 // Replays tests/test_js_agreement.py's traces through the built SDK (argv[2]: dist/agent.js):
-// reads {cases: [{spec, draws, trace}]} on stdin, prints [{outputs, unused, error}] on stdout.
+// reads {cases: [{spec, draws, trace}]} on stdin, prints [{outputs, final, unused, error}] on
+// stdout; or {calls: [[name, ...args]]}, prints each exported function's value on those args.
 import { readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 
 const sdk = await import(pathToFileURL(process.argv[2]).href);
-const { cases } = JSON.parse(readFileSync(0, "utf8"));
+const { cases, calls } = JSON.parse(readFileSync(0, "utf8"));
 
 function run({ spec, draws: records, trace }) {
   const draws = sdk.replayDraws(records);
@@ -35,4 +36,5 @@ function run({ spec, draws: records, trace }) {
   }
 }
 
-process.stdout.write(JSON.stringify(cases.map(run)));
+const out = calls ? calls.map(([name, ...args]) => sdk[name](...args)) : cases.map(run);
+process.stdout.write(JSON.stringify(out));
