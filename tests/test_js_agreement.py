@@ -94,6 +94,7 @@ def _spec(case: Case) -> AgentSpec:
         subroutine=case.subroutine,
         xi=0.05 if case.algorithm == "ce" else 0.0,
         every_arm=case.every_arm,
+        phi=0.002 if case.subroutine == "ser4" else 0.0,
     )
     params = algo.local_params(len(case.means), AGENTS, case.sigma)
     return AgentSpec(
@@ -139,6 +140,13 @@ def python_run(case: Case) -> dict[str, Any]:
             sync()
         if agent.done:
             break
+        if spec.subroutine == "ser4":  # DSER4: the agent's own reset starts a new epoch
+            wants = agent.wants_reset()
+            trace.append({"op": "wants_reset"})
+            expect.append({"reset": wants})
+            if wants:
+                epoch, remaining, sent = epoch + 1, set(range(n_arms)), set()
+                sync()
         arms = agent.select()
         trace.append({"op": "select"})
         expect.append({"arms": arms})
@@ -220,6 +228,8 @@ def cases_for(algorithm: str, subroutine: str) -> list[Case]:
 COMBINATIONS = [
     ("de", "ser3"),
     ("de", "stitched-lucb"),
+    ("de", "stitched-se"),
+    ("de", "ser4"),  # DSER4: resets drawn by the agent
     ("ce", "ser3"),
     ("ce", "stitched-lucb"),
     ("dp-mase", "ser3"),  # DP-MASE runs its own dp-se

@@ -21,6 +21,8 @@ function run({ spec, draws: records, trace }) {
       } else if (step.op === "sync") {
         const votes = agent.sync(step.remaining, step.epoch);
         outputs.push({ votes, local: agent.localArms, done: agent.done });
+      } else if (step.op === "wants_reset") {
+        outputs.push({ reset: agent.wantsReset() });
       } else if (step.op === "reload") {
         // the page reloads: the state it saved is the Python agent's, read back here
         const own = agent.toState();

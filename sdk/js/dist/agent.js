@@ -327,6 +327,28 @@ var SER3 = class extends SuccessiveElimination {
     this.start();
   }
 };
+var SER4 = class extends SuccessiveElimination {
+  constructor(nArms, params, draws) {
+    super(nArms, params, draws);
+    this.name = "ser4";
+    this.shuffle = true;
+    this.start();
+  }
+  wantsReset() {
+    return this.params.phi > 0 && this.draws.random() < this.params.phi;
+  }
+};
+var StitchedSuccessiveElimination = class extends SuccessiveElimination {
+  constructor(nArms, params, draws) {
+    super(nArms, params, draws);
+    this.name = "stitched-se";
+    this.shuffle = true;
+    this.start();
+  }
+  radius(rounds) {
+    return stitchedRadius(rounds, this.initialArms, this.params.confidence, this.params.sigma);
+  }
+};
 var LUCBShape = class extends ArmSelection {
   constructor() {
     super(...arguments);
@@ -506,6 +528,8 @@ var FixedBudget = class extends ArmSelection {
 var SUBROUTINES = {
   se: SE,
   ser3: SER3,
+  ser4: SER4,
+  "stitched-se": StitchedSuccessiveElimination,
   "stitched-lucb": StitchedLUCB,
   "dp-se": DPSuccessiveElimination,
   "fixed-budget": FixedBudget
@@ -583,6 +607,15 @@ var LocalAgent = class _LocalAgent {
     }
     return this.votes(this.sub.discard(gone));
   }
+  /** SER4's coin, drawn once per activation (always false for other subroutines). */
+  wantsReset() {
+    const sub = this.sub;
+    return sub.wantsReset !== void 0 ? sub.wantsReset() : false;
+  }
+  /** SER4's local reset: statistics forgotten, K_n := K. */
+  reset(remaining) {
+    this.sub.restart(remaining);
+  }
   select() {
     return this.sub.select();
   }
@@ -636,8 +669,10 @@ export {
   LocalAgent,
   SE,
   SER3,
+  SER4,
   SUBROUTINES,
   StitchedLUCB,
+  StitchedSuccessiveElimination,
   checkParams,
   cryptoDraws,
   dpEliminationGap,

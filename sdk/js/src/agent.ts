@@ -100,6 +100,17 @@ export class LocalAgent {
     return this.votes(this.sub.discard(gone));
   }
 
+  /** SER4's coin, drawn once per activation (always false for other subroutines). */
+  wantsReset(): boolean {
+    const sub = this.sub as ArmSelection & { wantsReset?: () => boolean };
+    return sub.wantsReset !== undefined ? sub.wantsReset() : false;
+  }
+
+  /** SER4's local reset: statistics forgotten, K_n := K. */
+  reset(remaining: Iterable<number>): void {
+    this.sub.restart(remaining);
+  }
+
   select(): number[] {
     return this.sub.select();
   }

@@ -10,6 +10,8 @@ export {
   FixedBudget,
   SE,
   SER3,
+  SER4,
+  StitchedSuccessiveElimination,
   StitchedLUCB,
   SUBROUTINES,
   checkParams,

@@ -267,6 +267,37 @@ export class SER3 extends SuccessiveElimination {
   }
 }
 
+/** SER3 plus, at each step, a reset with probability phi (DSER4: the reset resets the experiment);
+ * the agent draws it (`wantsReset`) because it also needs the global set. */
+export class SER4 extends SuccessiveElimination {
+  readonly name: string = "ser4";
+  protected readonly shuffle: boolean = true;
+
+  constructor(nArms: number, params: LocalParams, draws: Draws) {
+    super(nArms, params, draws);
+    this.start();
+  }
+
+  wantsReset(): boolean {
+    return this.params.phi > 0 && this.draws.random() < this.params.phi;
+  }
+}
+
+/** SER3 with Howard et al.'s stitched radius (log log r in place of log r^2). */
+export class StitchedSuccessiveElimination extends SuccessiveElimination {
+  readonly name: string = "stitched-se";
+  protected readonly shuffle: boolean = true;
+
+  constructor(nArms: number, params: LocalParams, draws: Draws) {
+    super(nArms, params, draws);
+    this.start();
+  }
+
+  radius(rounds: number): number {
+    return stitchedRadius(rounds, this.initialArms, this.params.confidence, this.params.sigma);
+  }
+}
+
 /** LUCB1's shape: one sample of every arm, then a decision whenever the queue is empty. */
 export abstract class LUCBShape extends ArmSelection {
   queue: number[] = [];
@@ -483,6 +514,8 @@ type SubroutineClass = new (nArms: number, params: LocalParams, draws: Draws) =>
 export const SUBROUTINES: Record<string, SubroutineClass> = {
   se: SE,
   ser3: SER3,
+  ser4: SER4,
+  "stitched-se": StitchedSuccessiveElimination,
   "stitched-lucb": StitchedLUCB,
   "dp-se": DPSuccessiveElimination,
   "fixed-budget": FixedBudget,
