@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from common.agent import AgentSpec, LocalAgent
 from common.algorithms import AlgorithmConfig
@@ -297,3 +298,44 @@ def test_js_radii_are_the_python_ones_within_two_ulps() -> None:
                 assert _ulps(have, should) <= 2, f"{name}{args}: JS {have!r}, Python {should!r}"
             exact += have == should
     assert exact > 0.9 * len(calls)  # the rule, not the tolerance, makes them agree
+
+
+# each statistical check below fails by chance with probability ~1e-9: never, in practice
+CHANCE = 1e-9
+
+
+def test_js_crypto_draws_have_their_distributions() -> None:
+    """What a page draws from when nothing is injected (crypto.getRandomValues): uniforms in
+    [0, 1), integers uniform on [0, n), every permutation equally likely, Laplace(0, b) noise
+    (DP-MASE's privacy rests on its scale). Bad arguments throw rather than draw."""
+    n = 40_000
+    got = js_run(
+        {
+            "draws": [
+                ["randoms", n],
+                ["integer", 7],
+                *[["integer", 7] for _ in range(n // 10)],
+                *[["permutation", 4] for _ in range(n // 10)],
+                ["laplace", 2.5, n],
+                ["integer", 0],
+                ["integer", 2.5],
+            ]
+        }
+    )
+    uniforms, first = np.asarray(got[0]), got[1]
+    integers = np.asarray([first, *got[2 : 2 + n // 10]])
+    perms = got[2 + n // 10 : 2 + 2 * (n // 10)]
+    laplace, bad_zero, bad_float = np.asarray(got[-3]), got[-2], got[-1]
+    assert uniforms.min() >= 0.0 and uniforms.max() < 1.0
+    assert uniforms.max() > 0.999 and uniforms.min() < 0.001  # all of [0, 1): fails w.p. e^-40
+    assert stats.kstest(uniforms, "uniform").pvalue > CHANCE
+    assert set(integers.tolist()) <= set(range(7))
+    assert stats.chisquare(np.bincount(integers, minlength=7)).pvalue > CHANCE
+    assert all(sorted(p) == [0, 1, 2, 3] for p in perms)
+    codes = [p[0] * 64 + p[1] * 16 + p[2] * 4 + p[3] for p in perms]
+    counts = np.unique(codes, return_counts=True)[1]
+    assert len(counts) == 24 and stats.chisquare(counts).pvalue > CHANCE
+    assert stats.kstest(laplace, "laplace", args=(0.0, 2.5)).pvalue > CHANCE
+    assert bad_zero["error"].startswith("RangeError") and bad_float["error"].startswith(
+        "RangeError"
+    )

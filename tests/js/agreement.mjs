@@ -1,11 +1,12 @@
 // Replays tests/test_js_agreement.py's traces through the built SDK (argv[2]: dist/agent.js):
 // reads {cases: [{spec, draws, trace}]} on stdin, prints [{outputs, final, unused, error}] on
-// stdout; or {calls: [[name, ...args]]}, prints each exported function's value on those args.
+// stdout; or {calls: [[name, ...args]]}, prints each exported function's value on those args; or
+// {draws: [[method, ...args]]}, prints what cryptoDraws()'s method returns (or the error it throws).
 import { readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 
 const sdk = await import(pathToFileURL(process.argv[2]).href);
-const { cases, calls } = JSON.parse(readFileSync(0, "utf8"));
+const { cases, calls, draws } = JSON.parse(readFileSync(0, "utf8"));
 
 function run({ spec, draws: records, trace }) {
   const draws = sdk.replayDraws(records);
@@ -38,5 +39,17 @@ function run({ spec, draws: records, trace }) {
   }
 }
 
-const out = calls ? calls.map(([name, ...args]) => sdk[name](...args)) : cases.map(run);
+function draw(source, [method, ...args]) {
+  try {
+    return source[method](...args);
+  } catch (err) {
+    return { error: `${err.name}: ${err.message}` };
+  }
+}
+
+const out = calls
+  ? calls.map(([name, ...args]) => sdk[name](...args))
+  : draws
+    ? draws.map((call) => draw(sdk.cryptoDraws(), call))
+    : cases.map(run);
 process.stdout.write(JSON.stringify(out));
