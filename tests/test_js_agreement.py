@@ -227,6 +227,7 @@ def cases_for(algorithm: str, subroutine: str) -> list[Case]:
 
 
 COMBINATIONS = [
+    ("de", "se"),
     ("de", "ser3"),
     ("de", "stitched-lucb"),
     ("de", "stitched-se"),

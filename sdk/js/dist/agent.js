@@ -168,10 +168,7 @@ var ArmSelection = class {
       throw new RangeError(`arms=${nArms}: need at least 2 arms`);
     }
     checkParams(params);
-  }
-  /** Subclasses call this at the end of their constructor (their fields exist by then). */
-  start() {
-    this.restart(Array.from({ length: this.nArms }, (_, i) => i));
+    this.restart(Array.from({ length: nArms }, (_, i) => i));
   }
   /** Drop arms that left the global set; the caller restarts instead if none would remain. */
   discard(arms) {
@@ -257,12 +254,13 @@ var ArmSelection = class {
   }
 };
 var SuccessiveElimination = class extends ArmSelection {
-  constructor(nArms, params, draws) {
-    super(nArms, params, draws);
+  constructor() {
+    super(...arguments);
     this.name = "se";
-    this.shuffle = false;
-    this.checkedRound = 0;
-    this.order = [];
+  }
+  /** SER3's rule: a fresh random round-robin order every round (a getter: read in restart). */
+  get shuffle() {
+    return false;
   }
   onRestart() {
     this.checkedRound = 0;
@@ -313,47 +311,40 @@ var SuccessiveElimination = class extends ArmSelection {
     this.order = state.order.slice();
   }
 };
-var SE = class extends SuccessiveElimination {
-  constructor(nArms, params, draws) {
-    super(nArms, params, draws);
-    this.start();
-  }
-};
 var SER3 = class extends SuccessiveElimination {
-  constructor(nArms, params, draws) {
-    super(nArms, params, draws);
+  constructor() {
+    super(...arguments);
     this.name = "ser3";
-    this.shuffle = true;
-    this.start();
+  }
+  get shuffle() {
+    return true;
   }
 };
 var SER4 = class extends SuccessiveElimination {
-  constructor(nArms, params, draws) {
-    super(nArms, params, draws);
+  constructor() {
+    super(...arguments);
     this.name = "ser4";
-    this.shuffle = true;
-    this.start();
+  }
+  get shuffle() {
+    return true;
   }
   wantsReset() {
     return this.params.phi > 0 && this.draws.random() < this.params.phi;
   }
 };
 var StitchedSuccessiveElimination = class extends SuccessiveElimination {
-  constructor(nArms, params, draws) {
-    super(nArms, params, draws);
+  constructor() {
+    super(...arguments);
     this.name = "stitched-se";
-    this.shuffle = true;
-    this.start();
+  }
+  get shuffle() {
+    return true;
   }
   radius(rounds) {
     return stitchedRadius(rounds, this.initialArms, this.params.confidence, this.params.sigma);
   }
 };
 var LUCBShape = class extends ArmSelection {
-  constructor() {
-    super(...arguments);
-    this.queue = [];
-  }
   onRestart() {
     this.queue = [];
   }
@@ -402,10 +393,9 @@ var LUCBShape = class extends ArmSelection {
   }
 };
 var StitchedLUCB = class extends LUCBShape {
-  constructor(nArms, params, draws) {
-    super(nArms, params, draws);
+  constructor() {
+    super(...arguments);
     this.name = "stitched-lucb";
-    this.start();
   }
   interval(arm, _time) {
     const radius = stitchedRadius(
@@ -419,13 +409,9 @@ var StitchedLUCB = class extends LUCBShape {
   }
 };
 var DPSuccessiveElimination = class extends ArmSelection {
-  constructor(nArms, params, draws) {
-    super(nArms, params, draws);
+  constructor() {
+    super(...arguments);
     this.name = "dp-se";
-    this.epoch = 1;
-    this.epochArms = 0;
-    this.epochRounds = 0;
-    this.start();
   }
   onRestart() {
     if (this.params.sigma !== null) throw new RangeError("DP-MASE needs rewards in [0, 1]");
@@ -487,11 +473,9 @@ var DPSuccessiveElimination = class extends ArmSelection {
   }
 };
 var FixedBudget = class extends ArmSelection {
-  constructor(nArms, params, draws) {
-    super(nArms, params, draws);
+  constructor() {
+    super(...arguments);
     this.name = "fixed-budget";
-    this.next = 0;
-    this.start();
   }
   get budget() {
     return samplesPerArm(
@@ -526,7 +510,7 @@ var FixedBudget = class extends ArmSelection {
   }
 };
 var SUBROUTINES = {
-  se: SE,
+  se: SuccessiveElimination,
   ser3: SER3,
   ser4: SER4,
   "stitched-se": StitchedSuccessiveElimination,
@@ -667,12 +651,12 @@ export {
   DPSuccessiveElimination,
   FixedBudget,
   LocalAgent,
-  SE,
   SER3,
   SER4,
   SUBROUTINES,
   StitchedLUCB,
   StitchedSuccessiveElimination,
+  SuccessiveElimination,
   checkParams,
   cryptoDraws,
   dpEliminationGap,

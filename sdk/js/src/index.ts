@@ -8,7 +8,7 @@ export {
   DEFAULT_PARAMS,
   DPSuccessiveElimination,
   FixedBudget,
-  SE,
+  SuccessiveElimination,
   SER3,
   SER4,
   StitchedSuccessiveElimination,

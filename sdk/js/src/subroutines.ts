@@ -71,11 +71,9 @@ export abstract class ArmSelection {
       throw new RangeError(`arms=${nArms}: need at least 2 arms`);
     }
     checkParams(params);
-  }
-
-  /** Subclasses call this at the end of their constructor (their fields exist by then). */
-  protected start(): void {
-    this.restart(Array.from({ length: this.nArms }, (_, i) => i));
+    // Python's order: construction restarts on every arm (SER3 draws its first order here), so
+    // the fields a restart sets are `declare`d in the subclasses, never initialized after it
+    this.restart(Array.from({ length: nArms }, (_, i) => i));
   }
 
   abstract select(): number[];
@@ -179,14 +177,14 @@ export abstract class ArmSelection {
 }
 
 /** Successive Elimination; SER3 reshuffles the round-robin order every round. */
-export abstract class SuccessiveElimination extends ArmSelection {
+export class SuccessiveElimination extends ArmSelection {
   readonly name: string = "se";
-  protected readonly shuffle: boolean = false;
-  checkedRound = 0;
-  order: number[] = [];
+  declare checkedRound: number;
+  declare order: number[];
 
-  constructor(nArms: number, params: LocalParams, draws: Draws) {
-    super(nArms, params, draws);
+  /** SER3's rule: a fresh random round-robin order every round (a getter: read in restart). */
+  protected get shuffle(): boolean {
+    return false;
   }
 
   protected onRestart(): void {
@@ -249,33 +247,23 @@ export abstract class SuccessiveElimination extends ArmSelection {
   }
 }
 
-export class SE extends SuccessiveElimination {
-  constructor(nArms: number, params: LocalParams, draws: Draws) {
-    super(nArms, params, draws);
-    this.start();
-  }
-}
-
 /** SE with the round-robin order drawn again every round (Allesiardo et al. 2017). */
 export class SER3 extends SuccessiveElimination {
   readonly name: string = "ser3";
-  protected readonly shuffle: boolean = true;
 
-  constructor(nArms: number, params: LocalParams, draws: Draws) {
-    super(nArms, params, draws);
-    this.start();
+  protected get shuffle(): boolean {
+    return true;
   }
+
 }
 
 /** SER3 plus, at each step, a reset with probability phi (DSER4: the reset resets the experiment);
  * the agent draws it (`wantsReset`) because it also needs the global set. */
 export class SER4 extends SuccessiveElimination {
   readonly name: string = "ser4";
-  protected readonly shuffle: boolean = true;
 
-  constructor(nArms: number, params: LocalParams, draws: Draws) {
-    super(nArms, params, draws);
-    this.start();
+  protected get shuffle(): boolean {
+    return true;
   }
 
   wantsReset(): boolean {
@@ -286,11 +274,9 @@ export class SER4 extends SuccessiveElimination {
 /** SER3 with Howard et al.'s stitched radius (log log r in place of log r^2). */
 export class StitchedSuccessiveElimination extends SuccessiveElimination {
   readonly name: string = "stitched-se";
-  protected readonly shuffle: boolean = true;
 
-  constructor(nArms: number, params: LocalParams, draws: Draws) {
-    super(nArms, params, draws);
-    this.start();
+  protected get shuffle(): boolean {
+    return true;
   }
 
   radius(rounds: number): number {
@@ -300,7 +286,7 @@ export class StitchedSuccessiveElimination extends SuccessiveElimination {
 
 /** LUCB1's shape: one sample of every arm, then a decision whenever the queue is empty. */
 export abstract class LUCBShape extends ArmSelection {
-  queue: number[] = [];
+  declare queue: number[];
 
   protected onRestart(): void {
     this.queue = [];
@@ -363,11 +349,6 @@ export abstract class LUCBShape extends ArmSelection {
 export class StitchedLUCB extends LUCBShape {
   readonly name = "stitched-lucb";
 
-  constructor(nArms: number, params: LocalParams, draws: Draws) {
-    super(nArms, params, draws);
-    this.start();
-  }
-
   interval(arm: number, _time: number): [number, number] {
     const radius = stitchedRadius(
       this.counts[arm],
@@ -383,14 +364,9 @@ export class StitchedLUCB extends LUCBShape {
 /** DP successive elimination in epochs (Sajed and Sheffet 2019), DP-MASE's subroutine. */
 export class DPSuccessiveElimination extends ArmSelection {
   readonly name = "dp-se";
-  epoch = 1;
-  epochArms = 0;
-  epochRounds = 0;
-
-  constructor(nArms: number, params: LocalParams, draws: Draws) {
-    super(nArms, params, draws);
-    this.start();
-  }
+  declare epoch: number;
+  declare epochArms: number;
+  declare epochRounds: number;
 
   protected onRestart(): void {
     if (this.params.sigma !== null) throw new RangeError("DP-MASE needs rewards in [0, 1]");
@@ -463,12 +439,7 @@ export class DPSuccessiveElimination extends ArmSelection {
 /** CDE's local run: T pulls per arm in turn, then the empirical best (ties drawn at random). */
 export class FixedBudget extends ArmSelection {
   readonly name = "fixed-budget";
-  next = 0;
-
-  constructor(nArms: number, params: LocalParams, draws: Draws) {
-    super(nArms, params, draws);
-    this.start();
-  }
+  declare next: number;
 
   get budget(): number {
     return samplesPerArm(
@@ -512,7 +483,7 @@ type SubroutineClass = new (nArms: number, params: LocalParams, draws: Draws) =>
 
 /** The subroutines this SDK runs, by the names the coordinator's experiments use. */
 export const SUBROUTINES: Record<string, SubroutineClass> = {
-  se: SE,
+  se: SuccessiveElimination,
   ser3: SER3,
   ser4: SER4,
   "stitched-se": StitchedSuccessiveElimination,
