@@ -26,9 +26,20 @@ from scipy import stats
 from common.agent import AgentSpec, LocalAgent
 from common.algorithms import AlgorithmConfig
 from common.cde import report_probabilities
-from common.subroutines.bounds import stitched_radius
+from common.subroutines.bounds import (
+    elimination_level,
+    kl_lower,
+    kl_lucb_level,
+    kl_upper,
+    stitched_radius,
+)
 from common.subroutines.fixed_budget import samples_per_arm
-from common.subroutines.radius import dp_elimination_gap, dp_epoch_length, elimination_radius
+from common.subroutines.radius import (
+    dp_elimination_gap,
+    dp_epoch_length,
+    elimination_radius,
+    lucb_radius,
+)
 from tests.prerequisites import missing
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -196,7 +207,8 @@ def js_run(inputs: dict[str, Any]) -> list[Any]:
 
 def cases_for(algorithm: str, subroutine: str) -> list[Case]:
     base = {"algorithm": algorithm, "subroutine": subroutine}
-    sigma_ok = algorithm != "dp-mase"  # dp-se takes rewards in [0, 1] only
+    # dp-se and the KL bounds take rewards in [0, 1] only
+    sigma_ok = algorithm != "dp-mase" and not subroutine.startswith("kl-")
     picker = np.random.default_rng([sum(map(ord, algorithm + subroutine)), 26])
     out = []
     for i in range(RANDOM_SEEDS):
@@ -231,6 +243,9 @@ COMBINATIONS = [
     ("de", "ser3"),
     ("de", "stitched-lucb"),
     ("de", "stitched-se"),
+    ("de", "kl-se"),
+    ("de", "lucb"),
+    ("de", "kl-lucb"),
     ("de", "ser4"),  # DSER4: resets drawn by the agent
     ("ce", "ser3"),
     ("ce", "stitched-lucb"),
@@ -261,6 +276,11 @@ def test_js_agent_votes_as_the_python_agent(algorithm: str, subroutine: str) -> 
     assert decided >= len(cases) // 2
 
 
+# the KL bounds end a Newton iteration on pulls kl(mean, q) - level, a difference of two large
+# numbers: one ulp of a log there moves q by tens of ulps (still a valid bound on both sides)
+NEWTON_RELATIVE = 1e-12
+
+
 def _ulps(a: float, b: float) -> float:
     return abs(a - b) / float(np.spacing(abs(b))) if a != b else 0.0
 
@@ -283,6 +303,12 @@ def test_js_radii_are_the_python_ones_within_two_ulps() -> None:
             calls.append(("eliminationRadius", elimination_radius, (pulls, arms, conf, s)))
             calls.append(("stitchedRadius", stitched_radius, (pulls, arms, conf, s)))
             calls.append(("samplesPerArm", samples_per_arm, (eps, conf, arms, s)))
+            calls.append(("lucbRadius", lucb_radius, (pulls, pulls * arms, arms, conf, s)))
+        calls.append(("eliminationLevel", elimination_level, (pulls, arms, conf)))
+        calls.append(("klLucbLevel", kl_lucb_level, (pulls * arms, arms, conf)))
+        mean, level = float(grid.choice([0.0, 1.0, grid.uniform()])), float(grid.uniform(0.1, 30))
+        calls.append(("klUpper", kl_upper, (mean, pulls, level)))
+        calls.append(("klLower", kl_lower, (mean, pulls, level)))
         calls.append(("dpEpochLength", dp_epoch_length, (epoch, arms, conf, dp_eps)))
         calls.append(("dpEliminationGap", dp_elimination_gap, (epoch, pulls, arms, conf, dp_eps)))
         privacy = float(grid.uniform(1.0 / arms + 1e-6, 1.0 - 1e-6))
@@ -295,6 +321,8 @@ def test_js_radii_are_the_python_ones_within_two_ulps() -> None:
         for have, should in pairs:
             if isinstance(should, int):
                 assert have == should, f"{name}{args}: JS {have!r}, Python {should!r}"
+            elif name in ("klUpper", "klLower"):
+                assert abs(have - should) <= NEWTON_RELATIVE * abs(should), f"{name}{args}"
             else:
                 assert _ulps(have, should) <= 2, f"{name}{args}: JS {have!r}, Python {should!r}"
             exact += have == should

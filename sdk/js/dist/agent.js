@@ -129,6 +129,48 @@ function samplesPerArm(epsilon, eta, nArms, sigma) {
   const scale = sigma === null ? 1 : 4 * sigma * sigma;
   return Math.max(1, Math.ceil(scale * Math.log((nArms - 1) / eta) / (epsilon * epsilon) - 1e-9));
 }
+function lucbRadius(pulls, time, nArms, confidence, sigma) {
+  const logTerm = Math.log(5 * nArms * time ** 4 / (4 * confidence));
+  if (sigma === null) return Math.sqrt(logTerm / (2 * pulls));
+  return sigma * Math.sqrt(2 * logTerm / pulls);
+}
+var KL_ITERATIONS = 30;
+var KL_TOLERANCE = 1e-9;
+var KL_EDGE = 1e-12;
+var KL_LUCB_ALPHA = 1.1;
+var KL_LUCB_K1 = 11;
+function klBernoulli(p, q) {
+  let out = 0;
+  if (p > 0) out += q > 0 ? p * Math.log(p / q) : Infinity;
+  if (p < 1) out += q < 1 ? (1 - p) * Math.log((1 - p) / (1 - q)) : Infinity;
+  return out;
+}
+function newton(mean, pulls, level, q) {
+  for (let i = 0; i < KL_ITERATIONS; i++) {
+    const g = pulls * klBernoulli(mean, q) - level;
+    if (g <= KL_TOLERANCE) break;
+    q -= g / (pulls * (q - mean) / (q * (1 - q)));
+  }
+  return q;
+}
+function klUpper(mean, pulls, level) {
+  mean = Math.min(Math.max(mean, 0), 1);
+  if (mean >= 1) return 1;
+  if (mean <= 0) return -Math.expm1(-level / pulls);
+  return newton(mean, pulls, level, Math.min(mean + Math.sqrt(level / (2 * pulls)), 1 - KL_EDGE));
+}
+function klLower(mean, pulls, level) {
+  mean = Math.min(Math.max(mean, 0), 1);
+  if (mean <= 0) return 0;
+  if (mean >= 1) return Math.exp(-level / pulls);
+  return newton(mean, pulls, level, Math.max(mean - Math.sqrt(level / (2 * pulls)), KL_EDGE));
+}
+function eliminationLevel(rounds, nArms, confidence) {
+  return Math.log(4 * nArms * rounds * rounds / confidence);
+}
+function klLucbLevel(time, nArms, confidence) {
+  return Math.log(KL_LUCB_K1 * nArms * time ** KL_LUCB_ALPHA / confidence);
+}
 
 // src/subroutines.ts
 var DEFAULT_PARAMS = {
@@ -344,6 +386,36 @@ var StitchedSuccessiveElimination = class extends SuccessiveElimination {
     return stitchedRadius(rounds, this.initialArms, this.params.confidence, this.params.sigma);
   }
 };
+var KLSuccessiveElimination = class extends SuccessiveElimination {
+  constructor() {
+    super(...arguments);
+    this.name = "kl-se";
+  }
+  get shuffle() {
+    return true;
+  }
+  onRestart() {
+    if (this.params.sigma !== null) throw new RangeError("kl-se's KL bounds need rewards in [0, 1]");
+    super.onRestart();
+  }
+  check(rounds) {
+    const level = eliminationLevel(rounds, this.initialArms, this.params.confidence);
+    const mu = this.means();
+    const bounds = new Map(
+      this.active.map((a) => [a, [klLower(mu[a], rounds, level), klUpper(mu[a], rounds, level)]])
+    );
+    const topLower = Math.max(...Array.from(bounds.values(), ([low]) => low));
+    const out = this.eliminate(this.active.filter((a) => bounds.get(a)[1] <= topLower));
+    if (this.active.length > 1) {
+      const best = this.empiricalBest();
+      const challenger = Math.max(
+        ...this.active.filter((a) => a !== best).map((a) => bounds.get(a)[1])
+      );
+      if (challenger - bounds.get(best)[0] < this.params.epsilon) out.push(...this.keepOnly(best));
+    }
+    return out.sort((a, b) => a - b);
+  }
+};
 var LUCBShape = class extends ArmSelection {
   onRestart() {
     this.queue = [];
@@ -406,6 +478,39 @@ var StitchedLUCB = class extends LUCBShape {
     );
     const mean = this.means()[arm];
     return [mean - radius, mean + radius];
+  }
+};
+var LUCB = class extends LUCBShape {
+  constructor() {
+    super(...arguments);
+    this.name = "lucb";
+  }
+  interval(arm, time) {
+    const radius = lucbRadius(
+      this.counts[arm],
+      time,
+      this.initialArms,
+      this.params.confidence,
+      this.params.sigma
+    );
+    const mean = this.means()[arm];
+    return [mean - radius, mean + radius];
+  }
+};
+var KLLUCB = class extends LUCBShape {
+  constructor() {
+    super(...arguments);
+    this.name = "kl-lucb";
+  }
+  onRestart() {
+    if (this.params.sigma !== null) throw new RangeError("kl-lucb's KL bounds need rewards in [0, 1]");
+    super.onRestart();
+  }
+  interval(arm, time) {
+    const level = klLucbLevel(time, this.initialArms, this.params.confidence);
+    const mean = this.means()[arm];
+    const pulls = this.counts[arm];
+    return [klLower(mean, pulls, level), klUpper(mean, pulls, level)];
   }
 };
 var DPSuccessiveElimination = class extends ArmSelection {
@@ -514,6 +619,9 @@ var SUBROUTINES = {
   ser3: SER3,
   ser4: SER4,
   "stitched-se": StitchedSuccessiveElimination,
+  "kl-se": KLSuccessiveElimination,
+  lucb: LUCB,
+  "kl-lucb": KLLUCB,
   "stitched-lucb": StitchedLUCB,
   "dp-se": DPSuccessiveElimination,
   "fixed-budget": FixedBudget
@@ -650,6 +758,9 @@ export {
   DEFAULT_PARAMS,
   DPSuccessiveElimination,
   FixedBudget,
+  KLLUCB,
+  KLSuccessiveElimination,
+  LUCB,
   LocalAgent,
   SER3,
   SER4,
@@ -661,8 +772,14 @@ export {
   cryptoDraws,
   dpEliminationGap,
   dpEpochLength,
+  eliminationLevel,
   eliminationRadius,
   inertDraws,
+  klBernoulli,
+  klLower,
+  klLucbLevel,
+  klUpper,
+  lucbRadius,
   randomize,
   replayDraws,
   reportProbabilities,

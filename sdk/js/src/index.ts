@@ -8,6 +8,9 @@ export {
   DEFAULT_PARAMS,
   DPSuccessiveElimination,
   FixedBudget,
+  KLLUCB,
+  KLSuccessiveElimination,
+  LUCB,
   SuccessiveElimination,
   SER3,
   SER4,
@@ -21,7 +24,13 @@ export type { LocalParams, SubroutineState } from "./subroutines.js";
 export {
   dpEliminationGap,
   dpEpochLength,
+  eliminationLevel,
   eliminationRadius,
+  klBernoulli,
+  klLower,
+  klLucbLevel,
+  klUpper,
+  lucbRadius,
   samplesPerArm,
   stitchedRadius,
 } from "./radius.js";

@@ -62,3 +62,65 @@ export function samplesPerArm(epsilon: number, eta: number, nArms: number, sigma
   const scale = sigma === null ? 1.0 : 4.0 * sigma * sigma;
   return Math.max(1, Math.ceil((scale * Math.log((nArms - 1) / eta)) / (epsilon * epsilon) - 1e-9));
 }
+
+/** LUCB1's beta(u, t) = sqrt(log(5 K t^4 / (4 conf)) / (2 u)) (Kalyanakrishnan et al. 2012). */
+export function lucbRadius(
+  pulls: number,
+  time: number,
+  nArms: number,
+  confidence: number,
+  sigma: number | null,
+): number {
+  const logTerm = Math.log((5.0 * nArms * time ** 4) / (4.0 * confidence));
+  if (sigma === null) return Math.sqrt(logTerm / (2.0 * pulls));
+  return sigma * Math.sqrt((2.0 * logTerm) / pulls);
+}
+
+export const KL_ITERATIONS = 30;
+export const KL_TOLERANCE = 1e-9;
+export const KL_EDGE = 1e-12;
+export const KL_LUCB_ALPHA = 1.1;
+export const KL_LUCB_K1 = 11.0;
+
+/** kl(p, q), the Bernoulli relative entropy, with 0 log 0 = 0. */
+export function klBernoulli(p: number, q: number): number {
+  let out = 0.0;
+  if (p > 0.0) out += q > 0.0 ? p * Math.log(p / q) : Infinity;
+  if (p < 1.0) out += q < 1.0 ? (1.0 - p) * Math.log((1.0 - p) / (1.0 - q)) : Infinity;
+  return out;
+}
+
+function newton(mean: number, pulls: number, level: number, q: number): number {
+  for (let i = 0; i < KL_ITERATIONS; i++) {
+    const g = pulls * klBernoulli(mean, q) - level;
+    if (g <= KL_TOLERANCE) break;
+    q -= g / ((pulls * (q - mean)) / (q * (1.0 - q)));
+  }
+  return q;
+}
+
+/** The largest q in [mean, 1] with pulls kl(mean, q) <= level (Newton from above). */
+export function klUpper(mean: number, pulls: number, level: number): number {
+  mean = Math.min(Math.max(mean, 0.0), 1.0);
+  if (mean >= 1.0) return 1.0;
+  if (mean <= 0.0) return -Math.expm1(-level / pulls);
+  return newton(mean, pulls, level, Math.min(mean + Math.sqrt(level / (2.0 * pulls)), 1.0 - KL_EDGE));
+}
+
+/** The smallest q in [0, mean] with pulls kl(mean, q) <= level (Newton from below). */
+export function klLower(mean: number, pulls: number, level: number): number {
+  mean = Math.min(Math.max(mean, 0.0), 1.0);
+  if (mean <= 0.0) return 0.0;
+  if (mean >= 1.0) return Math.exp(-level / pulls);
+  return newton(mean, pulls, level, Math.max(mean - Math.sqrt(level / (2.0 * pulls)), KL_EDGE));
+}
+
+/** log(4 K r^2 / conf), SE's level. */
+export function eliminationLevel(rounds: number, nArms: number, confidence: number): number {
+  return Math.log((4.0 * nArms * rounds * rounds) / confidence);
+}
+
+/** beta(t, conf) = log(k1 K t^alpha / conf), KL-LUCB's exploration rate. */
+export function klLucbLevel(time: number, nArms: number, confidence: number): number {
+  return Math.log((KL_LUCB_K1 * nArms * time ** KL_LUCB_ALPHA) / confidence);
+}

@@ -8,7 +8,12 @@ import type { Draws } from "./draws.js";
 import {
   dpEliminationGap,
   dpEpochLength,
+  eliminationLevel,
   eliminationRadius,
+  klLower,
+  klLucbLevel,
+  klUpper,
+  lucbRadius,
   samplesPerArm,
   stitchedRadius,
 } from "./radius.js";
@@ -284,6 +289,39 @@ export class StitchedSuccessiveElimination extends SuccessiveElimination {
   }
 }
 
+/** SER3 with Chernoff-KL intervals (rewards in [0, 1]): eliminate a when U_a <= max_b L_b; eps-stop
+ * when max_{a != h} U_a - L_h < eps, h the empirical best. */
+export class KLSuccessiveElimination extends SuccessiveElimination {
+  readonly name: string = "kl-se";
+
+  protected get shuffle(): boolean {
+    return true;
+  }
+
+  protected onRestart(): void {
+    if (this.params.sigma !== null) throw new RangeError("kl-se's KL bounds need rewards in [0, 1]");
+    super.onRestart();
+  }
+
+  protected check(rounds: number): number[] {
+    const level = eliminationLevel(rounds, this.initialArms, this.params.confidence);
+    const mu = this.means();
+    const bounds = new Map(
+      this.active.map((a) => [a, [klLower(mu[a], rounds, level), klUpper(mu[a], rounds, level)]] as const),
+    );
+    const topLower = Math.max(...Array.from(bounds.values(), ([low]) => low));
+    const out = this.eliminate(this.active.filter((a) => bounds.get(a)![1] <= topLower));
+    if (this.active.length > 1) {
+      const best = this.empiricalBest();
+      const challenger = Math.max(
+        ...this.active.filter((a) => a !== best).map((a) => bounds.get(a)![1]),
+      );
+      if (challenger - bounds.get(best)![0] < this.params.epsilon) out.push(...this.keepOnly(best));
+    }
+    return out.sort((a, b) => a - b);
+  }
+}
+
 /** LUCB1's shape: one sample of every arm, then a decision whenever the queue is empty. */
 export abstract class LUCBShape extends ArmSelection {
   declare queue: number[];
@@ -358,6 +396,40 @@ export class StitchedLUCB extends LUCBShape {
     );
     const mean = this.means()[arm];
     return [mean - radius, mean + radius];
+  }
+}
+
+/** LUCB1 (Kalyanakrishnan et al. 2012) on its Hoeffding radius, t the samples since the restart. */
+export class LUCB extends LUCBShape {
+  readonly name: string = "lucb";
+
+  interval(arm: number, time: number): [number, number] {
+    const radius = lucbRadius(
+      this.counts[arm],
+      time,
+      this.initialArms,
+      this.params.confidence,
+      this.params.sigma,
+    );
+    const mean = this.means()[arm];
+    return [mean - radius, mean + radius];
+  }
+}
+
+/** KL-LUCB (Kaufmann and Kalyanakrishnan 2013): LUCB1's rule on Chernoff-KL intervals. */
+export class KLLUCB extends LUCBShape {
+  readonly name = "kl-lucb";
+
+  protected onRestart(): void {
+    if (this.params.sigma !== null) throw new RangeError("kl-lucb's KL bounds need rewards in [0, 1]");
+    super.onRestart();
+  }
+
+  interval(arm: number, time: number): [number, number] {
+    const level = klLucbLevel(time, this.initialArms, this.params.confidence);
+    const mean = this.means()[arm];
+    const pulls = this.counts[arm];
+    return [klLower(mean, pulls, level), klUpper(mean, pulls, level)];
   }
 }
 
@@ -487,6 +559,9 @@ export const SUBROUTINES: Record<string, SubroutineClass> = {
   ser3: SER3,
   ser4: SER4,
   "stitched-se": StitchedSuccessiveElimination,
+  "kl-se": KLSuccessiveElimination,
+  lucb: LUCB,
+  "kl-lucb": KLLUCB,
   "stitched-lucb": StitchedLUCB,
   "dp-se": DPSuccessiveElimination,
   "fixed-budget": FixedBudget,
