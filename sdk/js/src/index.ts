@@ -34,3 +34,13 @@ export {
   samplesPerArm,
   stitchedRadius,
 } from "./radius.js";
+export { VERSION } from "./version.js";
+export { DeviceAgent, EnrollmentRefused, ExperimentGone, enroll } from "./device.js";
+export type { EnrollOptions } from "./device.js";
+export { ClientClosed, CoordinatorClient, CoordinatorError, RateLimited, coordinatorUrls } from "./http.js";
+export { GlobalSetFollower, SSEParser, shareFollower } from "./follower.js";
+export type { Change, FollowOptions } from "./follower.js";
+export { AgentLocked, BrowserStore, FileStore, MemoryStore, defaultStore } from "./storage.js";
+export type { SavedAgent, StateStore } from "./storage.js";
+export { GlobalView, agentSpec, corruptedLocalConfidence } from "./view.js";
+export type { Status } from "./view.js";
