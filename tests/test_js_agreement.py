@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,6 +26,7 @@ from scipy import stats
 from common.agent import AgentSpec, LocalAgent
 from common.algorithms import AlgorithmConfig
 from common.cde import report_probabilities
+from common.errors import ParameterError
 from common.subroutines.bounds import (
     elimination_level,
     kl_lower,
@@ -368,3 +369,48 @@ def test_js_crypto_draws_have_their_distributions() -> None:
     assert bad_zero["error"].startswith("RangeError") and bad_float["error"].startswith(
         "RangeError"
     )
+
+
+def test_js_reads_an_experiments_params_as_the_python_agent() -> None:
+    """The browser agent builds its local side from the public experiment document alone: for
+    every algorithm and subroutine an agent runs, with bounded and Gaussian rewards, it must take
+    the subroutine, confidence (CE's eta_xi, DP-MASE's beta), vote drop and report privacy that
+    agent.library.GlobalView.agent_spec takes (CE's eta_xi within 1e-13: V8's power differs from
+    glibc's by an ulp, and 1 - (1 - eta) / x multiplies that by a few)."""
+    documents: list[tuple[dict[str, Any], int, float | None]] = []
+    for algorithm, subroutine in COMBINATIONS:
+        for n_arms, sigma in ((2, None), (5, None), (7, 0.5)):
+            extra: dict[str, Any] = {"ce": {"xi": 0.02}, "dp-mase": {"beta": 0.4}}.get(
+                algorithm, {}
+            )
+            if subroutine == "ser4":
+                extra["phi"] = 0.1
+            try:
+                config = AlgorithmConfig(
+                    algorithm=algorithm, subroutine=subroutine, eta=0.3, delta=0.05, **extra
+                )
+                config.local_params(n_arms, 1, sigma)
+            except ParameterError:
+                continue  # rewards this subroutine does not take: no experiment has them
+            documents.append((asdict(config), n_arms, sigma))
+    assert len(documents) > 2 * len(COMBINATIONS)
+    got = js_run({"calls": [["agentSpec", *document] for document in documents]})
+    for (params, n_arms, sigma), spec in zip(documents, got, strict=True):
+        config = AlgorithmConfig(**params)
+        expected = AgentSpec(
+            n_arms,
+            config.local_subroutine,
+            config.local_params(n_arms, 1, sigma),
+            config.vote_drop,
+            report_privacy=config.report_privacy,
+        )
+        assert spec["subroutine"] == expected.subroutine, params
+        confidence = spec["params"].pop("confidence")
+        assert confidence == pytest.approx(expected.params.confidence, rel=1e-13, abs=0), params
+        assert spec["params"] == {
+            k: v for k, v in asdict(expected.params).items() if k != "confidence"
+        }, params
+        assert (spec["vote_drop"], spec["report_privacy"]) == (
+            expected.vote_drop,
+            expected.report_privacy,
+        ), params

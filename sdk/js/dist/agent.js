@@ -1284,7 +1284,7 @@ var BrowserStore = class {
   }
   async flush() {
   }
-  release() {
+  async release() {
     this.unlock?.();
     this.unlock = null;
   }
@@ -1353,11 +1353,11 @@ var FileStore = class _FileStore {
   async flush() {
     await this.writing;
   }
-  release() {
+  async release() {
     if (!this.locked) return;
     this.locked = false;
-    const lockPath = `${this.path}.lock`;
-    void this.flush().catch(() => void 0).then(() => _FileStore.fs()).then((fs) => fs.rm(lockPath, { force: true }));
+    await this.flush().catch(() => void 0);
+    await (await _FileStore.fs()).rm(`${this.path}.lock`, { force: true });
   }
 };
 var MemoryStore = class {
@@ -1375,7 +1375,7 @@ var MemoryStore = class {
   }
   async flush() {
   }
-  release() {
+  async release() {
   }
 };
 function alive(pid, process) {
@@ -1635,6 +1635,7 @@ var DeviceAgent = class _DeviceAgent {
     this.localSavedAt = 0;
     this.onPageHide = null;
     this.lastLocal = void 0;
+    this.reconciling = false;
     this.nextCheck = Date.now() + reconcileMs * (1 + Math.random());
   }
   /** See the module's doc and `enroll`. */
@@ -1701,7 +1702,7 @@ var DeviceAgent = class _DeviceAgent {
       return agent;
     } catch (err) {
       client.close();
-      if (locked) store.release();
+      if (locked) await store.release();
       throw err;
     }
   }
@@ -1724,11 +1725,14 @@ var DeviceAgent = class _DeviceAgent {
     if (this.gone) throw new ExperimentGone(this.view.experiment);
     if (this.local.reports) {
       this.syncLocal();
+      this.reconcileSoon();
       if (this.view.identified) return Array.from(this.view.remaining);
       return this.reported || this.local.done ? [] : this.local.select();
     }
     this.syncLocal();
-    return this.local.select();
+    const arms = this.local.select();
+    this.reconcileSoon();
+    return arms;
   }
   /** The rewards of the arms `choose` gave, in the same order: the arms it voted against
    * (usually none). The rewards stay on the device. */
@@ -1797,7 +1801,7 @@ var DeviceAgent = class _DeviceAgent {
     await this.queue.catch(() => void 0);
     this.persist(true);
     await this.store.flush().catch(() => void 0);
-    this.store.release();
+    await this.store.release();
   }
   // -- what the application may read --------------------------------------------------------
   get experiment() {
@@ -2023,6 +2027,18 @@ var DeviceAgent = class _DeviceAgent {
       }
     }
     return now >= this.nextCheck ? "period" : null;
+  }
+  /** The check of its own votes, queued if due (choose is where a settled agent still comes). */
+  reconcileSoon() {
+    if (this.reconciling || this.checkReason(Date.now()) === null) return;
+    this.reconciling = true;
+    this.background(async () => {
+      try {
+        await this.reconcile(Date.now());
+      } finally {
+        this.reconciling = false;
+      }
+    });
   }
   /** If checkReason says so: GET /v1/agents/me, and the acknowledged votes it lacks sent again. */
   async reconcile(now) {

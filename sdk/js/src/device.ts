@@ -234,7 +234,7 @@ export class DeviceAgent {
       return agent;
     } catch (err) {
       client.close();
-      if (locked) store.release();
+      if (locked) await store.release();
       throw err;
     }
   }
@@ -260,11 +260,14 @@ export class DeviceAgent {
     if (this.gone) throw new ExperimentGone(this.view.experiment);
     if (this.local.reports) {
       this.syncLocal();
+      this.reconcileSoon();
       if (this.view.identified) return Array.from(this.view.remaining);
       return this.reported || this.local.done ? [] : this.local.select();
     }
     this.syncLocal();
-    return this.local.select();
+    const arms = this.local.select();
+    this.reconcileSoon();
+    return arms;
   }
 
   /** The rewards of the arms `choose` gave, in the same order: the arms it voted against
@@ -337,7 +340,7 @@ export class DeviceAgent {
     await this.queue.catch(() => undefined);
     this.persist(true);
     await this.store.flush().catch(() => undefined);
-    this.store.release();
+    await this.store.release();
   }
 
   // -- what the application may read --------------------------------------------------------
@@ -600,6 +603,21 @@ export class DeviceAgent {
     }
     return now >= this.nextCheck ? "period" : null;
   }
+
+  /** The check of its own votes, queued if due (choose is where a settled agent still comes). */
+  private reconcileSoon(): void {
+    if (this.reconciling || this.checkReason(Date.now()) === null) return;
+    this.reconciling = true;
+    this.background(async () => {
+      try {
+        await this.reconcile(Date.now());
+      } finally {
+        this.reconciling = false;
+      }
+    });
+  }
+
+  private reconciling = false;
 
   /** If checkReason says so: GET /v1/agents/me, and the acknowledged votes it lacks sent again. */
   private async reconcile(now: number): Promise<void> {

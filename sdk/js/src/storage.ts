@@ -34,7 +34,8 @@ export interface StateStore {
   save(state: SavedAgent): void;
   /** Every save written. */
   flush(): Promise<void>;
-  release(): void;
+  /** Let another run hold the key (after the last save is written). */
+  release(): Promise<void>;
 }
 
 export class AgentLocked extends Error {
@@ -108,7 +109,7 @@ export class BrowserStore implements StateStore {
 
   async flush(): Promise<void> {}
 
-  release(): void {
+  async release(): Promise<void> {
     this.unlock?.();
     this.unlock = null;
   }
@@ -186,14 +187,11 @@ export class FileStore implements StateStore {
     await this.writing;
   }
 
-  release(): void {
+  async release(): Promise<void> {
     if (!this.locked) return;
     this.locked = false;
-    const lockPath = `${this.path}.lock`;
-    void this.flush()
-      .catch(() => undefined)
-      .then(() => FileStore.fs())
-      .then((fs) => fs.rm(lockPath, { force: true }));
+    await this.flush().catch(() => undefined);
+    await (await FileStore.fs()).rm(`${this.path}.lock`, { force: true });
   }
 }
 
@@ -209,7 +207,7 @@ export class MemoryStore implements StateStore {
     this.state = JSON.parse(JSON.stringify(state));
   }
   async flush(): Promise<void> {}
-  release(): void {}
+  async release(): Promise<void> {}
 }
 
 function alive(pid: number, process: { kill(pid: number, signal: 0): void } | undefined): boolean {
