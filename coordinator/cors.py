@@ -38,7 +38,7 @@ ROUTES: list[tuple[re.Pattern[str], tuple[str, ...]]] = [
     (re.compile(r"/sdk/agent(-[^/]+)?\.js"), ("GET",)),  # the SDK, imported as a module
 ]
 ALLOW_HEADERS = ("Authorization", "Content-Type", "If-None-Match", "Last-Event-ID")
-EXPOSE_HEADERS = ("ETag", "Retry-After")
+EXPOSE_HEADERS = ("ETag", "Retry-After", "X-Dexp-Sdk-Version")
 MAX_AGE = 600  # seconds a browser may keep a preflight's answer
 
 
