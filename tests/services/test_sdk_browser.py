@@ -6,7 +6,10 @@ The pages are files of tests/services/sdk_pages, served by a tiny HTTP server on
 parameter `name`) replaced in them. The coordinator allows that origin only; a second server, on
 yet another port, is an origin it does not allow. Each test opens its own browser context (its own
 localStorage), from `open_page`. A page reports through `window.imported` (what it got) or
-`window.failed`.
+`window.failed`. A page that runs agents goes the same way: a file in sdk_pages, an experiment and
+tickets made on `sdk_coordinator` (helpers.create_experiment, admin_headers), the tickets in the
+page's query (or `site.values`), `open_page(site, path, until=...)` for the page's own condition,
+and `opened.page.reload()` keeps the context's localStorage (the same agents).
 """
 
 from __future__ import annotations
@@ -136,16 +139,18 @@ class Opened:
         return self.page.evaluate(f"window.{name}")
 
 
-OpenPage = Callable[[StaticSite, str], Opened]
+OpenPage = Callable[..., Opened]  # (site, path, until=READY) -> Opened
+READY = "window.imported || window.failed"
 
 
 @pytest.fixture
 def open_page(browser: Browser) -> Iterator[OpenPage]:
-    """Opens `site`'s page `path` (with its query) in a fresh context, records the console's
-    errors, and waits for its report (window.imported or window.failed)."""
+    """Opens `site`'s page `path` (with its query) in a fresh context (its own localStorage),
+    records the console's errors, and waits until the page's expression `until` is true (by
+    default: it reported window.imported or window.failed)."""
     contexts = []
 
-    def open_(site: StaticSite, path: str) -> Opened:
+    def open_(site: StaticSite, path: str, until: str = READY, timeout: float = WAIT) -> Opened:
         context = browser.new_context()
         contexts.append(context)
         page = context.new_page()
@@ -153,7 +158,7 @@ def open_page(browser: Browser) -> Iterator[OpenPage]:
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{site.origin}/{path}")
-        page.wait_for_function("window.imported || window.failed", timeout=WAIT)
+        page.wait_for_function(until, timeout=timeout)
         return Opened(page, errors)
 
     try:
