@@ -13,9 +13,9 @@ With DEXP_CORS_ORIGINS empty (the default) this middleware is not installed.
 
 A preflight from another origin, or for a method the route does not offer a device, goes on to
 the app (405 in JSON: no route answers OPTIONS), so it carries no CORS header. Every answer on a
-CORS route, errors included, names the allowed origin and exposes ETag and Retry-After, so that a
-device can read a 429's wait and poll with its tag. No credentials mode: tokens travel in
-Authorization, not cookies.
+CORS route, errors included, names the allowed origin and exposes ETag, Retry-After and
+X-Dexp-Sdk-Version, so that a device can read a 429's wait, poll with its tag and see which SDK the
+coordinator serves. No credentials mode: tokens travel in Authorization, not cookies.
 """
 
 from __future__ import annotations
