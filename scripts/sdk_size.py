@@ -6,7 +6,9 @@ esbuild's --minify in `npm run build`; scripts/test checks both are the build of
 gzipped at level 9 (what a page downloads from a server that compresses; the coordinator itself
 gzips at level 6, a few bytes more). tests/test_sdk_docs.py checks that the docs quote these lines.
 
-Usage: python3 scripts/sdk_size.py [SDK_DIR]   (default: sdk/js of this checkout)
+Usage: python3 scripts/sdk_size.py [--update-docs] [SDK_DIR]   (default: sdk/js of this checkout)
+--update-docs also writes the figures into docs/DEVICES.md: the block of these lines, every sha384
+hash and every versioned URL /sdk/agent-<version>.js (after `npm run build`, for a new SDK).
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ import base64
 import gzip
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
-DEFAULT = Path(__file__).resolve().parents[1] / "sdk" / "js"
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = ROOT / "sdk" / "js"
+DOCS = ROOT / "docs" / "DEVICES.md"
 
 
 def figures(directory: Path) -> list[str]:
@@ -38,10 +43,30 @@ def figures(directory: Path) -> list[str]:
     ]
 
 
+def update_docs(lines: list[str], docs: Path = DOCS) -> None:
+    """Writes `lines` into the docs' ```text block that starts with "version: ", and their hash
+    and version wherever the docs give a sha384 hash or a versioned URL."""
+    text = docs.read_text(encoding="utf-8")
+    block = re.compile(r"^```text\nversion: .*?^```$", re.M | re.S)
+    if len(block.findall(text)) != 1:
+        raise SystemExit(f"{docs}: not exactly one ```text block of the SDK's figures")
+    text = block.sub(lambda _: "```text\n" + "\n".join(lines) + "\n```", text)
+    sri = lines[2].removeprefix("integrity: ")
+    version = lines[0].removeprefix("version: ")
+    text = re.sub(r"sha384-[A-Za-z0-9+/=]+", sri, text)
+    text = re.sub(r"/sdk/agent-[^/\s\"]+\.js", f"/sdk/agent-{version}.js", text)
+    docs.write_text(text, encoding="utf-8")
+
+
 def main(argv: list[str]) -> int:
-    directory = Path(argv[1]) if len(argv) > 1 else DEFAULT
-    for line in figures(directory):
+    update = "--update-docs" in argv[1:]
+    arguments = [a for a in argv[1:] if a != "--update-docs"]
+    directory = Path(arguments[0]) if arguments else DEFAULT
+    lines = figures(directory)
+    for line in lines:
         print(line)
+    if update:
+        update_docs(lines)
     return 0
 
 

@@ -35,7 +35,9 @@ def test_the_docs_quote_the_figures_of_the_current_build() -> None:
     assert len(printed) == 6, printed
     web = section("In a web page (JavaScript)")
     for line in printed:
-        assert line in web, f"docs/DEVICES.md does not say {line!r}: run scripts/sdk_size.py"
+        assert line in web, (
+            f"docs/DEVICES.md does not say {line!r}: run scripts/sdk_size.py --update-docs"
+        )
     # the hash is the served file's SRI, and the only one the docs give
     served = (SDK / "dist" / "agent.min.js").read_bytes()
     sri = "sha384-" + base64.b64encode(hashlib.sha384(served).digest()).decode()
