@@ -45,7 +45,7 @@ def test_the_docs_quote_the_figures_of_the_current_build() -> None:
     assert set(re.findall(r"sha384-[A-Za-z0-9+/=]+", DOCS)) == {sri}
     version = json.loads((SDK / "package.json").read_text())["version"]
     assert set(re.findall(r"/sdk/agent-([^/\s\"]+)\.js", DOCS)) == {version}
-    assert "<!-- browser quickstart: lead -->" in web
+    assert "### Quickstart: a page that is one agent" in web  # run by test_sdk_browser.py
 
 
 def test_the_web_section_follows_the_python_quickstart() -> None:

@@ -17,7 +17,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -25,10 +27,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+import httpx
 import pytest
 
 from .browser import chromium
-from .helpers import ThreadedCoordinator, coordinator, coordinator_settings
+from .helpers import (
+    ThreadedCoordinator,
+    admin_headers,
+    bearer,
+    coordinator,
+    coordinator_settings,
+    create_experiment,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -47,6 +57,7 @@ class StaticSite:
 
     def __init__(self, directory: Path) -> None:
         self.values: dict[str, str] = {}
+        self.pages: dict[str, str] = {}  # path -> the text of a page made by a test
         site = self
 
         class Handler(SimpleHTTPRequestHandler):
@@ -58,9 +69,12 @@ class StaticSite:
                 if not url.path.endswith(".html"):
                     return super().do_GET()
                 page = directory / url.path.lstrip("/")
-                if page.parent != directory or not page.is_file():
+                if url.path in site.pages:
+                    text = site.pages[url.path]
+                elif page.parent != directory or not page.is_file():
                     return self.send_error(404)
-                text = page.read_text(encoding="utf-8")
+                else:
+                    text = page.read_text(encoding="utf-8")
                 for name, value in [*site.values.items(), *parse_qsl(url.query)]:
                     text = text.replace(f"__{name.upper()}__", value)
                 body = text.encode()
@@ -209,3 +223,131 @@ def test_a_pinned_import_checks_its_integrity(
     assert bad.report("imported") is None
     assert bad.report("failed") == "error"
     assert "integrity" in " ".join(bad.errors)
+
+
+AGENTS = 32
+RATES = [0.3, 0.5, 0.7]  # Bernoulli means, drawn in the page: arm 2 is the best
+
+
+def test_32_agents_in_a_page_identify_the_best_arm_and_a_reload_resumes_them(
+    open_page: OpenPage, site: StaticSite, sdk_coordinator: ThreadedCoordinator
+) -> None:
+    """A plain page on another origin imports /sdk/agent.js and runs 32 agents, each enrolled with
+    its own ticket and kept in localStorage, on Bernoulli rewards drawn in the page. Reloaded once
+    votes have been sent (the run under way), it resumes the same 32 agents: no ticket is used
+    again, the coordinator counts 32 agents, and the run ends identified on arm 2, which every
+    agent of the page learnt from the coordinator's event stream."""
+    client = httpx.Client(base_url=sdk_coordinator.url)
+    try:
+        experiment = "page"
+        body = {"id": experiment, "arms": ["low", "mid", "high"], "eta": 0.5, "delta": 0.01}
+        created = create_experiment(client, **body, epsilon=0.1)
+        assert created["threshold"] == 7
+        issued = client.post(
+            f"/v1/experiments/{experiment}/tickets",
+            json={"count": AGENTS},
+            headers=admin_headers(),
+        )
+        assert issued.status_code == 201, issued.text
+        site.values |= {
+            "tickets": json.dumps(issued.json()["tickets"]),
+            "rates": json.dumps(RATES),
+            "experiment": experiment,
+        }
+        opened = open_page(
+            site,
+            "agents.html",
+            until="window.failed || window.progress?.votes >= 4",
+            timeout=60_000,
+        )
+        assert opened.report("failed") is None, opened.errors
+        first = opened.page.evaluate("window.progress")
+        assert (first["enrolled"], first["resumed"]) == (AGENTS, 0)
+        middle = client.get(f"/v1/experiments/{experiment}").json()
+        assert (middle["agents"], middle["status"]) == (AGENTS, "exploring")
+
+        opened.page.reload()
+        opened.page.wait_for_function("window.failed || window.finished", timeout=120_000)
+        assert opened.page.evaluate("window.failed") is None, opened.errors
+        again = opened.page.evaluate("window.progress")
+        assert (again["enrolled"], again["resumed"]) == (AGENTS, AGENTS)
+        assert again["ids"] == first["ids"]  # the same agents, from localStorage
+        finished = opened.page.evaluate("window.finished")
+        assert {(agent["status"], agent["best"]) for agent in finished} == {("identified", 2)}
+        state = client.get(f"/v1/experiments/{experiment}").json()
+        assert state["agents"] == AGENTS  # no new enrollment
+        assert (state["status"], state["remaining_arms"]) == ("identified", [2])
+        assert not [e for e in opened.errors if "dexp" in e or "CORS" in e], opened.errors
+    finally:
+        client.close()
+
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "DEVICES.md"
+
+
+def quickstart_page() -> str:
+    """The browser quickstart's page, as docs/DEVICES.md gives it."""
+    text = GUIDE.read_text()
+    section = text[text.index("### Quickstart: a page that is one agent") :]
+    page = re.search(r"^```html\n(.*?)^```$", section, flags=re.M | re.S)
+    assert page is not None
+    return page.group(1)
+
+
+def test_the_browser_quickstart_is_one_agent_across_visits(
+    browser: Browser, site: StaticSite, sdk_coordinator: ThreadedCoordinator
+) -> None:
+    """The guide's page, as written (the coordinator's URL and a ticket put in), visited again and
+    again by one visitor who clicks the green banner only: the first visit enrolls, every later
+    one resumes from localStorage, and the observations handed over at `pagehide` add up until
+    the agent has voted red and blue out. Three other agents vote the same way: every arm but
+    green is out, and the next visit shows green. One enrollment from the page, whatever the
+    number of visits."""
+    code = quickstart_page()
+    assert len([line for line in code.splitlines() if line.strip()]) <= 15  # "a 15-line page"
+    client = httpx.Client(base_url=sdk_coordinator.url)
+    context = browser.new_context()
+    try:
+        body = {"id": "banners", "arms": ["red", "green", "blue"], "eta": 0.5, "delta": 0.1}
+        assert create_experiment(client, **body, epsilon=0.1)["threshold"] == 4
+        issued = client.post(
+            "/v1/experiments/banners/tickets", json={"count": 4}, headers=admin_headers()
+        )
+        ticket, *others = issued.json()["tickets"]
+        url = "https://coordinator.example"
+        site.pages["/quickstart.html"] = code.replace(url, sdk_coordinator.url).replace(
+            '"TICKET"', json.dumps(ticket)
+        )
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        shown = "document.getElementById('banner').textContent"
+        visits, deadline = 0, time.monotonic() + 120
+        while client.get("/v1/experiments/banners").json()["votes"] != [1, 0, 1]:
+            assert time.monotonic() < deadline and visits < 300, (visits, errors)
+            page.goto(f"{site.origin}/quickstart.html")
+            page.wait_for_function(shown, timeout=WAIT)
+            if page.evaluate(shown) == "green":
+                page.click("#banner")
+            page.goto("about:blank")  # the visitor leaves: pagehide hands the reward over
+            visits += 1
+        assert not errors, errors
+        assert client.get("/v1/experiments/banners").json()["agents"] == 1  # one enrollment
+        for other in others:
+            agent = client.post(
+                "/v1/agents", json={"experiment": "banners"}, headers=bearer(other)
+            ).json()
+            for arm in (0, 2):
+                vote = {"arm": arm, "epoch": 0}
+                reply = client.post(
+                    "/v1/experiments/banners/votes", json=vote, headers=bearer(agent["token"])
+                )
+                assert reply.status_code == 200, reply.text
+        assert client.get("/v1/experiments/banners").json()["remaining_arms"] == [1]
+        page.goto(f"{site.origin}/quickstart.html")
+        page.wait_for_function(shown, timeout=WAIT)
+        assert page.evaluate(shown) == "green"  # the identified arm, from now on
+        print(f"quickstart: {visits} visits until its two votes")
+    finally:
+        context.close()
+        client.close()

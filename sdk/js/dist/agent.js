@@ -835,7 +835,8 @@ var CoordinatorClient = class {
       const abort = () => timeout.abort();
       this.stop.signal.addEventListener("abort", abort);
       try {
-        const response = await fetch(this.url + path, { method, headers, body, signal: timeout.signal });
+        const keepalive = method !== "GET";
+        const response = await fetch(this.url + path, { method, headers, body, keepalive, signal: timeout.signal });
         const text = await response.text();
         if (response.status < 400) {
           return {
@@ -1542,7 +1543,6 @@ function sameSet(a, b) {
 
 // src/device.ts
 var IN_VOTER_SET = /* @__PURE__ */ new Set(["counted", "eliminated", "duplicate"]);
-var LOCAL_SAVE_MS = 1e3;
 var EnrollmentRefused = class extends Error {
   constructor(message) {
     super(message);
@@ -1632,9 +1632,7 @@ var DeviceAgent = class _DeviceAgent {
     this.settledWith = null;
     this.settledEpoch = -1;
     this.settleRefused = false;
-    this.localSavedAt = 0;
     this.onPageHide = null;
-    this.lastLocal = void 0;
     this.reconciling = false;
     this.nextCheck = Date.now() + reconcileMs * (1 + Math.random());
   }
@@ -1649,6 +1647,7 @@ var DeviceAgent = class _DeviceAgent {
       locked = true;
       const view = await GlobalView.fetch(client, options.experiment);
       const spec = view.spec;
+      subroutineClass(spec.subroutine);
       let saved = await store.load();
       if (saved !== null && saved.experiment !== view.experiment) {
         throw new EnrollmentRefused(
@@ -1692,7 +1691,7 @@ var DeviceAgent = class _DeviceAgent {
       }
       const page = globalThis;
       if (typeof page.addEventListener === "function") {
-        agent.onPageHide = () => agent.persist(true);
+        agent.onPageHide = () => agent.persist();
         page.addEventListener("pagehide", agent.onPageHide);
       }
       if (agent.resumed) {
@@ -1717,22 +1716,18 @@ var DeviceAgent = class _DeviceAgent {
     });
   }
   // -- what the application calls -----------------------------------------------------------
-  /** The arms to play now (indices into `arms`): usually one. Once identified, that arm; under
-   * CDE, none once its report is drawn. Throws ExperimentGone if the experiment was deleted. */
+  /** The arms to play now (indices into `arms`): usually one. Once identified, that arm; settled
+   * (one arm left locally), that arm (its rewards teach nothing more); under CDE, none between
+   * its report and the answer. Throws ExperimentGone if the experiment was deleted. */
   choose() {
     this.check();
     this.catchUp();
     if (this.gone) throw new ExperimentGone(this.view.experiment);
-    if (this.local.reports) {
-      this.syncLocal();
-      this.reconcileSoon();
-      if (this.view.identified) return Array.from(this.view.remaining);
-      return this.reported || this.local.done ? [] : this.local.select();
-    }
     this.syncLocal();
-    const arms = this.local.select();
     this.reconcileSoon();
-    return arms;
+    if (this.view.identified) return Array.from(this.view.remaining);
+    if (this.local.reports) return this.reported || this.local.done ? [] : this.local.select();
+    return this.local.done ? this.local.localArms : this.local.select();
   }
   /** The rewards of the arms `choose` gave, in the same order: the arms it voted against
    * (usually none). The rewards stay on the device. */
@@ -1745,24 +1740,25 @@ var DeviceAgent = class _DeviceAgent {
     }
     this.check();
     if (this.gone) throw new ExperimentGone(this.view.experiment);
-    await this.queue;
-    this.check();
     let votes = [];
+    if (!this.local.reports) {
+      if (!this.local.done) votes = this.local.observe(arms, rewards);
+      this.decide(votes);
+    } else if (!this.reported && !this.local.done) {
+      this.local.observe(arms, rewards);
+      if (this.local.report !== null) this.record.report = this.local.report;
+    }
+    this.persist();
     await this.run(async () => {
       if (this.local.reports) {
-        if (!this.reported && !this.local.done) {
-          this.local.observe(arms, rewards);
-          await this.drawnReport();
-        }
+        if (this.reported && this.record.reportOutcome === null) await this.deliverReport();
       } else {
-        votes = this.local.observe(arms, rewards);
-        await this.send(votes);
+        await this.deliverDecided();
         if (this.local.wantsReset()) await this.reset();
         await this.settle();
       }
       await this.reconcile(Date.now());
     });
-    this.persist(false);
     this.catchUp();
     if (this.gone) throw new ExperimentGone(this.view.experiment);
     return votes;
@@ -1799,7 +1795,7 @@ var DeviceAgent = class _DeviceAgent {
     if (this.onPageHide !== null) page.removeEventListener?.("pagehide", this.onPageHide);
     this.client.close();
     await this.queue.catch(() => void 0);
-    this.persist(true);
+    this.persist();
     await this.store.flush().catch(() => void 0);
     await this.store.release();
   }
@@ -1895,9 +1891,10 @@ var DeviceAgent = class _DeviceAgent {
     const epoch = this.local.epoch;
     const votes = this.local.sync(this.view.remaining, this.view.epoch);
     if (this.local.epoch !== epoch) for (const arm of this.record.decided(this.local.epoch)) this.local.voted.add(arm);
+    this.decide(votes);
     if (votes.length > 0 || this.view.params.algorithm === "ce" && this.local.done) {
       this.background(async () => {
-        await this.send(votes);
+        await this.deliverDecided();
         await this.settle();
       });
     }
@@ -1905,27 +1902,33 @@ var DeviceAgent = class _DeviceAgent {
   forgetLostEpoch() {
     if (this.record.forgetLostEpoch(this.view.epoch, this.view.epochStartedAt)) {
       this.local.voted = new Set(this.record.decided(this.view.epoch));
-      this.persist(false);
+      this.persist();
     }
   }
-  /** Save the record (and the local statistics, at most every LOCAL_SAVE_MS unless `now`). */
-  persist(now) {
-    const stamp = Date.now();
-    const withLocal = now || stamp - this.localSavedAt >= LOCAL_SAVE_MS;
-    if (withLocal) this.localSavedAt = stamp;
-    const local = withLocal ? this.local.toState() : this.lastLocal;
-    if (withLocal) this.lastLocal = local;
-    this.store.save(this.record.toSaved(this.view.experiment, this.view.createdAt, local));
+  /** Save the record and the local statistics (the whole state: one small JSON document). */
+  persist() {
+    this.store.save(this.record.toSaved(this.view.experiment, this.view.createdAt, this.local.toState()));
   }
-  async send(votes) {
+  /** Votes decided: on record as pending (and saved) before they are sent. */
+  decide(votes) {
+    const epoch = this.view.epoch;
     for (const arm of votes) {
-      const epoch = this.view.epoch;
       if (this.view.epochStartedAt !== null && !this.record.epochStarts.has(epoch)) {
         this.record.epochStarts.set(epoch, this.view.epochStartedAt);
       }
       this.record.pending.push([arm, epoch]);
-      this.persist(false);
-      await this.deliver(arm, epoch);
+    }
+    if (votes.length > 0) this.persist();
+  }
+  /** Send the pending votes (decided, not yet answered) of the current epoch, in order; another
+   * epoch's are dropped (the coordinator would ignore them). */
+  async deliverDecided() {
+    if (this.record.pending.some(([, e]) => e !== this.view.epoch)) {
+      this.record.pending = this.record.pending.filter(([, e]) => e === this.view.epoch);
+      this.persist();
+    }
+    for (let next = this.record.pending[0]; next !== void 0; next = this.record.pending[0]) {
+      await this.deliver(next[0], next[1]);
       this.votesSent += 1;
     }
   }
@@ -1936,22 +1939,15 @@ var DeviceAgent = class _DeviceAgent {
     this.record.pending = this.record.pending.filter(([a, e]) => a !== arm || e !== epoch);
     this.record.acknowledged = this.record.acknowledged.filter((v) => (v.arm !== arm || v.epoch !== epoch) && v.epoch >= epoch - 1);
     this.record.acknowledged.push({ arm, epoch, outcome, seq: nextSeq(), votes: reply.votes ?? null });
-    this.persist(false);
+    this.persist();
     if (reply.votes !== void 0) this.view.observeCount(arm, Number(reply.epoch), Number(reply.votes));
     if (this.view.stale(Number(reply.version), Number(reply.epoch))) await this.view.refresh(this.client);
-  }
-  /** CDE: the report the local run drew is put on record, then sent once; never drawn twice. */
-  async drawnReport() {
-    if (this.local.report === null || this.reported) return;
-    this.record.report = this.local.report;
-    this.persist(true);
-    await this.deliverReport();
   }
   async deliverReport() {
     const reply = await this.client.report(this.view.experiment, this.record.token, this.record.report);
     this.record.reportOutcome = String(reply.outcome);
     this.reportsSent += 1;
-    this.persist(false);
+    this.persist();
   }
   /** DSER4: ask for a new epoch; refused (429) or waiting for more agents, reset locally only. */
   async reset() {
@@ -2010,7 +2006,7 @@ var DeviceAgent = class _DeviceAgent {
           this.votesResent += 1;
         } else {
           this.record.pending = this.record.pending.filter(([a, e]) => a !== arm || e !== epoch);
-          this.persist(false);
+          this.persist();
         }
       }
     });

@@ -19,6 +19,7 @@
  */
 import { type AgentState, LocalAgent } from "./agent.js";
 import { cryptoDraws, type Draws } from "./draws.js";
+import { subroutineClass } from "./subroutines.js";
 import { type Change, type GlobalSetFollower, nextSeq, shareFollower } from "./follower.js";
 import { CoordinatorClient, CoordinatorError } from "./http.js";
 import { defaultStore, MemoryStore, type SavedAgent, type StateStore } from "./storage.js";
@@ -26,7 +27,6 @@ import { GlobalView, type Status } from "./view.js";
 
 /** Outcomes after which the agent is in the arm's voter set (agent/state.py IN_VOTER_SET). */
 const IN_VOTER_SET = new Set(["counted", "eliminated", "duplicate"]);
-const LOCAL_SAVE_MS = 1_000; // the local statistics are saved at most this often (and at close)
 
 export class EnrollmentRefused extends Error {
   constructor(message: string) {
@@ -155,7 +155,6 @@ export class DeviceAgent {
   private settledWith: Set<number> | null = null;
   private settledEpoch = -1;
   private settleRefused = false;
-  private localSavedAt = 0;
   private onPageHide: (() => void) | null = null;
 
   private constructor(
@@ -180,6 +179,7 @@ export class DeviceAgent {
       locked = true;
       const view = await GlobalView.fetch(client, options.experiment);
       const spec = view.spec;
+      subroutineClass(spec.subroutine); // one this SDK cannot run: refused before a ticket is used
       let saved = await store.load();
       if (saved !== null && saved.experiment !== view.experiment) {
         throw new EnrollmentRefused(
@@ -224,7 +224,7 @@ export class DeviceAgent {
       }
       const page = globalThis as { addEventListener?: (type: string, fn: () => void) => void };
       if (typeof page.addEventListener === "function") {
-        agent.onPageHide = () => agent.persist(true);
+        agent.onPageHide = () => agent.persist();
         page.addEventListener("pagehide", agent.onPageHide);
       }
       if (agent.resumed) {
@@ -252,22 +252,18 @@ export class DeviceAgent {
 
   // -- what the application calls -----------------------------------------------------------
 
-  /** The arms to play now (indices into `arms`): usually one. Once identified, that arm; under
-   * CDE, none once its report is drawn. Throws ExperimentGone if the experiment was deleted. */
+  /** The arms to play now (indices into `arms`): usually one. Once identified, that arm; settled
+   * (one arm left locally), that arm (its rewards teach nothing more); under CDE, none between
+   * its report and the answer. Throws ExperimentGone if the experiment was deleted. */
   choose(): number[] {
     this.check();
     this.catchUp();
     if (this.gone) throw new ExperimentGone(this.view.experiment);
-    if (this.local.reports) {
-      this.syncLocal();
-      this.reconcileSoon();
-      if (this.view.identified) return Array.from(this.view.remaining);
-      return this.reported || this.local.done ? [] : this.local.select();
-    }
     this.syncLocal();
-    const arms = this.local.select();
     this.reconcileSoon();
-    return arms;
+    if (this.view.identified) return Array.from(this.view.remaining);
+    if (this.local.reports) return this.reported || this.local.done ? [] : this.local.select();
+    return this.local.done ? this.local.localArms : this.local.select();
   }
 
   /** The rewards of the arms `choose` gave, in the same order: the arms it voted against
@@ -281,24 +277,27 @@ export class DeviceAgent {
     }
     this.check();
     if (this.gone) throw new ExperimentGone(this.view.experiment);
-    await this.queue;
-    this.check();
+    // Learnt and decided at once, and saved before anything is sent: a page closed right after
+    // this call (observe from a pagehide handler) loses nothing, and its next visit sends it.
     let votes: number[] = [];
+    if (!this.local.reports) {
+      if (!this.local.done) votes = this.local.observe(arms, rewards); // settled: nothing to learn
+      this.decide(votes);
+    } else if (!this.reported && !this.local.done) {
+      this.local.observe(arms, rewards);
+      if (this.local.report !== null) this.record.report = this.local.report; // drawn once
+    }
+    this.persist();
     await this.run(async () => {
       if (this.local.reports) {
-        if (!this.reported && !this.local.done) {
-          this.local.observe(arms, rewards);
-          await this.drawnReport();
-        }
+        if (this.reported && this.record.reportOutcome === null) await this.deliverReport();
       } else {
-        votes = this.local.observe(arms, rewards);
-        await this.send(votes);
+        await this.deliverDecided();
         if (this.local.wantsReset()) await this.reset();
         await this.settle();
       }
       await this.reconcile(Date.now());
     });
-    this.persist(false);
     this.catchUp();
     if (this.gone) throw new ExperimentGone(this.view.experiment);
     return votes;
@@ -338,7 +337,7 @@ export class DeviceAgent {
     if (this.onPageHide !== null) page.removeEventListener?.("pagehide", this.onPageHide);
     this.client.close();
     await this.queue.catch(() => undefined);
-    this.persist(true);
+    this.persist();
     await this.store.flush().catch(() => undefined);
     await this.store.release();
   }
@@ -451,9 +450,10 @@ export class DeviceAgent {
     const epoch = this.local.epoch;
     const votes = this.local.sync(this.view.remaining, this.view.epoch);
     if (this.local.epoch !== epoch) for (const arm of this.record.decided(this.local.epoch)) this.local.voted.add(arm);
+    this.decide(votes);
     if (votes.length > 0 || (this.view.params.algorithm === "ce" && this.local.done)) {
       this.background(async () => {
-        await this.send(votes);
+        await this.deliverDecided();
         await this.settle();
       });
     }
@@ -462,31 +462,36 @@ export class DeviceAgent {
   private forgetLostEpoch(): void {
     if (this.record.forgetLostEpoch(this.view.epoch, this.view.epochStartedAt)) {
       this.local.voted = new Set(this.record.decided(this.view.epoch));
-      this.persist(false);
+      this.persist();
     }
   }
 
-  /** Save the record (and the local statistics, at most every LOCAL_SAVE_MS unless `now`). */
-  private persist(now: boolean): void {
-    const stamp = Date.now();
-    const withLocal = now || stamp - this.localSavedAt >= LOCAL_SAVE_MS;
-    if (withLocal) this.localSavedAt = stamp;
-    const local = withLocal ? this.local.toState() : this.lastLocal;
-    if (withLocal) this.lastLocal = local;
-    this.store.save(this.record.toSaved(this.view.experiment, this.view.createdAt, local));
+  /** Save the record and the local statistics (the whole state: one small JSON document). */
+  private persist(): void {
+    this.store.save(this.record.toSaved(this.view.experiment, this.view.createdAt, this.local.toState()));
   }
 
-  private lastLocal: AgentState | undefined = undefined;
-
-  private async send(votes: number[]): Promise<void> {
+  /** Votes decided: on record as pending (and saved) before they are sent. */
+  private decide(votes: number[]): void {
+    const epoch = this.view.epoch;
     for (const arm of votes) {
-      const epoch = this.view.epoch;
       if (this.view.epochStartedAt !== null && !this.record.epochStarts.has(epoch)) {
         this.record.epochStarts.set(epoch, this.view.epochStartedAt);
       }
       this.record.pending.push([arm, epoch]);
-      this.persist(false); // decided: from here on a reload sends it again, never decides it again
-      await this.deliver(arm, epoch);
+    }
+    if (votes.length > 0) this.persist();
+  }
+
+  /** Send the pending votes (decided, not yet answered) of the current epoch, in order; another
+   * epoch's are dropped (the coordinator would ignore them). */
+  private async deliverDecided(): Promise<void> {
+    if (this.record.pending.some(([, e]) => e !== this.view.epoch)) {
+      this.record.pending = this.record.pending.filter(([, e]) => e === this.view.epoch);
+      this.persist();
+    }
+    for (let next = this.record.pending[0]; next !== undefined; next = this.record.pending[0]) {
+      await this.deliver(next[0], next[1]);
       this.votesSent += 1;
     }
   }
@@ -498,24 +503,16 @@ export class DeviceAgent {
     this.record.pending = this.record.pending.filter(([a, e]) => a !== arm || e !== epoch);
     this.record.acknowledged = this.record.acknowledged.filter((v) => (v.arm !== arm || v.epoch !== epoch) && v.epoch >= epoch - 1);
     this.record.acknowledged.push({ arm, epoch, outcome, seq: nextSeq(), votes: reply.votes ?? null });
-    this.persist(false);
+    this.persist();
     if (reply.votes !== undefined) this.view.observeCount(arm, Number(reply.epoch), Number(reply.votes));
     if (this.view.stale(Number(reply.version), Number(reply.epoch))) await this.view.refresh(this.client);
-  }
-
-  /** CDE: the report the local run drew is put on record, then sent once; never drawn twice. */
-  private async drawnReport(): Promise<void> {
-    if (this.local.report === null || this.reported) return;
-    this.record.report = this.local.report;
-    this.persist(true);
-    await this.deliverReport();
   }
 
   private async deliverReport(): Promise<void> {
     const reply = await this.client.report(this.view.experiment, this.record.token, this.record.report as number);
     this.record.reportOutcome = String(reply.outcome);
     this.reportsSent += 1;
-    this.persist(false);
+    this.persist();
   }
 
   /** DSER4: ask for a new epoch; refused (429) or waiting for more agents, reset locally only. */
@@ -577,7 +574,7 @@ export class DeviceAgent {
           this.votesResent += 1;
         } else {
           this.record.pending = this.record.pending.filter(([a, e]) => a !== arm || e !== epoch);
-          this.persist(false);
+          this.persist();
         }
       }
     });

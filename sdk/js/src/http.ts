@@ -127,7 +127,9 @@ export class CoordinatorClient {
       const abort = (): void => timeout.abort();
       this.stop.signal.addEventListener("abort", abort);
       try {
-        const response = await fetch(this.url + path, { method, headers, body, signal: timeout.signal });
+        // keepalive: a vote sent as the page closes (a pagehide handler) outlives the page
+        const keepalive = method !== "GET";
+        const response = await fetch(this.url + path, { method, headers, body, keepalive, signal: timeout.signal });
         const text = await response.text();
         if (response.status < 400) {
           return {
