@@ -1,7 +1,7 @@
 // Runs dexp agents under Node with the built SDK (tests/services/test_js_sdk.py): reads a JSON job
 // on stdin {sdk, coordinator, experiment, tickets (or null: resume from the state files), dir,
-// agents, rates, seed, stopAfterVotes (votes sent
-// before closing, or null: until every agent is done)},
+// agents, rates, seed, stopAfterVotes (votes and reports
+// sent before closing, or null: until every agent is done)},
 // activates the agents uniformly at random, draws Bernoulli rewards with the rates, and prints
 // what each agent says of itself and what the shared follower did.
 import { readFileSync } from "node:fs";
@@ -62,7 +62,7 @@ for (let i = 0; i < job.agents; i++) {
 }
 let activations = 0;
 const enough = job.stopAfterVotes ?? Infinity;
-const sent = () => agents.reduce((n, a) => n + a.votesSent, 0);
+const sent = () => agents.reduce((n, a) => n + a.votesSent + a.reportsSent, 0);
 while (sent() < enough && !agents.every((a) => a.done)) {
   const agent = agents[Math.floor(world() * agents.length)];
   activations += 1;
@@ -79,6 +79,9 @@ const report = agents.map((a) => ({
   bestArm: a.bestArm,
   votesSent: a.votesSent,
   votesResent: a.votesResent,
+  reportsSent: a.reportsSent,
+  settledSent: a.settledSent,
+  epoch: a.epoch,
 }));
 const follower = sdk.shareFollower(job.coordinator, job.experiment);
 const seen = { streams: follower.follower.streams, events: follower.follower.events, subscribers: follower.follower.subscribers };

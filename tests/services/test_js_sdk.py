@@ -41,7 +41,7 @@ DRIVER = ROOT / "tests" / "js" / "device_driver.mjs"
 RATES = [0.2, 0.5, 0.8]  # Bernoulli means: arm 2 is the best, by 0.3
 AGENTS = 8
 SEED = 26  # the rewards, the activations and the agents' draws (seeded here, crypto in a page)
-STOP = 3  # votes: once this many are sent (an observe may send two), the first run closes
+STOP = 3  # messages: once this many are sent (an observe may send two), the first run closes
 
 
 def node() -> str:
@@ -92,25 +92,34 @@ def test_version_is_package_json_s() -> None:
     assert report.stdout == version
 
 
-@pytest.mark.parametrize("subroutine", ["ser3", "stitched-lucb"])
+# (algorithm, subroutine, what else the experiment says): every mode an agent runs, M = 3 or 4
+MODES = {
+    "de-ser3": {"subroutine": "ser3", "eta": 0.5, "delta": 0.1},
+    "de-stitched-lucb": {"subroutine": "stitched-lucb", "eta": 0.5, "delta": 0.1},
+    "dser4": {"subroutine": "ser4", "phi": 0.002, "eta": 0.5, "delta": 0.1},
+    "ce": {"algorithm": "ce", "xi": 0.05, "eta": 0.5, "delta": 0.1},
+    "dp-mase": {"algorithm": "dp-mase", "beta": 0.5, "dp_epsilon": 1.0, "delta": 0.1},
+    # CDE: every agent plays each arm T = 34 times, then reports once; the first arm with M = 4
+    # reports of the 8 is the answer (certified failure for N = 8 in the experiment's document)
+    "cde": {"algorithm": "cde", "privacy": 0.8, "eta": 0.1, "delta": 0.05, "agents": 8},
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 def test_node_agents_identify_the_best_arm_and_resume_from_their_files(
-    subroutine: str, coordinator_url: str, client: httpx.Client, tmp_path: Path
+    mode: str, coordinator_url: str, client: httpx.Client, tmp_path: Path
 ) -> None:
-    """Eight Node agents play three Bernoulli arms (0.2, 0.5, 0.8) under DE (M = 4). Stopped once
-    three votes are sent (the run half done) and run again without tickets, each resumes its agent (same id, `resumed`),
-    the coordinator still counts 8 agents, and the run ends identified on arm 2, which every agent
-    learnt from the coordinator. The agents of a process share one event stream."""
-    experiment = f"js-{subroutine}"
+    """Eight Node agents play three Bernoulli arms (0.2, 0.5, 0.8). Stopped once three messages
+    (votes, or CDE's reports) are sent, the run under way, and run again without tickets, each
+    resumes its agent (same id, `resumed`), the coordinator still counts 8 agents, and the run
+    ends identified on arm 2, which every agent learnt from the coordinator. The agents of a
+    process share one event stream."""
+    experiment = f"js-{mode}"
+    epsilon = 0.3 if mode == "cde" else 0.1
     created = create_experiment(
-        client,
-        id=experiment,
-        arms=["low", "mid", "high"],
-        eta=0.5,
-        delta=0.1,
-        epsilon=0.1,
-        subroutine=subroutine,
+        client, id=experiment, arms=["low", "mid", "high"], epsilon=epsilon, **MODES[mode]
     )
-    assert created["threshold"] == 4
+    assert created["threshold"] in (3, 4, 5), created["threshold"]
     job = {"coordinator": coordinator_url, "experiment": experiment, "dir": str(tmp_path)}
     job |= {"agents": AGENTS, "rates": RATES, "seed": SEED}
 
@@ -118,7 +127,8 @@ def test_node_agents_identify_the_best_arm_and_resume_from_their_files(
         job | {"tickets": tickets(client, experiment, AGENTS), "stopAfterVotes": STOP}
     )
     assert not any(agent["resumed"] for agent in first["agents"])
-    assert sum(agent["votesSent"] for agent in first["agents"]) >= STOP  # stopped mid-run
+    sent = sum(agent["votesSent"] + agent["reportsSent"] for agent in first["agents"])
+    assert sent >= STOP  # stopped mid-run
     middle = client.get(f"/v1/experiments/{experiment}").json()
     assert (middle["agents"], middle["status"]) == (AGENTS, "exploring")
     kept = [json.loads((tmp_path / f"agent-{i}.json").read_text()) for i in range(AGENTS)]
@@ -138,9 +148,16 @@ def test_node_agents_identify_the_best_arm_and_resume_from_their_files(
         assert oct((tmp_path / f"agent-{i}.json").stat().st_mode & 0o777) == "0o600"
         assert saved["pending"] == []  # every vote decided was acknowledged before the close
         assert saved["local"]["sub"], saved  # the local statistics, resumed by the second run
-    voted = [{arm for arm, _, _ in saved["acknowledged"]} for saved in kept]
-    again = [agent["votesSent"] for agent in second["agents"]]
-    assert all(n <= 2 - len(v) for n, v in zip(again, voted, strict=True))  # never voted twice
+    if mode == "cde":  # one report per agent, whatever the restarts
+        assert sum(agent["reportsSent"] for agent in first["agents"] + second["agents"]) <= AGENTS
+    elif mode != "dser4":  # (DSER4's resets start epochs in which an agent votes again)
+        voted = [{arm for arm, _, _ in saved["acknowledged"]} for saved in kept]
+        again = [agent["votesSent"] for agent in second["agents"]]
+        assert all(n <= 2 - len(v) for n, v in zip(again, voted, strict=True))  # never twice
+    if mode == "ce":
+        assert sum(agent["settledSent"] for agent in second["agents"]) >= 1
+    if mode == "dser4":  # an agent's SER4 coin reset the experiment: a new epoch for everyone
+        assert state["epoch"] >= 1 and {a["epoch"] for a in second["agents"]} == {state["epoch"]}
 
 
 # -- one agent at a time, the test acting between its steps (tests/js/device_driver.mjs) ---------
