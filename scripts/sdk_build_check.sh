@@ -14,6 +14,7 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
 fi
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
+npm run --silent typecheck
 SDK_OUT="$out" npm run --silent bundle
 for name in agent.js agent.min.js; do
   if ! cmp -s "$out/$name" "dist/$name"; then
