@@ -15,6 +15,10 @@ COPY clients ./clients
 COPY agent ./agent
 COPY load_generator ./load_generator
 COPY dexp ./dexp
+# the JavaScript SDK the coordinator serves at /sdk/agent.js (coordinator/sdk.py): its build only
+COPY sdk/js/package.json ./sdk/js/
+COPY sdk/js/dist ./sdk/js/dist
+ENV DEXP_SDK_DIR=/app/sdk/js
 RUN pip install . \
     && useradd --create-home --uid 10001 dexp
 

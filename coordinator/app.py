@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from common.algorithms import AlgorithmConfig
-from coordinator import dashboard
+from coordinator import dashboard, sdk
 from coordinator.api import agents, events, experiments, tickets
 from coordinator.api.deps import Problem, problems
 from coordinator.api.experiments import ExperimentCreate
@@ -144,6 +144,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(tickets.router)  # POST /v1/experiments/{id}/tickets/unused: public advice
     app.include_router(events.router)  # GET /v1/experiments/{id}/events: the SSE stream
     app.include_router(dashboard.router)  # GET /dashboard: static page over the public GET routes
+    app.state.sdk = sdk.Build.find(settings.sdk_dir)  # the JavaScript SDK's build, or None
+    app.include_router(sdk.router)  # GET /sdk/agent.js: the SDK, for pages to import
     # Starlette runs the last-added middleware first. From the outside in: CORS (on every answer
     # of the device's routes, errors included), 304s from the revision alone, the body limit, the
     # vote fast path, gzip (after the fast path: a vote's answer is small), the credential gate.

@@ -4,16 +4,18 @@ An agent that runs in a web page on another origin calls the coordinator from Ja
 browser lets it read an answer only if the answer says its origin may, and asks first (a preflight
 OPTIONS) for a request with an Authorization or JSON Content-Type header. Starlette's
 CORSMiddleware answers, for the origins named in DEXP_CORS_ORIGINS ("*": any), and only on the
-device's routes: the public GET routes, the event stream, enrollment, votes, settled messages,
-resets and GET /v1/agents/me, each with the methods a device uses on it. The admin routes, the
-dashboard (whose CSP stays `default-src 'self'`), the probes and the metrics never answer CORS.
+device's routes: the public GET routes, the event stream, enrollment, votes, CDE's reports,
+settled messages, resets, GET /v1/agents/me and the JavaScript SDK (GET /sdk/agent.js and
+/sdk/agent-<version>.js: a page imports it as an ES module, which a browser fetches in CORS mode),
+each with the methods a device uses on it. The admin routes, the dashboard (whose CSP stays
+`default-src 'self'`), the probes and the metrics never answer CORS.
 With DEXP_CORS_ORIGINS empty (the default) this middleware is not installed.
 
 A preflight from another origin, or for a method the route does not offer a device, goes on to
 the app (405 in JSON: no route answers OPTIONS), so it carries no CORS header. Every answer on a
-CORS route, errors included, names the allowed origin and exposes ETag and Retry-After, so that a
-device can read a 429's wait and poll with its tag. No credentials mode: tokens travel in
-Authorization, not cookies.
+CORS route, errors included, names the allowed origin and exposes ETag, Retry-After and
+X-Dexp-Sdk-Version, so that a device can read a 429's wait, poll with its tag and see which SDK the
+coordinator serves. No credentials mode: tokens travel in Authorization, not cookies.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ ROUTES: list[tuple[re.Pattern[str], tuple[str, ...]]] = [
     (re.compile(r"/v1/experiments"), ("GET",)),
     (re.compile(EXPERIMENT), ("GET",)),
     (re.compile(EXPERIMENT + r"/(best-arm|events)"), ("GET",)),
-    (re.compile(EXPERIMENT + r"/(votes|settled|reset)"), ("POST",)),
+    (re.compile(EXPERIMENT + r"/(votes|settled|reset|report)"), ("POST",)),
     (re.compile(r"/v1/agents"), ("POST",)),
     (re.compile(r"/v1/agents/me"), ("GET",)),
+    (re.compile(r"/sdk/agent(-[^/]+)?\.js"), ("GET",)),  # the SDK, imported as a module
 ]
 ALLOW_HEADERS = ("Authorization", "Content-Type", "If-None-Match", "Last-Event-ID")
-EXPOSE_HEADERS = ("ETag", "Retry-After")
+EXPOSE_HEADERS = ("ETag", "Retry-After", "X-Dexp-Sdk-Version")
 MAX_AGE = 600  # seconds a browser may keep a preflight's answer
 
 

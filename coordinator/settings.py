@@ -22,6 +22,7 @@ from clients.secret_files import SecretFileSettings
 from common.cde import DEFAULT_PRIVACY
 from common.redis_acl import USERS
 from coordinator.cors import parse_origins
+from coordinator.sdk import check_dir
 from coordinator.throttle import failure_limit
 
 # The development placeholders (also docker-compose.yml's defaults): refused in production.
@@ -152,6 +153,16 @@ class Settings(SecretFileSettings):
     @classmethod
     def _cors_origins(cls, value: str) -> str:
         parse_origins(value)  # a typo must not pass silently: it would turn CORS off
+        return value
+
+    # Where the JavaScript SDK's build is (coordinator/sdk.py): sdk/js with dist/ and package.json;
+    # empty: the sdk/js beside the coordinator package (the checkout; /app/sdk/js in the image).
+    sdk_dir: str = ""
+
+    @field_validator("sdk_dir")
+    @classmethod
+    def _sdk_dir(cls, value: str) -> str:
+        check_dir(value)
         return value
 
     @model_validator(mode="after")

@@ -208,6 +208,18 @@ def coordinator(settings: Settings) -> Iterator[ThreadedCoordinator]:
         server.stop()
 
 
+def preflight(client: httpx.Client, path: str, method: str, origin: str) -> httpx.Response:
+    """A browser's CORS preflight for `method` on `path` from `origin`, with a token and JSON."""
+    return client.options(
+        path,
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": method,
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
+    )
+
+
 def admin_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 

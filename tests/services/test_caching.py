@@ -33,6 +33,7 @@ from .helpers import (
     coordinator_settings,
     create_experiment,
     enroll_agents,
+    preflight,
 )
 from .sse import Stream, wait_until
 
@@ -314,17 +315,6 @@ def cors(cors_server: ThreadedCoordinator, clean_redis: str) -> Iterator[httpx.C
         yield http
 
 
-def preflight(client: httpx.Client, path: str, method: str, origin: str = ORIGIN) -> httpx.Response:
-    return client.options(
-        path,
-        headers={
-            "Origin": origin,
-            "Access-Control-Request-Method": method,
-            "Access-Control-Request-Headers": "authorization, content-type",
-        },
-    )
-
-
 def test_cors_preflight_and_headers_for_the_configured_origins(cors: httpx.Client) -> None:
     create_experiment(cors, id="web", arms=["A", "B"], **M3)
     for path, method in (
@@ -334,7 +324,7 @@ def test_cors_preflight_and_headers_for_the_configured_origins(cors: httpx.Clien
         ("/v1/experiments/web/events", "GET"),
         ("/v1/agents/me", "GET"),
     ):
-        answer = preflight(cors, path, method)
+        answer = preflight(cors, path, method, ORIGIN)
         assert answer.status_code == 200, (path, answer.text)
         assert answer.headers["access-control-allow-origin"] == ORIGIN
         assert method in answer.headers["access-control-allow-methods"]
@@ -359,7 +349,7 @@ def test_no_cors_for_other_origins_routes_or_coordinators(
 ) -> None:
     create_experiment(cors, id="closed", arms=["A", "B"], **M3)
     stranger = "https://evil.example"
-    answer = preflight(cors, "/v1/experiments/closed/votes", "POST", origin=stranger)
+    answer = preflight(cors, "/v1/experiments/closed/votes", "POST", stranger)
     assert answer.status_code == 405 and "access-control-allow-origin" not in answer.headers
     assert (
         "access-control-allow-origin"
@@ -367,7 +357,7 @@ def test_no_cors_for_other_origins_routes_or_coordinators(
     )
     # the admin routes, the dashboard and the probes never answer CORS
     for path, method in (("/v1/experiments", "POST"), ("/v1/experiments/closed", "DELETE")):
-        answer = preflight(cors, path, method)
+        answer = preflight(cors, path, method, ORIGIN)
         assert answer.status_code == 405 and "access-control-allow-origin" not in answer.headers
     dashboard = cors.get("/dashboard", headers={"Origin": ORIGIN})
     assert "access-control-allow-origin" not in dashboard.headers
@@ -379,7 +369,7 @@ def test_no_cors_for_other_origins_routes_or_coordinators(
     # a coordinator without DEXP_CORS_ORIGINS (the default) answers no CORS at all
     plain = client.get("/v1/experiments", headers={"Origin": ORIGIN})
     assert "access-control-allow-origin" not in plain.headers
-    assert preflight(client, "/v1/experiments/closed/votes", "POST").status_code == 405
+    assert preflight(client, "/v1/experiments/closed/votes", "POST", ORIGIN).status_code == 405
 
 
 def test_a_bad_cors_origin_is_refused_at_start() -> None:

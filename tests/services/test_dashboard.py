@@ -22,22 +22,13 @@ import httpx
 import pytest
 
 from common import redis_keys as keys
-from tests.prerequisites import missing
 
+from .browser import chromium
 from .helpers import Agent, ThreadedCoordinator, create_experiment, enroll_agents
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, BrowserContext, Page, Route
 
-CHROMIUM = "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 M3 = {"delta": 0.2, "eta": 0.5}  # threshold M = ceil(log 0.2 / log 0.5) = 3
 POLL = "interval=250"  # the page's polling period, ms: quick updates keep the test short
 WAIT = 5000  # ms: any update must show within this (the page polls every 250 ms)
@@ -46,30 +37,11 @@ SCRIPT = '"><script>alert(2)</script>'
 STATIC = files("coordinator.dashboard") / "static"
 
 
-def browser_missing() -> str | None:
-    if not Path(CHROMIUM).exists():
-        return f"no browser at {CHROMIUM} (apt-get install chromium)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "the playwright package is missing (pip install -e '.[test]')"
-    return None
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """One chromium for the module; every test opens its own context (no shared state)."""
-    reason = browser_missing()
-    if reason is not None:
-        missing(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium() as launched:
+        yield launched
 
 
 class Watched:
