@@ -234,18 +234,26 @@ class DeviceAgent:
     # -- what the application calls -----------------------------------------------------------
     def choose(self) -> list[int]:
         """The arms to play now (indices into `arms`): one, or each of the local set under
-        `every_arm`. Once the best arm is identified, that arm. ExperimentGone if the
-        experiment was deleted."""
+        `every_arm`. Once the best arm is identified, that arm; settled (one arm left locally),
+        that arm (its rewards teach nothing more); under CDE, none between its report and the
+        answer. ExperimentGone if the experiment was deleted. (The JavaScript SDK's `choose`
+        answers the same.)"""
         with self._lock, self._gone_on_404():
             self._catch_up()
             arms = self.agent.choose()
             self.agent.reconcile(time.monotonic())
+            if self.agent.view.identified:
+                return sorted(self.agent.view.remaining)
+            if not arms and self.agent.local.done and not self.agent.reporting:
+                return list(self.agent.local.local_arms)
             return arms
 
     def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
         """The rewards of the arms `choose` gave, in the same order; the arms it voted against
         (usually none). The rewards stay on the device."""
         with self._lock, self._gone_on_404():
+            if self.agent.local.done and not self.agent.reporting:
+                return []  # settled: the arm `choose` gave teaches nothing more
             votes = self.agent.observe(arms, rewards)
             self._catch_up()
             return votes

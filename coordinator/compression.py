@@ -29,7 +29,9 @@ class GZip:
                 headers = MutableHeaders(raw=message.setdefault("headers", []))
                 tag = headers.get("etag")
                 gzipped = headers.get("content-encoding") == "gzip"
-                if gzipped and tag is not None and tag.startswith('"') and tag.endswith('"'):
+                strong = tag is not None and tag.startswith('"') and tag.endswith('"')
+                # a body sent gzipped already (coordinator/sdk.py) carries its gzip tag
+                if gzipped and tag is not None and strong and not tag.endswith(GZIP_SUFFIX + '"'):
                     headers["etag"] = tag[:-1] + GZIP_SUFFIX + '"'
             await send(message)
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Checks that the JavaScript SDK's checked-in build (sdk/js/dist/agent.js and agent.min.js) is the
-# build of sdk/js/src: rebuilds it with the locked esbuild (`npm ci` first where node_modules is
-# missing or older than package-lock.json) into a temporary directory and compares. scripts/test
-# runs it; it takes about a second once node_modules is there.
+# Checks that the JavaScript SDK's checked-in build (sdk/js/dist: agent.js, agent.min.js and the
+# TypeScript declarations in types/) is the build of sdk/js/src: TypeScript checks the sources,
+# then the build is made again with the locked esbuild and tsc (`npm ci` first where node_modules
+# is missing or older than package-lock.json) into a temporary directory and compared. scripts/test
+# runs it; it takes a few seconds once node_modules is there.
 set -euo pipefail
 cd "$(dirname "$0")/../sdk/js"
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -16,9 +17,7 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 npm run --silent typecheck
 SDK_OUT="$out" npm run --silent bundle
-for name in agent.js agent.min.js; do
-  if ! cmp -s "$out/$name" "dist/$name"; then
-    echo "sdk/js/dist/$name is not the build of sdk/js/src: run \`npm run build\` in sdk/js" >&2
-    exit 1
-  fi
-done
+if ! diff -r -q "$out" dist >/dev/null; then
+  echo "sdk/js/dist is not the build of sdk/js/src: run \`npm run build\` in sdk/js" >&2
+  exit 1
+fi

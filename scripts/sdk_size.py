@@ -3,8 +3,8 @@
 served file (for `integrity="sha384-..."`) and what it costs in bytes: the readable build
 (dist/agent.js), the minified one the coordinator serves (dist/agent.min.js, made by the checked-in
 esbuild's --minify in `npm run build`; scripts/test checks both are the build of src/) and that
-gzipped at level 9 (what a page downloads from a server that compresses; the coordinator itself
-gzips at level 6, a few bytes more). tests/test_sdk_docs.py checks that the docs quote these lines.
+gzipped at level 9 (what a page downloads: coordinator/sdk.py sends that very form to a client
+that accepts gzip). tests/test_sdk_docs.py checks that the docs quote these lines.
 
 Usage: python3 scripts/sdk_size.py [--update-docs] [SDK_DIR]   (default: sdk/js of this checkout)
 --update-docs also writes the figures into docs/DEVICES.md: the block of these lines, every sha384
