@@ -248,8 +248,14 @@ COMBINATIONS = [
     ("de", "lucb"),
     ("de", "kl-lucb"),
     ("de", "ser4"),  # DSER4: resets drawn by the agent
+    ("ce", "se"),
     ("ce", "ser3"),
     ("ce", "stitched-lucb"),
+    ("ce", "stitched-se"),
+    ("ce", "kl-se"),
+    ("ce", "lucb"),
+    ("ce", "kl-lucb"),
+    ("ce", "ser4"),  # CE's dropped votes with SER4's resets
     ("dp-mase", "ser3"),  # DP-MASE runs its own dp-se
     ("cde", "ser3"),  # CDE runs its own fixed-budget run and report
 ]
