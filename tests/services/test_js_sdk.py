@@ -285,7 +285,7 @@ def test_a_vote_decided_but_not_sent_is_sent_at_the_next_start(
     again = driver("enroll", name="b", options=options(coordinator_url, state, None))
     assert again["resumed"] and again["votesResent"] == 1, again
     assert public(client)["votes"] == [0, 1, 0]
-    driver("close", name="b")  # its last writes flushed
+    driver("flush", name="b")  # its last writes saved
     kept = json.loads(state.read_text())
     assert kept["pending"] == [] and kept["acknowledged"] == [[1, 0, "counted"]]
 
@@ -386,11 +386,13 @@ def test_a_deleted_experiment_ends_the_node_agent(
 ) -> None:
     agent = driver("enroll", name="a", options=options(coordinator_url, None, next(device_tickets)))
     assert agent["status"] == "exploring"
+    driver("watch", name="a")
     assert client.delete(f"/v1/experiments/{EXPERIMENT}", headers=admin_headers()).status_code
     deadline = time.monotonic() + 60
     while driver("wait", name="a", timeoutMs=1000)["status"] != "deleted":
         assert time.monotonic() < deadline, "the deletion never reached the agent"
     assert driver("choose", name="a")["error"] == "ExperimentGone"
+    assert driver("watched", name="a")["statuses"][-1] == "deleted"  # onChange told it too
 
 
 def test_node_refusals_are_clear_and_change_nothing(
