@@ -135,6 +135,10 @@ def test_compose_demo_identifies_the_best_arm(stack: tuple[dict[str, str], str])
     assert state["agents"] == 32  # 2 replicas x AGENTS_PER_REPLICA=16
     assert state["threshold"] == 29
     assert len(state["eliminations"]) == 9
+    # the image carries the JavaScript SDK's build, served for web pages to import
+    sdk = httpx.get(f"{url}/sdk/agent.js", timeout=10)
+    assert sdk.status_code == 200, sdk.text
+    assert sdk.content == (ROOT / "sdk" / "js" / "dist" / "agent.min.js").read_bytes()
 
     # Redis and the coordinator restarted (the volume kept): the experiment comes back whole from
     # the append-only file, which Redis 7.0 replays as the default user (common/redis_acl.py)

@@ -7,6 +7,9 @@
 //        of playing), or once `until` holds ("settled")
 //   {op: "wait", name, timeoutMs}           -> waitForChange's answer and the agent's view
 //   {op: "choose", name}                    -> the arms, or {error, message}
+//   {op: "watch", name}                     -> counts its onChange calls (and the statuses seen)
+//   {op: "watched", name}                   -> those counts
+//   {op: "flush", name}                     -> resolves when its work is answered and saved
 //   {op: "close", name}
 //   {op: "follower", coordinator, experiment}  -> the shared follower's counters
 //   {op: "parse", lines}                    -> SSEParser's events and retry
@@ -15,6 +18,7 @@ import { pathToFileURL } from "node:url";
 
 const sdk = await import(pathToFileURL(process.argv[2]).href);
 const agents = new Map();
+const watching = new Map();
 
 function view(agent) {
   return {
@@ -64,6 +68,19 @@ const commands = {
   },
   async choose({ name }) {
     return { arms: agents.get(name).choose() };
+  },
+  async watch({ name }) {
+    const seen = [];
+    watching.set(name, seen);
+    agents.get(name).onChange((agent) => seen.push(agent.status));
+    return {};
+  },
+  async watched({ name }) {
+    return { statuses: watching.get(name) };
+  },
+  async flush({ name }) {
+    await agents.get(name).flush();
+    return {};
   },
   async close({ name }) {
     await agents.get(name).close();

@@ -21,6 +21,7 @@ import httpx
 import pytest
 import redis
 
+from agent.device import DeviceAgent
 from tests.prerequisites import missing
 
 from .helpers import (
@@ -264,6 +265,89 @@ def test_a_restarted_node_agent_is_the_same_agent_and_never_votes_twice(
     assert public(client)["ignored_messages"] == 0 and public(client)["votes"] == [0, 1, 1]
 
 
+def test_a_vote_decided_but_not_sent_is_sent_at_the_next_start(
+    coordinator_url: str,
+    client: httpx.Client,
+    device_tickets: Iterator[str],
+    driver: Driver,
+    tmp_path: Path,
+) -> None:
+    """A page closed between deciding a vote and sending it (the vote is on record as pending):
+    the next start sends it before anything else, once, and records its acknowledgement."""
+    state = tmp_path / "agent.json"
+    driver("enroll", name="a", options=options(coordinator_url, state, next(device_tickets)))
+    driver("close", name="a")
+    saved = json.loads(state.read_text())
+    started = public(client)["epoch_started_at"]
+    saved |= {"pending": [[1, 0]], "epoch_starts": {"0": started}}
+    state.write_text(json.dumps(saved))
+
+    again = driver("enroll", name="b", options=options(coordinator_url, state, None))
+    assert again["resumed"] and again["votesResent"] == 1, again
+    assert public(client)["votes"] == [0, 1, 0]
+    driver("flush", name="b")  # its last writes saved
+    kept = json.loads(state.read_text())
+    assert kept["pending"] == [] and kept["acknowledged"] == [[1, 0, "counted"]]
+
+
+def test_a_cde_report_drawn_but_not_answered_is_sent_again_unchanged(
+    coordinator_url: str, client: httpx.Client, driver: Driver, tmp_path: Path
+) -> None:
+    """CDE: a report on record without the coordinator's answer (the page closed as it was
+    sent) is sent at the next start, the same arm, once; then the agent plays nothing more."""
+    body = {"id": EXPERIMENT, "arms": ["A", "B", "C"], "algorithm": "cde", "agents": 8}
+    created = create_experiment(client, **body, privacy=0.8, eta=0.1, delta=0.05, epsilon=0.3)
+    state = tmp_path / "agent.json"
+    ticket = tickets(client, EXPERIMENT, 1)[0]
+    driver("enroll", name="a", options=options(coordinator_url, state, ticket))
+    driver("close", name="a")
+    saved = json.loads(state.read_text())
+    state.write_text(json.dumps(saved | {"report": [1, None]}))
+
+    again = driver("enroll", name="b", options=options(coordinator_url, state, None))
+    assert again["resumed"] and again["settled"], again  # reported: nothing more to play
+    assert public(client)["reports"] == [0, 1, 0] and created["threshold"] > 1
+    assert driver("choose", name="b")["arms"] == []
+    driver("close", name="b")
+    assert json.loads(state.read_text())["report"] == [1, "counted"]
+
+
+def test_the_python_and_javascript_agents_resume_each_others_state_files(
+    coordinator_url: str,
+    client: httpx.Client,
+    device_tickets: Iterator[str],
+    driver: Driver,
+    tmp_path: Path,
+) -> None:
+    """One device, two SDKs, one agent: the Python SDK enrolls, votes B and C out and settles;
+    the JavaScript SDK resumes its file (no local statistics in it: they start afresh), learns
+    until it settles again, and never votes on B or C again; the Python SDK resumes the file the
+    JavaScript one wrote. One enrollment, two votes in all."""
+    state = tmp_path / "agent.json"
+    python = DeviceAgent.enroll(
+        coordinator_url, EXPERIMENT, next(device_tickets), state, seed=1, poll_seconds=0.2
+    )
+    try:
+        while not python.settled:
+            arms = python.choose()
+            python.observe(arms, [A_PAYS[arm] for arm in arms])
+        agent_id = python.agent_id
+    finally:
+        python.close()
+
+    js = driver("enroll", name="js", options=options(coordinator_url, state, None))
+    assert js["resumed"] and js["agentId"] == agent_id and not js["settled"]
+    played = driver("play", name="js", rewards=A_PAYS, until="settled")
+    assert played["played"] > 0 and played["settled"] and played["votesSent"] == 0
+    driver("close", name="js")
+
+    with DeviceAgent.enroll(coordinator_url, EXPERIMENT, None, state, seed=2) as resumed:
+        assert resumed.resumed and resumed.agent_id == agent_id
+        assert resumed.agent.local.voted == {1, 2}
+    state_now = public(client)
+    assert (state_now["agents"], state_now["messages"], state_now["votes"]) == (1, 2, [0, 1, 1])
+
+
 def test_a_node_agent_sends_again_an_acknowledged_vote_a_failover_lost(
     coordinator_url: str,
     client: httpx.Client,
@@ -302,11 +386,13 @@ def test_a_deleted_experiment_ends_the_node_agent(
 ) -> None:
     agent = driver("enroll", name="a", options=options(coordinator_url, None, next(device_tickets)))
     assert agent["status"] == "exploring"
+    driver("watch", name="a")
     assert client.delete(f"/v1/experiments/{EXPERIMENT}", headers=admin_headers()).status_code
     deadline = time.monotonic() + 60
     while driver("wait", name="a", timeoutMs=1000)["status"] != "deleted":
         assert time.monotonic() < deadline, "the deletion never reached the agent"
     assert driver("choose", name="a")["error"] == "ExperimentGone"
+    assert driver("watched", name="a")["statuses"][-1] == "deleted"  # onChange told it too
 
 
 def test_node_refusals_are_clear_and_change_nothing(

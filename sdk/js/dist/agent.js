@@ -1633,6 +1633,7 @@ var DeviceAgent = class _DeviceAgent {
     this.settledEpoch = -1;
     this.settleRefused = false;
     this.onPageHide = null;
+    this.listeners = /* @__PURE__ */ new Set();
     this.reconciling = false;
     this.nextCheck = Date.now() + reconcileMs * (1 + Math.random());
   }
@@ -1713,7 +1714,32 @@ var DeviceAgent = class _DeviceAgent {
       const waiters = this.waiters;
       this.waiters = [];
       for (const wake of waiters) wake();
+      if (this.listeners.size === 0) return;
+      this.catchUp();
+      for (const listener of Array.from(this.listeners)) {
+        try {
+          listener(this);
+        } catch (err) {
+          console.error("dexp: an onChange listener failed", err);
+        }
+      }
     });
+  }
+  /** Calls `listener(agent)` at each change of the global set the follower learns of (an arm
+   * out, a reset, the identification, a tie, the deletion): read `status`, `remaining`... in it.
+   * Returns the function that stops it. */
+  onChange(listener) {
+    this.listeners.add(listener);
+    return () => {
+      this.listeners.delete(listener);
+    };
+  }
+  /** Resolves once every vote, report or message decided so far is answered and saved (a page
+   * may await it before navigating away; `observe` already saved what it decided). */
+  async flush() {
+    await this.queue;
+    this.check();
+    await this.store.flush();
   }
   // -- what the application calls -----------------------------------------------------------
   /** The arms to play now (indices into `arms`): usually one. Once identified, that arm; settled

@@ -247,7 +247,36 @@ export class DeviceAgent {
       const waiters = this.waiters;
       this.waiters = [];
       for (const wake of waiters) wake();
+      if (this.listeners.size === 0) return;
+      this.catchUp();
+      for (const listener of Array.from(this.listeners)) {
+        try {
+          listener(this);
+        } catch (err) {
+          console.error("dexp: an onChange listener failed", err);
+        }
+      }
     });
+  }
+
+  private readonly listeners = new Set<(agent: DeviceAgent) => void>();
+
+  /** Calls `listener(agent)` at each change of the global set the follower learns of (an arm
+   * out, a reset, the identification, a tie, the deletion): read `status`, `remaining`... in it.
+   * Returns the function that stops it. */
+  onChange(listener: (agent: DeviceAgent) => void): () => void {
+    this.listeners.add(listener);
+    return () => {
+      this.listeners.delete(listener);
+    };
+  }
+
+  /** Resolves once every vote, report or message decided so far is answered and saved (a page
+   * may await it before navigating away; `observe` already saved what it decided). */
+  async flush(): Promise<void> {
+    await this.queue;
+    this.check();
+    await this.store.flush();
   }
 
   // -- what the application calls -----------------------------------------------------------

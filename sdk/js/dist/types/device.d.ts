@@ -111,6 +111,14 @@ export declare class DeviceAgent {
     /** See the module's doc and `enroll`. */
     static start(options: EnrollOptions): Promise<DeviceAgent>;
     private follow;
+    private readonly listeners;
+    /** Calls `listener(agent)` at each change of the global set the follower learns of (an arm
+     * out, a reset, the identification, a tie, the deletion): read `status`, `remaining`... in it.
+     * Returns the function that stops it. */
+    onChange(listener: (agent: DeviceAgent) => void): () => void;
+    /** Resolves once every vote, report or message decided so far is answered and saved (a page
+     * may await it before navigating away; `observe` already saved what it decided). */
+    flush(): Promise<void>;
     /** The arms to play now (indices into `arms`): usually one. Once identified, that arm; settled
      * (one arm left locally), that arm (its rewards teach nothing more); under CDE, none between
      * its report and the answer. Throws ExperimentGone if the experiment was deleted. */
