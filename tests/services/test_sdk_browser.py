@@ -39,6 +39,7 @@ from .helpers import (
     coordinator_settings,
     create_experiment,
 )
+from .test_js_sdk import run_agents, tickets
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -350,4 +351,23 @@ def test_the_browser_quickstart_is_one_agent_across_visits(
         print(f"quickstart: {visits} visits until its two votes")
     finally:
         context.close()
+        client.close()
+
+
+def test_the_same_sdk_under_node_against_the_same_coordinator(
+    sdk_coordinator: ThreadedCoordinator, tmp_path: Path
+) -> None:
+    """The module the pages import, run by Node against the coordinator the pages use: eight
+    agents with Bernoulli rewards, each kept in a file, identify the best arm
+    (tests/services/test_js_sdk.py has the Node tests in full)."""
+    client = httpx.Client(base_url=sdk_coordinator.url)
+    try:
+        body = {"id": "node", "arms": ["low", "mid", "high"], "eta": 0.5, "delta": 0.1}
+        create_experiment(client, **body, epsilon=0.1)
+        job = {"coordinator": sdk_coordinator.url, "experiment": "node", "dir": str(tmp_path)}
+        job |= {"agents": 8, "rates": RATES, "seed": 26, "stopAfterVotes": None}
+        report = run_agents(job | {"tickets": tickets(client, "node", 8)})
+        assert {(a["status"], a["bestArm"]) for a in report["agents"]} == {("identified", 2)}
+        assert client.get("/v1/experiments/node").json()["remaining_arms"] == [2]
+    finally:
         client.close()
