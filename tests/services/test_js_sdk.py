@@ -325,7 +325,7 @@ def test_the_python_and_javascript_agents_resume_each_others_state_files(
     JavaScript one wrote. One enrollment, two votes in all."""
     state = tmp_path / "agent.json"
     python = DeviceAgent.enroll(
-        coordinator_url, EXPERIMENT, next(device_tickets), state, seed=1, poll_seconds=0.2
+        coordinator_url, EXPERIMENT, next(device_tickets), state, seed=1, follow=False
     )
     try:
         while not python.settled:
@@ -341,7 +341,9 @@ def test_the_python_and_javascript_agents_resume_each_others_state_files(
     assert played["played"] > 0 and played["settled"] and played["votesSent"] == 0
     driver("close", name="js")
 
-    with DeviceAgent.enroll(coordinator_url, EXPERIMENT, None, state, seed=2) as resumed:
+    with DeviceAgent.enroll(
+        coordinator_url, EXPERIMENT, None, state, seed=2, follow=False
+    ) as resumed:
         assert resumed.resumed and resumed.agent_id == agent_id
         assert resumed.agent.local.voted == {1, 2}
     state_now = public(client)

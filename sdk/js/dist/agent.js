@@ -1246,6 +1246,57 @@ ${experiment}`;
   };
 }
 
+// src/record.ts
+var IN_VOTER_SET = /* @__PURE__ */ new Set(["counted", "eliminated", "duplicate"]);
+var AgentRecord = class _AgentRecord {
+  constructor(agentId, token) {
+    this.agentId = agentId;
+    this.token = token;
+    this.acknowledged = [];
+    this.pending = [];
+    this.epochStarts = /* @__PURE__ */ new Map();
+    this.report = null;
+    this.reportOutcome = null;
+  }
+  static fromSaved(saved) {
+    const record = new _AgentRecord(String(saved.agent_id), String(saved.token));
+    record.acknowledged = (saved.acknowledged ?? []).map(([arm, epoch, outcome]) => ({ arm, epoch, outcome, seq: 0, votes: null }));
+    record.pending = (saved.pending ?? []).map(([arm, epoch]) => [arm, epoch]);
+    for (const [epoch, start] of Object.entries(saved.epoch_starts ?? {})) record.epochStarts.set(Number(epoch), start);
+    if (saved.report) [record.report, record.reportOutcome] = saved.report;
+    return record;
+  }
+  toSaved(experiment, createdAt, local) {
+    const saved = {
+      format: 1,
+      experiment,
+      created_at: createdAt,
+      agent_id: this.agentId,
+      token: this.token,
+      acknowledged: this.acknowledged.map((v) => [v.arm, v.epoch, v.outcome]),
+      pending: this.pending.map(([arm, epoch]) => [arm, epoch]),
+      epoch_starts: Object.fromEntries(Array.from(this.epochStarts, ([e, s]) => [String(e), s]))
+    };
+    if (this.report !== null) saved.report = [this.report, this.reportOutcome];
+    if (local !== void 0) saved.local = local;
+    return saved;
+  }
+  /** The votes of an epoch a failover lost (same number, another start) are forgotten. */
+  forgetLostEpoch(epoch, started) {
+    if (started === null) return false;
+    const known = this.epochStarts.get(epoch);
+    for (const e of Array.from(this.epochStarts.keys())) if (e < epoch - 1 || e === epoch) this.epochStarts.delete(e);
+    this.epochStarts.set(epoch, started);
+    if (known === void 0 || known === started) return false;
+    this.acknowledged = this.acknowledged.filter((v) => v.epoch !== epoch);
+    this.pending = this.pending.filter(([, e]) => e !== epoch);
+    return true;
+  }
+  decided(epoch) {
+    return [...this.acknowledged.filter((v) => v.epoch === epoch).map((v) => v.arm), ...this.pending.filter(([, e]) => e === epoch).map(([a]) => a)];
+  }
+};
+
 // src/storage.ts
 var AgentLocked = class extends Error {
   constructor(where) {
@@ -1542,7 +1593,6 @@ function sameSet(a, b) {
 }
 
 // src/device.ts
-var IN_VOTER_SET = /* @__PURE__ */ new Set(["counted", "eliminated", "duplicate"]);
 var EnrollmentRefused = class extends Error {
   constructor(message) {
     super(message);
@@ -1553,54 +1603,6 @@ var ExperimentGone = class extends Error {
   constructor(experiment) {
     super(`experiment ${experiment} was deleted`);
     this.name = "ExperimentGone";
-  }
-};
-var AgentRecord = class _AgentRecord {
-  constructor(agentId, token) {
-    this.agentId = agentId;
-    this.token = token;
-    this.acknowledged = [];
-    this.pending = [];
-    this.epochStarts = /* @__PURE__ */ new Map();
-    this.report = null;
-    this.reportOutcome = null;
-  }
-  static fromSaved(saved) {
-    const record = new _AgentRecord(String(saved.agent_id), String(saved.token));
-    record.acknowledged = (saved.acknowledged ?? []).map(([arm, epoch, outcome]) => ({ arm, epoch, outcome, seq: 0, votes: null }));
-    record.pending = (saved.pending ?? []).map(([arm, epoch]) => [arm, epoch]);
-    for (const [epoch, start] of Object.entries(saved.epoch_starts ?? {})) record.epochStarts.set(Number(epoch), start);
-    if (saved.report) [record.report, record.reportOutcome] = saved.report;
-    return record;
-  }
-  toSaved(experiment, createdAt, local) {
-    const saved = {
-      format: 1,
-      experiment,
-      created_at: createdAt,
-      agent_id: this.agentId,
-      token: this.token,
-      acknowledged: this.acknowledged.map((v) => [v.arm, v.epoch, v.outcome]),
-      pending: this.pending.map(([arm, epoch]) => [arm, epoch]),
-      epoch_starts: Object.fromEntries(Array.from(this.epochStarts, ([e, s]) => [String(e), s]))
-    };
-    if (this.report !== null) saved.report = [this.report, this.reportOutcome];
-    if (local !== void 0) saved.local = local;
-    return saved;
-  }
-  /** The votes of an epoch a failover lost (same number, another start) are forgotten. */
-  forgetLostEpoch(epoch, started) {
-    if (started === null) return false;
-    const known = this.epochStarts.get(epoch);
-    for (const e of Array.from(this.epochStarts.keys())) if (e < epoch - 1 || e === epoch) this.epochStarts.delete(e);
-    this.epochStarts.set(epoch, started);
-    if (known === void 0 || known === started) return false;
-    this.acknowledged = this.acknowledged.filter((v) => v.epoch !== epoch);
-    this.pending = this.pending.filter(([, e]) => e !== epoch);
-    return true;
-  }
-  decided(epoch) {
-    return [...this.acknowledged.filter((v) => v.epoch === epoch).map((v) => v.arm), ...this.pending.filter(([, e]) => e === epoch).map(([a]) => a)];
   }
 };
 var DeviceAgent = class _DeviceAgent {

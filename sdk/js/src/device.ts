@@ -22,11 +22,9 @@ import { cryptoDraws, type Draws } from "./draws.js";
 import { subroutineClass } from "./subroutines.js";
 import { type Change, type GlobalSetFollower, nextSeq, shareFollower } from "./follower.js";
 import { CoordinatorClient, CoordinatorError } from "./http.js";
-import { defaultStore, MemoryStore, type SavedAgent, type StateStore } from "./storage.js";
+import { AgentRecord, IN_VOTER_SET } from "./record.js";
+import { defaultStore, MemoryStore, type StateStore } from "./storage.js";
 import { GlobalView, type Status } from "./view.js";
-
-/** Outcomes after which the agent is in the arm's voter set (agent/state.py IN_VOTER_SET). */
-const IN_VOTER_SET = new Set(["counted", "eliminated", "duplicate"]);
 
 export class EnrollmentRefused extends Error {
   constructor(message: string) {
@@ -66,69 +64,6 @@ export interface EnrollOptions {
   retryMaxMs?: number;
   /** The local algorithm's randomness (default: crypto.getRandomValues). */
   draws?: Draws;
-}
-
-interface Acknowledged {
-  arm: number;
-  epoch: number;
-  outcome: string;
-  seq: number; // in memory: when the acknowledgement arrived
-  votes: number | null; // in memory: the arm's vote count the reply showed
-}
-
-/** The durable part: credentials and votes (agent/state.py AgentRecord). */
-class AgentRecord {
-  acknowledged: Acknowledged[] = [];
-  pending: [number, number][] = [];
-  epochStarts = new Map<number, number>();
-  report: number | null = null;
-  reportOutcome: string | null = null;
-
-  constructor(
-    readonly agentId: string,
-    readonly token: string,
-  ) {}
-
-  static fromSaved(saved: SavedAgent): AgentRecord {
-    const record = new AgentRecord(String(saved.agent_id), String(saved.token));
-    record.acknowledged = (saved.acknowledged ?? []).map(([arm, epoch, outcome]) => ({ arm, epoch, outcome, seq: 0, votes: null }));
-    record.pending = (saved.pending ?? []).map(([arm, epoch]) => [arm, epoch]);
-    for (const [epoch, start] of Object.entries(saved.epoch_starts ?? {})) record.epochStarts.set(Number(epoch), start);
-    if (saved.report) [record.report, record.reportOutcome] = saved.report;
-    return record;
-  }
-
-  toSaved(experiment: string, createdAt: number, local: AgentState | undefined): SavedAgent {
-    const saved: SavedAgent = {
-      format: 1,
-      experiment,
-      created_at: createdAt,
-      agent_id: this.agentId,
-      token: this.token,
-      acknowledged: this.acknowledged.map((v) => [v.arm, v.epoch, v.outcome]),
-      pending: this.pending.map(([arm, epoch]) => [arm, epoch]),
-      epoch_starts: Object.fromEntries(Array.from(this.epochStarts, ([e, s]) => [String(e), s])),
-    };
-    if (this.report !== null) saved.report = [this.report, this.reportOutcome];
-    if (local !== undefined) saved.local = local;
-    return saved;
-  }
-
-  /** The votes of an epoch a failover lost (same number, another start) are forgotten. */
-  forgetLostEpoch(epoch: number, started: number | null): boolean {
-    if (started === null) return false;
-    const known = this.epochStarts.get(epoch);
-    for (const e of Array.from(this.epochStarts.keys())) if (e < epoch - 1 || e === epoch) this.epochStarts.delete(e);
-    this.epochStarts.set(epoch, started);
-    if (known === undefined || known === started) return false;
-    this.acknowledged = this.acknowledged.filter((v) => v.epoch !== epoch);
-    this.pending = this.pending.filter(([, e]) => e !== epoch);
-    return true;
-  }
-
-  decided(epoch: number): number[] {
-    return [...this.acknowledged.filter((v) => v.epoch === epoch).map((v) => v.arm), ...this.pending.filter(([, e]) => e === epoch).map(([a]) => a)];
-  }
 }
 
 /** One agent on a device: build it with `enroll`. */

@@ -17,10 +17,11 @@
  * global one, and queues any vote that gives. `observe` sends: the agent's requests run one at a
  * time, in order (a queue), as the Python agent's do.
  */
-import { type AgentState, LocalAgent } from "./agent.js";
+import { LocalAgent } from "./agent.js";
 import { type Draws } from "./draws.js";
 import { CoordinatorClient } from "./http.js";
-import { type SavedAgent, type StateStore } from "./storage.js";
+import { AgentRecord } from "./record.js";
+import { type StateStore } from "./storage.js";
 import { GlobalView, type Status } from "./view.js";
 export declare class EnrollmentRefused extends Error {
     constructor(message: string);
@@ -52,29 +53,6 @@ export interface EnrollOptions {
     retryMaxMs?: number;
     /** The local algorithm's randomness (default: crypto.getRandomValues). */
     draws?: Draws;
-}
-interface Acknowledged {
-    arm: number;
-    epoch: number;
-    outcome: string;
-    seq: number;
-    votes: number | null;
-}
-/** The durable part: credentials and votes (agent/state.py AgentRecord). */
-declare class AgentRecord {
-    readonly agentId: string;
-    readonly token: string;
-    acknowledged: Acknowledged[];
-    pending: [number, number][];
-    epochStarts: Map<number, number>;
-    report: number | null;
-    reportOutcome: string | null;
-    constructor(agentId: string, token: string);
-    static fromSaved(saved: SavedAgent): AgentRecord;
-    toSaved(experiment: string, createdAt: number, local: AgentState | undefined): SavedAgent;
-    /** The votes of an epoch a failover lost (same number, another start) are forgotten. */
-    forgetLostEpoch(epoch: number, started: number | null): boolean;
-    decided(epoch: number): number[];
 }
 /** One agent on a device: build it with `enroll`. */
 export declare class DeviceAgent {
@@ -189,4 +167,3 @@ export declare class DeviceAgent {
 /** The agent saved under `storageKey` if it is one of this experiment, else a new one enrolled
  * with `ticket` and saved there before anything else. See DeviceAgent. */
 export declare function enroll(options: EnrollOptions): Promise<DeviceAgent>;
-export {};
