@@ -342,7 +342,8 @@ class Agent:
 
     def _forget_lost_epoch(self) -> None:
         """Votes of an epoch a failover lost, whose number the coordinator's current epoch has
-        taken again, are not this epoch's: forgotten, never sent again."""
+        taken again, are not this epoch's: forgotten, never sent again. The current epoch began
+        with a reset the agent did not see as one (same number): it restarts as a reset asks."""
         if self.record.forget_lost_epoch(self.view.epoch, self.view.epoch_started_at):
             log.warning(
                 "agent=%s: its votes of a lost epoch %d are dropped (a failover lost that epoch)",
@@ -351,6 +352,8 @@ class Agent:
             )
             self.local.voted = set()
             self.local.voted.update(self.record.decided(self.view.epoch))
+            if not self.reporting:
+                self.local.reset(self.view.remaining)
             self.persist()
 
     def _sync(self) -> None:
@@ -548,9 +551,15 @@ class Agent:
             log.warning("check agent=%s of its votes failed: %s", self.agent_id, exc)
             return 0
         self.checks += 1
-        if (int(me["epoch"]), int(me["version"])) != (view.epoch, view.version):
-            view.refresh(self.client)  # the view is behind (or ahead of) what `me` describes
-            if view.epoch != int(me["epoch"]):
+        started = me.get("epoch_started_at")
+        same_start = started is None or int(started) == view.epoch_started_at
+        if (int(me["epoch"]), int(me["version"])) != (view.epoch, view.version) or not same_start:
+            # the view is behind (or ahead of) what `me` describes: another version, or an epoch
+            # of the same number that began at another time (a failover lost the view's one)
+            view.refresh(self.client)
+            if view.epoch != int(me["epoch"]) or (
+                started is not None and int(started) != view.epoch_started_at
+            ):
                 return 0  # another epoch meanwhile: these votes no longer count
         self._forget_lost_epoch()
         voted_against = {int(arm) for arm in me["voted_against"]}

@@ -880,18 +880,28 @@ class ExperimentStore:
         meta = await self._meta(exp)
         n_arms = int(meta["n_arms"])
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hmget(keys.meta(exp), "p_version", "epoch", "version")
+            pipe.hmget(
+                keys.meta(exp), "p_version", "epoch", "version", "epoch_started_at", "created_at"
+            )
             pipe.zscore(keys.agents(exp), agent)
             for arm in range(n_arms):
                 pipe.sismember(keys.voters(exp, arm), agent)
             replies = await pipe.execute()
-        (published, epoch, live), index, member = replies[0], replies[1], replies[2:]
+        (published, epoch, live, started, created), index, member = (
+            replies[0],
+            replies[1],
+            replies[2:],
+        )
         version = live if published is None else published  # the version as published
+        now = {"epoch": _s(epoch), "created_at": _s(created)}
+        if started is not None:
+            now["epoch_started_at"] = _s(started)
         return {
             "agent_id": agent,
             "experiment": exp,
             "index": int(index or 0),
             "epoch": int(epoch),
+            "epoch_started_at": _epoch_started_at(now),  # the epoch's identity, with its number
             "version": int(version),
             "voted_against": [arm for arm in range(n_arms) if member[arm]],
         }

@@ -59,6 +59,10 @@ class AgentSelf(BaseModel):
     experiment: str
     index: int = Field(description="enrollment order in the experiment, from 1")
     epoch: int
+    epoch_started_at: int | None = Field(
+        description="when the current epoch began (unix ms): with `epoch`, its identity (a "
+        "failover may lose an epoch, and a later one take its number)"
+    )
     version: int
     voted_against: list[int] = Field(
         description="the arms whose voter set holds this agent, in the current epoch"

@@ -7,6 +7,7 @@
 //        of playing), or once `until` holds ("settled")
 //   {op: "wait", name, timeoutMs}           -> waitForChange's answer and the agent's view
 //   {op: "choose", name}                    -> the arms, or {error, message}
+//   {op: "refresh", name}                   -> reads the experiment's state now
 //   {op: "watch", name}                     -> counts its onChange calls (and the statuses seen)
 //   {op: "watched", name}                   -> those counts
 //   {op: "flush", name}                     -> resolves when its work is answered and saved
@@ -65,6 +66,10 @@ const commands = {
     const agent = agents.get(name);
     const changed = await agent.waitForChange(timeoutMs);
     return { changed, ...view(agent) };
+  },
+  async refresh({ name }) {
+    await agents.get(name).refresh();
+    return view(agents.get(name));
   },
   async choose({ name }) {
     return { arms: agents.get(name).choose() };

@@ -259,11 +259,13 @@ def test_an_agent_reads_its_own_votes_and_nobody_elses(client: httpx.Client) -> 
     client.post("/v1/experiments/me/votes", json={"arm": 2, "epoch": 0}, headers=a.headers)
     mine = client.get("/v1/agents/me", headers=a.headers)
     assert mine.status_code == 200, mine.text
+    started = client.get("/v1/experiments/me").json()["epoch_started_at"]
     assert mine.json() == {
         "agent_id": a.agent_id,
         "experiment": "me",
         "index": 1,
         "epoch": 0,
+        "epoch_started_at": started,  # public too: the experiment's state says it
         "version": 0,
         "voted_against": [2],
     }

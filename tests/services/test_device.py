@@ -309,3 +309,46 @@ def test_a_lost_epochs_votes_never_count_in_a_new_one(
     finally:
         agent.close()
         store.close()
+
+
+def test_a_check_of_its_votes_tells_an_epoch_that_took_a_lost_ones_number(
+    coordinator_url: str,
+    client: httpx.Client,
+    clean_redis: str,
+    tickets: Iterator[str],
+    tmp_path: Path,
+) -> None:
+    """The race behind the test above, made certain. The agent follows nothing, so its only news
+    of the second reset is its own check of its votes. GET /v1/agents/me then shows epoch 1 at
+    the very version the agent knows (a reset, no elimination, twice over), and only its start
+    differs. The agent reads the state, forgets the lost epoch's votes and sends none of them
+    again (before `epoch_started_at` was in that answer, it sent both again), and restarts as the
+    reset asks: it learns anew and votes B and C out in the new epoch."""
+    store = redis.Redis.from_url(clean_redis)
+    agent = device(coordinator_url, tmp_path / "agent.json", next(tickets), follow=False)
+    try:
+        copy = copy_keys(store, FAILOVER_KEYS)
+        assert client.post(f"/v1/experiments/{EXPERIMENT}/reset", headers=admin_headers())
+        lost_start = int(public(client)["epoch_started_at"])  # type: ignore[call-overload]
+        agent.refresh()
+        play_until(agent, lambda: agent.settled)  # it votes B and C out in epoch 1
+        assert public(client)["votes"] == [0, 1, 1]
+        restore_keys(store, copy)
+        wait_for_clock = time.monotonic() + 30
+        while int(store.time()[0]) * 1000 + int(store.time()[1]) // 1000 <= lost_start:
+            assert time.monotonic() < wait_for_clock
+        assert client.post(f"/v1/experiments/{EXPERIMENT}/reset", headers=admin_headers())
+        state, view = public(client), agent.agent.view
+        assert (state["epoch"], state["version"]) == (view.epoch, view.version) == (1, 1)
+        assert state["epoch_started_at"] != lost_start == view.epoch_started_at
+
+        assert agent.agent.reconcile(now=float("inf")) == 0  # the slow check, due
+        assert agent.agent.votes_resent == 0 and view.epoch_started_at == state["epoch_started_at"]
+        assert agent.agent.record.decided(1) == set()  # the lost epoch's votes forgotten
+        assert public(client)["votes"] == [0, 0, 0]
+        assert not agent.settled  # its statistics restarted with the epoch
+        play_until(agent, lambda: agent.settled)
+        assert public(client)["votes"] == [0, 1, 1] and agent.votes_sent == 4
+    finally:
+        agent.close()
+        store.close()

@@ -1927,9 +1927,12 @@ var DeviceAgent = class _DeviceAgent {
       });
     }
   }
+  /** Votes of an epoch a failover lost, whose number the current epoch took again, forgotten;
+   * and the local statistics restart, as the reset that began the current epoch asks. */
   forgetLostEpoch() {
     if (this.record.forgetLostEpoch(this.view.epoch, this.view.epochStartedAt)) {
       this.local.voted = new Set(this.record.decided(this.view.epoch));
+      if (!this.local.reports) this.local.reset(this.view.remaining);
       this.persist();
     }
   }
@@ -2080,9 +2083,12 @@ var DeviceAgent = class _DeviceAgent {
       throw err;
     }
     this.checks += 1;
-    if (Number(me.epoch) !== view.epoch || Number(me.version) !== view.version) {
+    const started = me.epoch_started_at ?? null;
+    const sameStart = started === null || Number(started) === view.epochStartedAt;
+    if (Number(me.epoch) !== view.epoch || Number(me.version) !== view.version || !sameStart) {
       await view.refresh(this.client);
       if (view.epoch !== Number(me.epoch)) return;
+      if (started !== null && Number(started) !== view.epochStartedAt) return;
     }
     this.forgetLostEpoch();
     const votedAgainst = new Set(me.voted_against.map(Number));

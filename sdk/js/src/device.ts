@@ -423,9 +423,12 @@ export class DeviceAgent {
     }
   }
 
+  /** Votes of an epoch a failover lost, whose number the current epoch took again, forgotten;
+   * and the local statistics restart, as the reset that began the current epoch asks. */
   private forgetLostEpoch(): void {
     if (this.record.forgetLostEpoch(this.view.epoch, this.view.epochStartedAt)) {
       this.local.voted = new Set(this.record.decided(this.view.epoch));
+      if (!this.local.reports) this.local.reset(this.view.remaining);
       this.persist();
     }
   }
@@ -596,9 +599,14 @@ export class DeviceAgent {
       throw err;
     }
     this.checks += 1;
-    if (Number(me.epoch) !== view.epoch || Number(me.version) !== view.version) {
+    // another version, or an epoch of the same number begun at another time (a failover lost the
+    // view's): the view is read again first, so a lost epoch's votes are forgotten, not re-sent
+    const started = me.epoch_started_at ?? null;
+    const sameStart = started === null || Number(started) === view.epochStartedAt;
+    if (Number(me.epoch) !== view.epoch || Number(me.version) !== view.version || !sameStart) {
       await view.refresh(this.client);
       if (view.epoch !== Number(me.epoch)) return;
+      if (started !== null && Number(started) !== view.epochStartedAt) return;
     }
     this.forgetLostEpoch();
     const votedAgainst = new Set<number>(me.voted_against.map(Number));

@@ -139,6 +139,8 @@ export declare class DeviceAgent {
     private background;
     private catchUp;
     private syncLocal;
+    /** Votes of an epoch a failover lost, whose number the current epoch took again, forgotten;
+     * and the local statistics restart, as the reset that began the current epoch asks. */
     private forgetLostEpoch;
     /** Save the record and the local statistics (the whole state: one small JSON document). */
     private persist;
