@@ -43,6 +43,15 @@ def clean_redis(redis_url: str) -> Iterator[str]:
     yield redis_url
 
 
+@pytest.fixture
+def store(clean_redis: str) -> Iterator[redis.Redis]:
+    """A connection to the test's emptied Redis: to copy and restore an experiment's keys as a
+    failover does (tests/services/test_device.py, copy_keys and restore_keys)."""
+    connection = redis.Redis.from_url(clean_redis)
+    yield connection
+    connection.close()
+
+
 @pytest.fixture(scope="session")
 def coordinator_server(redis_url: str) -> Iterator[ThreadedCoordinator]:
     """The coordinator app (its own Settings: the session's Redis, test tokens, a distinct default

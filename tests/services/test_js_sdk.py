@@ -32,7 +32,7 @@ from .helpers import (
     create_experiment,
     free_port,
 )
-from .test_device import FAILOVER_KEYS, copy_keys, restore_keys
+from .test_device import FAILOVER_KEYS, copy_keys, reset_after_a_failover, restore_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK = ROOT / "sdk" / "js"
@@ -353,7 +353,7 @@ def test_the_python_and_javascript_agents_resume_each_others_state_files(
 def test_a_node_agent_sends_again_an_acknowledged_vote_a_failover_lost(
     coordinator_url: str,
     client: httpx.Client,
-    clean_redis: str,
+    store: redis.Redis,
     device_tickets: Iterator[str],
     driver: Driver,
     tmp_path: Path,
@@ -361,28 +361,24 @@ def test_a_node_agent_sends_again_an_acknowledged_vote_a_failover_lost(
     """The experiment's keys restored from a copy taken before the votes (what a Sentinel or
     Cluster failover can do): the agent's check of its own votes (GET /v1/agents/me) finds both
     missing and sends them again."""
-    store = redis.Redis.from_url(clean_redis)
-    try:
-        settings = options(coordinator_url, tmp_path / "a.json", next(device_tickets))
-        driver("enroll", name="a", options=settings | {"reconcileMs": 200})
-        copy = copy_keys(store, FAILOVER_KEYS)
-        assert driver("play", name="a", rewards=A_PAYS, until="settled")["votesSent"] == 2
-        assert public(client)["votes"] == [0, 1, 1]
-        restore_keys(store, copy)
-        assert public(client)["votes"] == [0, 0, 0]  # the acknowledged votes are lost
-        deadline = time.monotonic() + 60
-        while public(client)["votes"] != [0, 1, 1]:
-            assert time.monotonic() < deadline, "the lost votes were never sent again"
-            answer = driver("play", name="a", rewards=A_PAYS, activations=20)
-        assert answer["votesResent"] == 2 and answer["votesSent"] == 2 and answer["checks"] >= 1
-    finally:
-        store.close()
+    settings = options(coordinator_url, tmp_path / "a.json", next(device_tickets))
+    driver("enroll", name="a", options=settings | {"reconcileMs": 200})
+    copy = copy_keys(store, FAILOVER_KEYS)
+    assert driver("play", name="a", rewards=A_PAYS, until="settled")["votesSent"] == 2
+    assert public(client)["votes"] == [0, 1, 1]
+    restore_keys(store, copy)
+    assert public(client)["votes"] == [0, 0, 0]  # the acknowledged votes are lost
+    deadline = time.monotonic() + 60
+    while public(client)["votes"] != [0, 1, 1]:
+        assert time.monotonic() < deadline, "the lost votes were never sent again"
+        answer = driver("play", name="a", rewards=A_PAYS, activations=20)
+    assert answer["votesResent"] == 2 and answer["votesSent"] == 2 and answer["checks"] >= 1
 
 
 def test_a_node_agent_tells_an_epoch_that_took_a_lost_ones_number(
     coordinator_url: str,
     client: httpx.Client,
-    clean_redis: str,
+    store: redis.Redis,
     device_tickets: Iterator[str],
     driver: Driver,
     tmp_path: Path,
@@ -391,32 +387,22 @@ def test_a_node_agent_tells_an_epoch_that_took_a_lost_ones_number(
     before the reset, a reset again (epoch 1 at the same version, another start). The agent
     follows nothing; its check of its own votes shows the new start: it forgets the lost epoch's
     votes (never re-sent), restarts, and votes B and C out again in the new epoch."""
-    store = redis.Redis.from_url(clean_redis)
-    try:
-        settings = options(coordinator_url, tmp_path / "a.json", next(device_tickets))
-        driver("enroll", name="a", options=settings | {"follow": False, "reconcileMs": 50})
-        copy = copy_keys(store, FAILOVER_KEYS)
-        assert client.post(f"/v1/experiments/{EXPERIMENT}/reset", headers=admin_headers())
-        lost_start = public(client)["epoch_started_at"]
-        assert driver("refresh", name="a")["epoch"] == 1
-        assert driver("play", name="a", rewards=A_PAYS, until="settled")["votesSent"] == 2
-        assert public(client)["votes"] == [0, 1, 1]
-        restore_keys(store, copy)
-        wait_for_clock = time.monotonic() + 30
-        while int(store.time()[0]) * 1000 + int(store.time()[1]) // 1000 <= lost_start:
-            assert time.monotonic() < wait_for_clock
-        assert client.post(f"/v1/experiments/{EXPERIMENT}/reset", headers=admin_headers())
-        state = public(client)
-        assert (state["epoch"], state["version"]) == (1, 1)  # only the start tells
-        assert state["epoch_started_at"] != lost_start
+    settings = options(coordinator_url, tmp_path / "a.json", next(device_tickets))
+    driver("enroll", name="a", options=settings | {"follow": False, "reconcileMs": 50})
+    copy = copy_keys(store, FAILOVER_KEYS)
+    assert client.post(f"/v1/experiments/{EXPERIMENT}/reset", headers=admin_headers())
+    lost_start = public(client)["epoch_started_at"]
+    assert driver("refresh", name="a")["epoch"] == 1
+    assert driver("play", name="a", rewards=A_PAYS, until="settled")["votesSent"] == 2
+    assert public(client)["votes"] == [0, 1, 1]
+    state = reset_after_a_failover(client, store, copy, lost_start)
+    assert (state["epoch"], state["version"]) == (1, 1)  # only the start tells
 
-        deadline, answer = time.monotonic() + 10, {}
-        while public(client)["votes"] != [0, 1, 1]:
-            assert time.monotonic() < deadline, ("the agent never voted in the new epoch", answer)
-            answer = driver("play", name="a", rewards=A_PAYS, activations=20)
-        assert answer["votesResent"] == 0 and answer["votesSent"] == 4, answer
-    finally:
-        store.close()
+    deadline, answer = time.monotonic() + 60, {}
+    while public(client)["votes"] != [0, 1, 1]:
+        assert time.monotonic() < deadline, ("the agent never voted in the new epoch", answer)
+        answer = driver("play", name="a", rewards=A_PAYS, activations=20)
+    assert answer["votesResent"] == 0 and answer["votesSent"] == 4, answer
 
 
 def test_a_deleted_experiment_ends_the_node_agent(
