@@ -375,3 +375,37 @@ def test_the_same_sdk_under_node_against_the_same_coordinator(
         assert client.get("/v1/experiments/node").json()["remaining_arms"] == [2]
     finally:
         client.close()
+
+
+def test_a_second_tab_on_the_same_key_is_refused_until_the_first_lets_go(
+    browser: Browser, site: StaticSite, sdk_coordinator: ThreadedCoordinator
+) -> None:
+    """One agent, one holder: a second tab of the same origin on the same storage key waits for
+    the first (Web Locks) and, the first still running, fails with AgentLocked, enrolling nobody;
+    once the first tab is closed, a third one resumes the same agent."""
+    client = httpx.Client(base_url=sdk_coordinator.url)
+    context = browser.new_context()
+    try:
+        create_experiment(client, id="tabs", arms=["a", "b"], eta=0.5, delta=0.1, epsilon=0.1)
+        ticket, spare = tickets(client, "tabs", 2)
+        path = "one_agent.html?" + urlencode({"experiment": "tabs", "key": "dexp-tabs"})
+
+        def tab(ticket: str) -> Page:
+            page = context.new_page()
+            page.goto(f"{site.origin}/{path}&{urlencode({'ticket': ticket, 'wait': 300})}")
+            page.wait_for_function(READY, timeout=WAIT)
+            return page
+
+        first = tab(ticket)
+        agent = first.evaluate("window.imported")
+        assert agent["resumed"] is False, first.evaluate("window.failed")
+        second = tab(spare)
+        assert second.evaluate("window.failed") == "AgentLocked"
+        assert client.get("/v1/experiments/tabs").json()["agents"] == 1
+        first.close()
+        third = tab(spare)
+        assert third.evaluate("window.imported") == {"id": agent["id"], "resumed": True}
+        assert client.get("/v1/experiments/tabs").json()["agents"] == 1
+    finally:
+        context.close()
+        client.close()

@@ -1306,9 +1306,10 @@ var AgentLocked = class extends Error {
 };
 var LOCK_WAIT_MS = 1e4;
 var BrowserStore = class {
-  constructor(key, storage) {
+  constructor(key, storage, lockWaitMs = LOCK_WAIT_MS) {
     this.key = key;
     this.storage = storage;
+    this.lockWaitMs = lockWaitMs;
     this.unlock = null;
   }
   get where() {
@@ -1317,7 +1318,7 @@ var BrowserStore = class {
   async lock() {
     const locks = globalThis.navigator?.locks;
     if (locks === void 0) return;
-    const signal = AbortSignal.timeout(LOCK_WAIT_MS);
+    const signal = AbortSignal.timeout(this.lockWaitMs);
     await new Promise((granted, refused) => {
       locks.request(`dexp:${this.key}`, { signal }, () => {
         granted();
@@ -1438,9 +1439,9 @@ function alive(pid, process) {
     return err.code === "EPERM";
   }
 }
-function defaultStore(storageKey, stateFile) {
+function defaultStore(storageKey, stateFile, lockWaitMs = LOCK_WAIT_MS) {
   const storage = globalThis.localStorage;
-  if (stateFile === void 0 && storage !== void 0) return new BrowserStore(storageKey, storage);
+  if (stateFile === void 0 && storage !== void 0) return new BrowserStore(storageKey, storage, lockWaitMs);
   const isNode = typeof globalThis.process?.versions?.node === "string";
   if (!isNode) throw new Error("no localStorage here, and not Node: pass `storage`");
   return new FileStore(stateFile ?? `${storageKey}.json`);
@@ -1642,7 +1643,7 @@ var DeviceAgent = class _DeviceAgent {
   /** See the module's doc and `enroll`. */
   static async start(options) {
     const client = new CoordinatorClient(options.coordinator, { timeoutMs: options.timeoutMs, retryMaxMs: options.retryMaxMs });
-    const store = options.storage ?? (options.storageKey || options.stateFile ? defaultStore(options.storageKey ?? "dexp-agent", options.stateFile) : new MemoryStore());
+    const store = options.storage ?? (options.storageKey || options.stateFile ? defaultStore(options.storageKey ?? "dexp-agent", options.stateFile, options.lockWaitMs) : new MemoryStore());
     const draws = options.draws ?? cryptoDraws();
     let locked = false;
     try {

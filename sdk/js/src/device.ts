@@ -50,6 +50,8 @@ export interface EnrollOptions {
   storageKey?: string;
   /** Node: the state file (default `<storageKey>.json`). */
   stateFile?: string;
+  /** Browser: how long to wait for another tab holding the same key (default 10 000 ms). */
+  lockWaitMs?: number;
   /** Where to keep the agent instead (MemoryStore: nowhere). */
   storage?: StateStore;
   /** Follow the global set by SSE and polls (default true). */
@@ -106,7 +108,7 @@ export class DeviceAgent {
   /** See the module's doc and `enroll`. */
   static async start(options: EnrollOptions): Promise<DeviceAgent> {
     const client = new CoordinatorClient(options.coordinator, { timeoutMs: options.timeoutMs, retryMaxMs: options.retryMaxMs });
-    const store = options.storage ?? (options.storageKey || options.stateFile ? defaultStore(options.storageKey ?? "dexp-agent", options.stateFile) : new MemoryStore());
+    const store = options.storage ?? (options.storageKey || options.stateFile ? defaultStore(options.storageKey ?? "dexp-agent", options.stateFile, options.lockWaitMs) : new MemoryStore());
     const draws = options.draws ?? cryptoDraws();
     let locked = false;
     try {

@@ -67,7 +67,7 @@ interface LockManager {
   request(name: string, options: { signal?: AbortSignal; ifAvailable?: boolean }, callback: (lock: unknown) => Promise<void>): Promise<void>;
 }
 
-const LOCK_WAIT_MS = 10_000; // a reloading page's old document lets its lock go within this
+export const LOCK_WAIT_MS = 10_000; // a reloading page's old document lets its lock go within this
 
 /** localStorage under `key`; the key held with navigator.locks where the browser has them. */
 export class BrowserStore implements StateStore {
@@ -76,6 +76,8 @@ export class BrowserStore implements StateStore {
   constructor(
     readonly key: string,
     private readonly storage: WebStorage,
+    /** How long to wait for another tab to let the key go before AgentLocked. */
+    readonly lockWaitMs = LOCK_WAIT_MS,
   ) {}
 
   get where(): string {
@@ -85,7 +87,7 @@ export class BrowserStore implements StateStore {
   async lock(): Promise<void> {
     const locks = (globalThis as { navigator?: { locks?: LockManager } }).navigator?.locks;
     if (locks === undefined) return;
-    const signal = AbortSignal.timeout(LOCK_WAIT_MS);
+    const signal = AbortSignal.timeout(this.lockWaitMs);
     await new Promise<void>((granted, refused) => {
       locks
         .request(`dexp:${this.key}`, { signal }, () => {
@@ -221,9 +223,9 @@ function alive(pid: number, process: { kill(pid: number, signal: 0): void } | un
 
 /** The store a page or a process gets for `storageKey`: localStorage where there is one, else a
  * file (`stateFile`, or `<storageKey>.json` in the working directory). */
-export function defaultStore(storageKey: string, stateFile?: string): StateStore {
+export function defaultStore(storageKey: string, stateFile?: string, lockWaitMs = LOCK_WAIT_MS): StateStore {
   const storage = (globalThis as { localStorage?: WebStorage }).localStorage;
-  if (stateFile === undefined && storage !== undefined) return new BrowserStore(storageKey, storage);
+  if (stateFile === undefined && storage !== undefined) return new BrowserStore(storageKey, storage, lockWaitMs);
   const isNode = typeof (globalThis as { process?: { versions?: { node?: string } } }).process?.versions?.node === "string";
   if (!isNode) throw new Error("no localStorage here, and not Node: pass `storage`");
   return new FileStore(stateFile ?? `${storageKey}.json`);

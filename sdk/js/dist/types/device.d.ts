@@ -39,6 +39,8 @@ export interface EnrollOptions {
     storageKey?: string;
     /** Node: the state file (default `<storageKey>.json`). */
     stateFile?: string;
+    /** Browser: how long to wait for another tab holding the same key (default 10 000 ms). */
+    lockWaitMs?: number;
     /** Where to keep the agent instead (MemoryStore: nowhere). */
     storage?: StateStore;
     /** Follow the global set by SSE and polls (default true). */

@@ -42,12 +42,17 @@ interface WebStorage {
     getItem(key: string): string | null;
     setItem(key: string, value: string): void;
 }
+export declare const LOCK_WAIT_MS = 10000;
 /** localStorage under `key`; the key held with navigator.locks where the browser has them. */
 export declare class BrowserStore implements StateStore {
     readonly key: string;
     private readonly storage;
+    /** How long to wait for another tab to let the key go before AgentLocked. */
+    readonly lockWaitMs: number;
     private unlock;
-    constructor(key: string, storage: WebStorage);
+    constructor(key: string, storage: WebStorage, 
+    /** How long to wait for another tab to let the key go before AgentLocked. */
+    lockWaitMs?: number);
     get where(): string;
     lock(): Promise<void>;
     load(): Promise<SavedAgent | null>;
@@ -83,5 +88,5 @@ export declare class MemoryStore implements StateStore {
 }
 /** The store a page or a process gets for `storageKey`: localStorage where there is one, else a
  * file (`stateFile`, or `<storageKey>.json` in the working directory). */
-export declare function defaultStore(storageKey: string, stateFile?: string): StateStore;
+export declare function defaultStore(storageKey: string, stateFile?: string, lockWaitMs?: number): StateStore;
 export {};
