@@ -76,7 +76,7 @@ class StaticSite:
                     return self.send_error(404)
                 else:
                     text = page.read_text(encoding="utf-8")
-                for name, value in [*site.values.items(), *parse_qsl(url.query)]:
+                for name, value in [*parse_qsl(url.query), *site.values.items()]:  # the query first
                     text = text.replace(f"__{name.upper()}__", value)
                 body = text.encode()
                 self.send_response(200)
