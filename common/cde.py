@@ -4,8 +4,7 @@ Each agent plays every arm T times (T from eps and its local error bound eta: no
 `common.subroutines.fixed_budget`), takes its empirical best arm a, and sends ONE report: a with
 probability p = e^e0 / (e^e0 + K - 1), each other arm with probability r = 1 / (e^e0 + K - 1)
 (K-ary randomized response, Warner 1965). The coordinator accepts the first arm that M distinct
-agents reported; the others leave at once. An agent reports at most once per experiment; the
-threshold is chosen from N, the agents expected, but any number of them keeps the bound.
+agents reported; the others leave at once. An agent reports at most once per experiment.
 
 Proved in docs/CDE.md, and computed here:
 - Privacy. The report's distribution changes by a factor of at most e^e0 when the agent's data
@@ -15,15 +14,14 @@ Proved in docs/CDE.md, and computed here:
   adversary with side information has its odds multiplied by at most e^e0.
 - Correctness. A non-eps-optimal arm b is the local answer with probability at most
   eta / (K - 1), so it is reported with probability at most q_bad = r + (p - r) eta / (K - 1);
-  the best arm, when it is the only eps-optimal one, with probability at least
-  q_good = r + (p - r)(1 - eta). With at most f liars among N agents, a wrong answer needs a bad
-  arm with M - f honest reports or the best arm short of M honest ones:
-  failure <= (K - 1) P(Bin(n, q_bad) >= M - f) + P(Bin(n, q_good) < M)
-  over the first n honest reports, for any n <= N - f: a report's time depends on activations
-  only, so the first n honest reports are independent draws of one distribution whatever N is,
-  and more agents never make the bound worse. The first term (a wrong arm accepted) holds for any
-  instance; the second assumes the best arm is the only eps-optimal one and that n honest agents
-  report.
+  when s arms are eps-optimal, one of them is reported with probability at least
+  g_s = s r + (p - r)(1 - (K - s) eta / (K - 1)). The honest reports are i.i.d. (their times
+  depend on activations only), so a bad arm is accepted only if, in that sequence, its count
+  reaches M - f (f liars add the rest) before any eps-optimal arm's reaches M: a race bounded by
+  `common.race.race`, worst when the eps-optimal arms share their reports evenly. So
+  P(wrong arm accepted) <= max over s of (K - s) race_s, for any number of agents and any
+  instance: `wrong_arm`. With N agents, no arm accepted adds `no_answer`, which falls with N.
+  The threshold M is chosen from the agents expected; any number of agents keeps the bound.
 
 Pure arithmetic and one draw: no I/O.
 """
@@ -37,8 +35,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from common.binomial import RELATIVE_MARGIN, binomial_tail
+from common.binomial import RELATIVE_MARGIN
 from common.errors import ParameterError
+from common.race import none_reach, race
 
 DEFAULT_PRIVACY = 0.6  # the hit-rate bound CDE certifies when none is asked for
 
@@ -105,40 +104,43 @@ def privacy_sentence(privacy: float, n_arms: int) -> str:
 
 @dataclass(frozen=True)
 class ReportShares:
-    """q_bad bounds P(report = b) for each non-eps-optimal b; q_good bounds P(report = best)
-    from below when the best arm is the only eps-optimal one."""
+    """What Lemma 2 of docs/CDE.md bounds: `bad` = q_bad >= P(report = b) for each arm b that is
+    not eps-optimal; `optimal(s)` = g_s <= P(report is eps-optimal) when s arms are."""
 
     bad: float
-    good: float
+    answer: float  # p - r: how much more likely the report names the local answer than an arm
+    other: float  # r
+    eta: float
+    n_arms: int
+
+    def optimal(self, s: int) -> float:
+        """g_s = s r + (p - r)(1 - (K - s) eta / (K - 1)): each of the K - s other arms is the
+        local answer with probability at most eta / (K - 1), so the s eps-optimal ones are with at
+        least the rest (rounded down)."""
+        local = 1.0 - (self.n_arms - s) * self.eta / (self.n_arms - 1)
+        return max(0.0, (s * self.other + self.answer * local) * (1.0 - RELATIVE_MARGIN))
 
 
 def report_shares(eta: float, privacy: float, n_arms: int) -> ReportShares:
     p, r = report_probabilities(privacy, n_arms)
     return ReportShares(
         bad=min(1.0, (r + (p - r) * eta / (n_arms - 1)) * (1.0 + RELATIVE_MARGIN)),
-        good=max(0.0, (r + (p - r) * (1.0 - eta)) * (1.0 - RELATIVE_MARGIN)),
+        answer=p - r,
+        other=r,
+        eta=eta,
+        n_arms=n_arms,
     )
-
-
-def binomial_below(n: int, m: int, p: float) -> float:
-    """P(Bin(n, p) < m), rounded up: 1 - P(Bin(n, p) >= m) computed as the upper tail of the
-    complement, P(Bin(n, 1 - p) > n - m) = P(Bin(n, 1 - p) >= n - m + 1)."""
-    if m <= 0:
-        return 0.0
-    if m > n:
-        return 1.0
-    return binomial_tail(n, n - m + 1, 1.0 - p)
 
 
 @dataclass(frozen=True)
 class Failure:
-    """CDE's certified failure for a threshold M, counted over the first `horizon` honest reports
-    (n): a wrong answer needs one of the two events below among them."""
+    """CDE's certified failure for a threshold M: a wrong arm accepted, whatever the number of
+    agents and of eps-optimal arms, or no arm accepted once the N - f honest agents reported."""
 
     threshold: int
-    horizon: int
-    wrong_arm: float  # some non-eps-optimal arm gets M - f of the n honest reports (any instance)
-    no_answer: float  # the best arm gets fewer than M of them (when it is the only eps-optimal arm)
+    wrong_arm: float  # some non-eps-optimal arm accepted: any N, any instance
+    optimal_arms: int  # the number s of eps-optimal arms at which that is likeliest
+    no_answer: float  # no arm accepted with the N - f honest agents' reports (any instance)
 
     @property
     def total(self) -> float:
@@ -146,62 +148,55 @@ class Failure:
 
 
 @lru_cache(maxsize=65536)
-def failure_over(
-    horizon: int, threshold: int, eta: float, privacy: float, n_arms: int, liars: int = 0
-) -> Failure:
-    """The bound over the first n = `horizon` honest reports, with at most f = `liars` lying agents
-    (they report what they like, once each, whenever they like)."""
+def wrong_arm(
+    threshold: int, eta: float, privacy: float, n_arms: int, liars: int = 0
+) -> tuple[float, int]:
+    """(W, s): the bound on a non-eps-optimal arm being accepted, W = max over s = 1 .. K - 1 of
+    (K - s) race_s, and the s that attains it. A bad arm b is accepted only if its honest reports
+    reach M - f (the liars add at most f) before any eps-optimal arm's reach M (else that arm was
+    accepted first): `common.race.race`, for each of the K - s bad arms. It does not depend on N:
+    the honest reports are an i.i.d. sequence whatever their number, and fewer of them only cut
+    the race short."""
     shares = report_shares(eta, privacy, n_arms)
-    wrong = min(1.0, (n_arms - 1) * binomial_tail(horizon, threshold - liars, shares.bad))
-    return Failure(
-        threshold=threshold,
-        horizon=horizon,
-        wrong_arm=wrong,
-        no_answer=binomial_below(horizon, threshold, shares.good),
-    )
+    needed = threshold - liars
+    races = [
+        (n_arms - s) * race(needed, threshold, shares.bad, shares.optimal(s), s)
+        for s in range(1, n_arms)
+    ]
+    worst = max(range(len(races)), key=lambda i: races[i])
+    return races[worst], worst + 1  # not capped at 1: the searches compare bounds above 1
+
+
+@lru_cache(maxsize=65536)
+def no_answer(
+    honest: int, threshold: int, eta: float, privacy: float, n_arms: int, liars: int = 0
+) -> float:
+    """The bound on no arm being accepted, beyond the wrong-arm race, once n = `honest` agents
+    reported: no eps-optimal arm has M of the n reports, max over s = 1 .. K
+    (`common.race.none_reach`). It is 0 once n > s (M - 1) + (K - s)(M - f - 1): unless a bad arm
+    won the race, the n reports would have to fit below M on the eps-optimal arms and below M - f
+    on the others."""
+    shares = report_shares(eta, privacy, n_arms)
+    worst = 0.0
+    for s in range(1, n_arms + 1):
+        room = s * (threshold - 1) + (n_arms - s) * (threshold - liars - 1)
+        if honest <= room:
+            worst = max(worst, none_reach(honest, threshold, shares.optimal(s), s))
+    return worst
 
 
 def failure(
     agents: int, threshold: int, eta: float, privacy: float, n_arms: int, liars: int = 0
 ) -> Failure:
-    """The certified failure with N = `agents` agents (f of them lying): the best bound over the
-    horizons n <= N - f. Every n gives a valid bound (the first n honest reports are independent
-    draws of one distribution whatever N is, since their order depends on activations only), so
-    more agents never make it worse. The wrong-arm term grows with n and the no-answer term
-    falls, so a bisection finds where they cross and the neighbours of the crossing are compared."""
-    honest = max(agents - liars, 0)
-    if honest < 1:
-        return failure_over(0, threshold, eta, privacy, n_arms, liars)
-    if n_arms == 2 and honest >= 2 * threshold - 1 - liars:
-        return two_arms(threshold, eta, privacy, liars)
-
-    def at(n: int) -> Failure:
-        return failure_over(n, threshold, eta, privacy, n_arms, liars)
-
-    low, high = 1, honest
-    while low < high:  # the smallest n at which the wrong-arm term is >= the no-answer term
-        middle = (low + high) // 2
-        t = at(middle)
-        if t.wrong_arm >= t.no_answer:
-            high = middle
-        else:
-            low = middle + 1
-    candidates = [at(n) for n in range(max(1, low - 3), min(honest, low + 3) + 1)]
-    return min(candidates, key=lambda t: (t.total, t.horizon))
-
-
-def two_arms(threshold: int, eta: float, privacy: float, liars: int = 0) -> Failure:
-    """K = 2, exactly: every report names one of the two arms, so among the first n = 2M - 1 - f
-    honest reports the bad arm has M - f of them exactly when the best arm has fewer than M. The
-    two events of the general bound are one: P(Bin(n, q_bad) >= M - f), with no union to pay
-    (tight when the local runs err at exactly eta: docs/CDE.md, section 4)."""
-    shares = report_shares(eta, privacy, 2)
-    n = 2 * threshold - 1 - liars
+    """The certified failure with N = `agents` agents, f = `liars` of them lying (any strategy:
+    they report what they like, once each, when they like, having seen everything). It never
+    grows with N: the wrong-arm term does not depend on it and the no-answer term falls."""
+    wrong, optimal = wrong_arm(threshold, eta, privacy, n_arms, liars)
     return Failure(
         threshold=threshold,
-        horizon=n,
-        wrong_arm=binomial_tail(n, threshold - liars, shares.bad),
-        no_answer=0.0,
+        wrong_arm=min(1.0, wrong),
+        optimal_arms=optimal,
+        no_answer=no_answer(max(agents - liars, 0), threshold, eta, privacy, n_arms, liars),
     )
 
 
@@ -209,34 +204,90 @@ def threshold_for(
     agents: int, delta: float, eta: float, privacy: float, n_arms: int, liars: int = 0
 ) -> int:
     """The threshold M an experiment uses with N agents: the smallest that certifies delta (fewer
-    reports to wait for: the best arm is accepted after about M / q_good of them), else the one
+    reports to wait for: an eps-optimal arm is accepted after about M / g_1 of them), else the one
     with the smallest certified failure. Any choice is a valid bound, computed exactly by
     `failure`; the searches only look for a good one."""
+    found = certifying_threshold(agents, delta, eta, privacy, n_arms, liars)
+    if found is not None:
+        return found
 
-    def total(m: int) -> float:
-        return failure(agents, m, eta, privacy, n_arms, liars).total
+    def total(m: int) -> float:  # not capped at 1, so that bounds above 1 still compare
+        wrong = wrong_arm(m, eta, privacy, n_arms, liars)[0]
+        return wrong + no_answer(max(agents - liars, 0), m, eta, privacy, n_arms, liars)
 
-    first, last = liars + 1, max(agents, liars + 1)
-    m = first
-    while m < last and total(m) > delta:  # doubling, then bisection: certifying is monotone in
-        m = min(last, 2 * m)  # practice (a larger M separates the two shares better)
-    if total(m) <= delta:
-        low, high = max(first, m // 2), m
-        while low < high:
-            middle = (low + high) // 2
-            if total(middle) <= delta:
-                high = middle
-            else:
-                low = middle + 1
-        return high
-    low, high = first, last  # nothing certifies: a ternary search for the smallest failure
-    while high - low > 2:
+    low, high = liars + 1, _knee(agents, 0.5, eta, privacy, n_arms, liars)
+    while high - low > 2:  # a ternary search for the smallest failure
         a, b = low + (high - low) // 3, high - (high - low) // 3
         if total(a) <= total(b):
             high = b
         else:
             low = a
     return min(range(low, high + 1), key=lambda m: (total(m), m))
+
+
+def certifying_threshold(
+    agents: int,
+    delta: float,
+    eta: float,
+    privacy: float,
+    n_arms: int,
+    liars: int = 0,
+    smallest: bool = True,
+) -> int | None:
+    """The smallest threshold we find that certifies delta with N agents, or None. The wrong-arm
+    term falls as M grows (a longer race separates the shares better) and does not depend on N;
+    the no-answer term, cheap to compute, is about 0 up to a knee near N g_s / s and then climbs
+    fast. So the best M is at most the knee: if the total is above delta there (and at a second,
+    looser knee), no M certifies; else a bisection finds the smallest M below it that does
+    (`smallest`; without it, the knee that certifies is returned)."""
+    if hopeless(delta, eta, privacy, n_arms):
+        return None
+
+    def total(m: int) -> float:
+        return failure(agents, m, eta, privacy, n_arms, liars).total
+
+    first = liars + 1
+    knees = sorted({_knee(agents, share * delta, eta, privacy, n_arms, liars) for share in
+                    (1e-3, 0.1)})  # fmt: skip
+    top = next((m for m in knees if total(m) <= delta), None)
+    if top is None or not smallest:
+        return top
+    low = first
+    while low < top:
+        middle = (low + top) // 2
+        if total(middle) <= delta:
+            top = middle
+        else:
+            low = middle + 1
+    return top
+
+
+def _knee(agents: int, level: float, eta: float, privacy: float, n_arms: int, liars: int) -> int:
+    """The largest threshold M >= f + 1 whose no-answer term with N agents is at most `level`
+    (f + 1 if none is): the term grows with M, so a bisection."""
+    honest = max(agents - liars, 0)
+    low, high = liars + 1, max(liars + 1, honest)
+    if no_answer(honest, low, eta, privacy, n_arms, liars) > level:
+        return low
+    while low < high:
+        middle = (low + high + 1) // 2
+        if no_answer(honest, middle, eta, privacy, n_arms, liars) <= level:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def hopeless(delta: float, eta: float, privacy: float, n_arms: int) -> bool:
+    """No threshold can certify delta: for some s, each of s eps-optimal arms may be reported no
+    more often than a bad arm (g_s / s <= q_bad). The bad arm then wins the race against them with
+    probability at least 1 / (s + 1) for every M (it is at least as fast and needs no more
+    reports), so the wrong-arm bound is at least (K - s) / (s + 1)."""
+    shares = report_shares(eta, privacy, n_arms)
+    return any(
+        shares.optimal(s) <= s * shares.bad and (n_arms - s) / (s + 1) > delta
+        for s in range(1, n_arms)
+    )
 
 
 def smallest_agents(
@@ -246,8 +297,8 @@ def smallest_agents(
     number of agents does (the bound never grows with N)."""
 
     def certifies(n: int) -> bool:
-        m = threshold_for(n, delta, eta, privacy, n_arms, liars)
-        return failure(n, m, eta, privacy, n_arms, liars).total <= delta
+        found = certifying_threshold(n, delta, eta, privacy, n_arms, liars, smallest=False)
+        return found is not None
 
     return first_certifying(liars + 1, limit, certifies)
 
@@ -272,24 +323,25 @@ def first_certifying(start: int, limit: int, certifies: Callable[[int], bool]) -
 def strongest_privacy(
     agents: int, delta: float, eta: float, n_arms: int, liars: int = 0
 ) -> float | None:
-    """The smallest hit-rate bound (rounded up to 3 decimals) that certifies delta with these
-    agents; None if not even 0.999 does. A larger bound means a more faithful report, so certifying
-    is monotone in it and a bisection finds the limit."""
+    """The smallest hit-rate bound, in thousandths, that certifies delta with these agents; None
+    if not even 0.999 does. A larger bound means a more faithful report, so certifying is
+    monotone in it and a bisection over the thousandths above 1/K finds the limit."""
 
-    def certifies(privacy: float) -> bool:
-        m = threshold_for(agents, delta, eta, privacy, n_arms, liars)
-        return failure(agents, m, eta, privacy, n_arms, liars).total <= delta
+    def certifies(thousandths: int) -> bool:
+        privacy = thousandths / 1000
+        found = certifying_threshold(agents, delta, eta, privacy, n_arms, liars, smallest=False)
+        return found is not None
 
-    low, high = 1.0 / n_arms, 0.999
+    low, high = 1000 // n_arms + 1, 999  # P must be above 1/K
     if not certifies(high):
         return None
-    for _ in range(30):
-        middle = (low + high) / 2
+    while low < high:
+        middle = (low + high) // 2
         if certifies(middle):
             high = middle
         else:
-            low = middle
-    return min(0.999, math.ceil(high * 1000) / 1000)
+            low = middle + 1
+    return high / 1000
 
 
 def agents_for(

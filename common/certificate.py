@@ -181,7 +181,7 @@ class Certificate:
     """One configuration's certified failure with `agents` agents, and what it means.
 
     kind: "votes" (DE, CE, DP-MASE: the best arm voted out by error; per epoch under DSER4),
-    "reports" (CDE: a wrong arm accepted, or the best one short of the threshold, common.cde),
+    "reports" (CDE: a wrong arm accepted, or none with the agents enrolled, common.cde),
     "independent" (some agent's own answer not eps-optimal), "central" (the one run's answer not
     eps-optimal), "drift" (rewards drift: nothing below 1 is certified)."""
 
@@ -194,8 +194,9 @@ class Certificate:
     threshold: int | None = None
     liars: int = 0
     per_epoch: bool = False  # DSER4: every reset starts a new epoch, with the same bound
-    horizon: int = 0  # CDE: the honest reports the bound counts (the first n)
-    wrong_arm: float = 0.0  # CDE: the part that holds for any instance (a wrong arm accepted)
+    wrong_arm: float = 0.0  # CDE: a wrong arm accepted (any N: the part more agents cannot fix)
+    no_answer: float = 0.0  # CDE: no arm accepted with the N - f honest agents' reports
+    optimal_arms: int = 0  # CDE: the number of eps-optimal arms at which a wrong arm is likeliest
     privacy: float = 0.0  # CDE: its hit-rate bound (for the remedy)
     arms: int = 0  # CDE: K (for the remedy)
     fixed: bool = False  # CDE: the threshold was chosen for another N (a service's fleet)
@@ -262,9 +263,9 @@ class Certificate:
         )
 
     def _reports_statement(self) -> str:
-        f, m, n, lie = upper(self.failure), self.threshold or 0, self.horizon, self.liars
+        f, m, lie = upper(self.failure), self.threshold or 0, self.liars
         honest = self.agents - lie
-        if honest < m:  # the best arm cannot get its M honest reports: no answer is certain
+        if honest < m:  # no arm can get its M honest reports: no answer is certain
             there = (
                 f"at most {max(honest, 0):,} of the {self.agents:,} agents are honest"
                 if lie
@@ -273,17 +274,26 @@ class Certificate:
             )
             return (
                 f"Nothing below 1 is certified: an arm is accepted at {m} reports and {there}, "
-                "so the best arm cannot get them; the answer waits for more agents."
+                "so no arm can get them; the answer waits for more agents."
             )
-        who = f"{lie} of the {self.agents:,} agents may lie, so " if lie else ""
-        gets = f"{m - lie} of them (the liars add {lie})" if lie else f"{m} of them"
+        liars = f", even if {lie} of the agents lie" if lie else ""
+        optimal = self.optimal_arms
+        worst = (
+            "one arm alone is epsilon-optimal"
+            if optimal == 1
+            else f"{optimal} arms are epsilon-optimal and share the right answers evenly"
+        )
+        rest = (
+            "and the honest agents' reports always suffice for an answer"
+            if self.no_answer == 0
+            else f"and the {honest:,} honest agents' reports leave no arm accepted with "
+            f"probability at most {upper(self.no_answer)}"
+        )
         return (
-            f"A wrong answer has probability at most {f}: {who}among the first {n:,} honest "
-            f"reports an arm that is not epsilon-optimal gets {gets} with probability at most "
-            f"{upper(self.wrong_arm)}, or the best arm gets fewer than {m}. It holds for any "
-            f"number of agents from {n + lie:,} on (there are {self.agents:,}); the second part "
-            f"assumes that no other arm is within epsilon of the best and that {n:,} honest "
-            "agents report."
+            f"The answer is not epsilon-optimal with probability at most {f}, whatever the "
+            f"means: an arm that is not epsilon-optimal is accepted with probability at most "
+            f"{upper(self.wrong_arm)} for any number of agents{liars} (worst when {worst}), "
+            f"{rest}."
         )
 
     def warning(self) -> str | None:
@@ -376,8 +386,9 @@ def certify(
             p,
             threshold,
             lying,
-            horizon=bound.horizon,
             wrong_arm=bound.wrong_arm,
+            no_answer=bound.no_answer,
+            optimal_arms=bound.optimal_arms,
             privacy=algo.privacy,
             arms=n_arms,
             fixed=fixed,

@@ -143,8 +143,9 @@ CASES: dict[str, Case] = {
         AlgorithmConfig("de", "ser4", phi=0.001, every_arm=True, **BASE), env=TIE_ENV, n_ref=40
     ),
     # CDE (common.simulation.cde_fast, its own engine): M = 4 of N = 8 reports; the global rule
-    # with skewed agents (retired after reporting), Gaussian rewards, the stress mode, liars
-    # tolerated, a budget cut, and close arms whose reports often run out (exhausted).
+    # with skewed agents (retired after reporting), Gaussian rewards, the stress mode (one and two
+    # eps-optimal arms), liars tolerated (fixed and adaptive), a budget cut, and close arms whose
+    # reports often run out (exhausted).
     "cde": _case(AlgorithmConfig("cde", **BASE)),
     "cde-every-arm-power-global": _case(
         AlgorithmConfig("cde", every_arm=True, **BASE),
@@ -163,9 +164,23 @@ CASES: dict[str, Case] = {
     "cde-attackers-tolerance": _case(
         AlgorithmConfig("cde", tolerance=2, **BASE), n_agents=12, attackers=2
     ),
+    "cde-adaptive-liars": _case(
+        AlgorithmConfig("cde", tolerance=2, **BASE),
+        n_agents=12,
+        attackers=2,
+        attack="adaptive",
+        exact_local_error=True,
+        activation=Activation("power", (0.0, 1.5)),
+    ),
+    "cde-stress-two-optimal": _case(
+        AlgorithmConfig("cde", **BASE),
+        env=Environment((0.95, 0.9, 0.2, 0.1)),
+        exact_local_error=True,
+        stop="global",
+    ),
     "cde-budget": _case(AlgorithmConfig("cde", **BASE), budget=260),
-    "cde-exhausted": _case(
-        AlgorithmConfig("cde", privacy=0.5, **BASE),
+    "cde-exhausted": _case(  # M = 3 guards against 2 liars who never come: 6 reports, 4 arms
+        AlgorithmConfig("cde", privacy=0.5, tolerance=2, **BASE),
         n_agents=6,
         env=Environment((0.6, 0.5, 0.45, 0.4)),
     ),
@@ -244,7 +259,8 @@ def _check_invariants(config: SimulationConfig, result: TrialResult) -> None:
 
 def _check_reports(config: SimulationConfig, result: TrialResult) -> None:
     """CDE: one report per agent at most, sent at or after its run's last activation (the
-    Byzantine agents': the liars' arm, at their first); an answer is the first arm with M of
+    Byzantine agents': the liars' arm, at their first; adaptive liars: all the same bad arm, at
+    the time of the honest report that let them accept it); an answer is the first arm with M of
     them, at the last report; no answer means no arm could still get M."""
     n_arms, n_agents, threshold = config.environment.n_arms, config.n_agents, config.threshold
     reports, times = result.agent_reports, result.agent_report_times
@@ -254,8 +270,14 @@ def _check_reports(config: SimulationConfig, result: TrialResult) -> None:
     assert result.messages == sent.sum() and ((times > 0) == sent).all()
     assert times.max(initial=0) <= result.sample_complexity
     assert (times[config.attackers :][sent[config.attackers :]] >= config.local_budget).all()
-    assert (reports[: config.attackers][sent[: config.attackers]] == config.lie_arm).all()
     a = config.attackers
+    if config.attack == "adaptive" and sent[:a].any():
+        assert sent[:a].all() and result.stopped_by == "global"
+        assert (reports[:a] == result.best_arm).all() and result.best_arm in config.bad_arms
+        assert (times[:a] == result.sample_complexity).all()
+        assert np.count_nonzero(reports[a:] == result.best_arm) == threshold - a
+    else:
+        assert (reports[:a][sent[:a]] == config.lie_arm).all()
     assert result.agent_arms is not None
     assert (result.agent_arms[:a] == -1).all()  # the local answers of the honest reporters
     assert ((result.agent_arms[a:] >= 0) == sent[a:]).all()
@@ -489,3 +511,7 @@ def test_cde_cases_reach_each_stop() -> None:
     assert any(r.stopped_by == "global" and not r.correct for r in stress)
     liars = CASES["cde-attackers-tolerance"].config
     assert any(r.best_arm == liars.lie_arm for r in _results("cde-attackers-tolerance", "fast"))
+    adaptive = _results("cde-adaptive-liars", "fast")
+    assert any(r.agent_reports[0] >= 0 for r in adaptive)  # the liars struck in some trials
+    two = _results("cde-stress-two-optimal", "fast")  # both eps-optimal arms are accepted
+    assert {r.best_arm for r in two if r.correct} == {0, 1}

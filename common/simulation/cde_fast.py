@@ -89,6 +89,18 @@ def stop_rank(reports: np.ndarray, n_arms: int, threshold: int) -> tuple[int, in
     return low, None
 
 
+def adaptive_lie(ranked: np.ndarray, bad: np.ndarray, needed: int) -> tuple[int, int] | None:
+    """(J, arm): the adaptive liars' trigger, the rank J of the honest report that brings a
+    non-eps-optimal arm to `needed` (M - A) honest reports, the earliest over the bad arms; None
+    if none gets there."""
+    hits = [
+        (int(pos[needed - 1]) + 1, int(a))
+        for a in bad
+        if (pos := np.flatnonzero(ranked == a)).size >= needed
+    ]
+    return min(hits) if hits else None
+
+
 def report_times(
     tau: np.ndarray,
     budgets: np.ndarray,
@@ -122,19 +134,29 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
     n, k, attackers = config.n_agents, env.n_arms, config.attackers
     threshold = config.threshold
     assert threshold is not None
+    adaptive = config.attack == "adaptive" and attackers < threshold
     rng = np.random.default_rng(seed)
     mass = config.probabilities()
     budgets = np.full(n, config.local_budget, dtype=np.int64)
-    budgets[:attackers] = 1
+    # Fixed liars report at their first activation; adaptive ones never report on their own (a
+    # run longer than the trial's budget), only when one of the honest reports triggers them.
+    budgets[:attackers] = config.budget + 1 if adaptive else 1
     tau = rng.gamma(budgets, 1.0 / mass)
     order = np.argsort(tau, kind="stable")
     answers = local_answers(config, rng)
     answers[:attackers] = -1
     reports = randomized(np.maximum(answers, 0), k, algo.privacy, rng)
-    reports[:attackers] = config.lie_arm
+    reports[:attackers] = -1 if adaptive else config.lie_arm
 
     ranked = reports[order]
     j, accepted = stop_rank(ranked, k, threshold)
+    lied = None
+    if adaptive:
+        lied = adaptive_lie(ranked, config.bad_arms, threshold - attackers)
+        if lied is not None and (lied[0] < j or (accepted is None and lied[0] == j)):
+            j, accepted = lied
+        else:
+            lied = None
     times = report_times(tau[order], budgets[order], mass[order], j, config.stop == "global", rng)
     stopped_by = "global" if accepted is not None else "exhausted"
     if times[-1] > config.budget:
@@ -150,6 +172,11 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
     agent_arms = np.full(n, -1, dtype=np.int64)
     agent_arms[sent] = answers[sent]
     counts = np.bincount(ranked[:j], minlength=k)
+    messages = j
+    if lied is not None and stopped_by == "global":  # the liars, all at the trigger's time
+        agent_reports[:attackers], agent_times[:attackers] = accepted, t
+        counts[lied[1]] += attackers
+        messages += attackers
     best, correct, candidates = report_outcome(config, counts, accepted, t)
     eliminations = []
     if accepted is not None:
@@ -159,7 +186,7 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
         ]
     return TrialResult(
         sample_complexity=t,
-        messages=j,
+        messages=messages,
         best_arm=best,
         correct=correct,
         stopped_by=stopped_by,

@@ -16,6 +16,7 @@ from common.subroutines.fixed_budget import samples_per_arm
 from common.votes import Elimination
 
 STOP_RULES = ("all-agents", "global")
+ATTACKS = ("fixed", "adaptive")
 DEFAULT_BUDGET = 200_000_000
 
 
@@ -52,12 +53,17 @@ class SimulationConfig:
     when no arm can reach it any more (`common.votes.reports_exhausted`: stopped_by "exhausted", no
     answer, counted as a failure like a budget cut: the certificate's no-answer event). The stop
     rule only says whether an agent whose run ended keeps being activated (all-agents, Feraud's
-    activation model) or retires from P_N (global, Rio's). Byzantine agents report `lie_arm` at
-    their first activation, once (a global-rule attacker then retires). `exact_local_error` is
-    the stress mode: each honest agent's local answer ignores its rewards and is each
-    non-eps-optimal arm with probability eta / (K - 1), the best arm otherwise (`stress_answers`:
-    the worst case the certificate allows), then randomized as usual. Drifting rewards are refused:
-    the fixed-budget run and its certificate are for fixed means."""
+    activation model) or retires from P_N (global, Rio's). Byzantine agents lie once each, by the
+    `attack` strategy: "fixed", they report `lie_arm` at their first activation (a global-rule
+    attacker then retires); "adaptive", the strongest attack on the certificate, they wait
+    (activated, doing nothing) until some non-eps-optimal arm has M - A honest reports (A the
+    attackers) while no arm is accepted, then all report that arm at once, which accepts it (with
+    A >= M they need no honest report: they act as "fixed"). `exact_local_error` is the stress
+    mode: each honest agent's local answer ignores its rewards and is each non-eps-optimal arm
+    with probability eta / (K - 1), and each of the s eps-optimal arms with an even share of the
+    rest (`stress_answers`: the worst case the certificate allows), then randomized as usual.
+    Drifting rewards are refused: the fixed-budget run and its certificate are for fixed
+    means."""
 
     environment: Environment
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
@@ -67,6 +73,7 @@ class SimulationConfig:
     budget: int = DEFAULT_BUDGET
     attackers: int = 0
     exact_local_error: bool = False  # CDE's stress mode (see above)
+    attack: str = "fixed"  # CDE: how the attackers lie (see above)
 
     def __post_init__(self) -> None:
         if self.stop not in STOP_RULES:
@@ -85,6 +92,15 @@ class SimulationConfig:
                 "attackers",
                 a,
                 "Byzantine agents lie in their votes or reports: de, ce, dp-mase, cde",
+            )
+        if self.attack not in ATTACKS:
+            raise ParameterError("attack", self.attack, f"must be one of {', '.join(ATTACKS)}")
+        if self.attack == "adaptive" and not self.algorithm.reports:
+            raise ParameterError(
+                "attack",
+                self.attack,
+                "adaptive liars wait for a wrong arm's honest reports: cde only (a vote against "
+                "the best arm counts whenever it is sent)",
             )
         if self.exact_local_error and not self.algorithm.reports:
             raise ParameterError(
@@ -118,8 +134,7 @@ class SimulationConfig:
     def lie_arm(self) -> int:
         """CDE: the arm the Byzantine agents report, the most dangerous one: the best arm that is
         not eps-optimal (the worst arm when every arm is)."""
-        mu = self.environment.means_at(0)
-        bad = np.flatnonzero(mu < mu.max() - self.algorithm.epsilon)
+        mu, bad = self.environment.means_at(0), self.bad_arms
         if bad.size == 0:
             return int(np.argmin(mu))
         return int(bad[np.argmax(mu[bad])])
@@ -133,16 +148,21 @@ class SimulationConfig:
         )
         return pulls if params.every_arm else pulls * self.environment.n_arms
 
+    @property
+    def bad_arms(self) -> np.ndarray:
+        """The arms that are not eps-optimal at t = 0."""
+        mu = self.environment.means_at(0)
+        return np.flatnonzero(mu < mu.max() - self.algorithm.epsilon)
+
     def stress_answers(self) -> np.ndarray:
         """The stress mode's local answer distribution (K,): each non-eps-optimal arm with
-        probability eta / (K - 1), the best arm (`attacked_arm`) the rest, which is 1 - eta when
-        it is the only eps-optimal arm."""
+        probability eta / (K - 1), the s eps-optimal arms an even share of the rest (1 - eta when
+        s = 1): the worst case for the certificate (docs/CDE.md, section 3)."""
         k = self.environment.n_arms
-        mu = self.environment.means_at(0)
-        probabilities = np.where(
-            mu < mu.max() - self.algorithm.epsilon, self.algorithm.eta / (k - 1), 0.0
-        )
-        probabilities[self.attacked_arm] = 1.0 - probabilities.sum()
+        probabilities = np.zeros(k)
+        probabilities[self.bad_arms] = self.algorithm.eta / (k - 1)
+        good = probabilities == 0.0
+        probabilities[good] = (1.0 - probabilities.sum()) / good.sum()
         return probabilities
 
 

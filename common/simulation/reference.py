@@ -246,9 +246,10 @@ def _run_reports(
 ) -> TrialResult:
     """CDE: each agent plays its fixed-budget run and, at the activation it ends, sends the one
     randomized report LocalAgent drew (the stress mode draws the local answer from
-    `config.stress_answers` instead, then randomizes it); the Byzantine agents report
-    `config.lie_arm` at their first activation. The first arm with `threshold` reports is the
-    answer; the trial also ends when no arm can reach it any more."""
+    `config.stress_answers` instead, then randomizes it); the Byzantine agents lie by
+    `config.attack` (fixed: `config.lie_arm` at their first activation; adaptive: all at once,
+    the first bad arm whose honest reports reach M - A). The first arm with `threshold` reports
+    is the answer; the trial also ends when no arm can reach it any more."""
     env, algo = config.environment, config.algorithm
     n_arms, n_agents = env.n_arms, config.n_agents
     assert config.threshold is not None
@@ -258,6 +259,10 @@ def _run_reports(
     answers = np.full(n_agents, -1, dtype=np.int64)  # local answers, before randomization
     stress = config.stress_answers() if config.exact_local_error else None
     retire = config.stop == "global"
+    liars = config.attackers
+    adaptive = config.attack == "adaptive" and liars < config.threshold
+    honest_counts = np.zeros(n_arms, dtype=np.int64)  # what the adaptive liars watch
+    bad = set(config.bad_arms.tolist())
     accepted: int | None = None
     t = 0
     stopped_by = "budget"
@@ -269,8 +274,8 @@ def _run_reports(
         agent = agents[n]
         t += 1
         report: int | None = None
-        if n < config.attackers:
-            report = config.lie_arm if reports[n] < 0 else None
+        if n < liars:
+            report = config.lie_arm if reports[n] < 0 and not adaptive else None
         elif not agent.done:
             arms = agent.select()
             agent.observe(arms, env.draw(arms, t - 1, rng))
@@ -286,6 +291,15 @@ def _run_reports(
         if state.report(str(n), report, time=t) is ReportOutcome.ACCEPTED:
             accepted, stopped_by = report, "global"
             break
+        if adaptive and n >= liars:
+            honest_counts[report] += 1
+            if report in bad and honest_counts[report] + liars >= config.threshold:
+                for liar in range(liars):  # all at once: the last one brings it to M
+                    reports[liar], times[liar] = report, t
+                    outcome = state.report(str(liar), report, time=t)
+                assert outcome is ReportOutcome.ACCEPTED
+                accepted, stopped_by = report, "global"
+                break
         if state.exhausted(n_agents):
             stopped_by = "exhausted"
             break
