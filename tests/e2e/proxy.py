@@ -23,12 +23,17 @@ class Recorded:
     path: str
     body: bytes
     headers: dict[str, str]
+    lost: bool = False  # the coordinator took it, its reply was lost (RecordingProxy.lose)
 
 
 @dataclass
 class RecordingProxy:
     upstream: str = ""
     requests: list[Recorded] = field(default_factory=list)
+    # (method, path) of requests whose reply is to be lost, each entry once: the request reaches
+    # the coordinator, which takes it, and the client gets a 502, as from a gateway whose
+    # upstream connection dropped, and sends it again
+    lose: list[tuple[str, str]] = field(default_factory=list)
     url: str = ""
     _server: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
@@ -39,9 +44,8 @@ class RecordingProxy:
 
         async def forward(request: Request) -> Response:
             body = await request.body()
-            self.requests.append(
-                Recorded(request.method, request.url.path, body, dict(request.headers))
-            )
+            recorded = Recorded(request.method, request.url.path, body, dict(request.headers))
+            self.requests.append(recorded)
             headers = {
                 k: v
                 for k, v in request.headers.items()
@@ -54,6 +58,10 @@ class RecordingProxy:
                 content=body,
                 headers=headers,
             )
+            if (request.method, request.url.path) in self.lose:
+                self.lose.remove((request.method, request.url.path))
+                recorded.lost = True
+                return Response(b"the coordinator's reply was lost", 502)
             return Response(
                 reply.content, reply.status_code, media_type=reply.headers.get("content-type")
             )

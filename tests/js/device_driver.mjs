@@ -4,13 +4,13 @@
 //   {op: "enroll", name, options}          -> the agent's view of itself, or {error, message}
 //   {op: "play", name, rewards, activations, until}  rewards: one per arm (deterministic); stops
 //        after `activations` (an activation of a settled agent waits 50 ms for a change instead
-//        of playing), or once `until` holds ("settled")
+//        of playing), or once `until` holds ("settled", or {votesSent: n}: n votes decided)
 //   {op: "wait", name, timeoutMs}           -> waitForChange's answer and the agent's view
 //   {op: "choose", name}                    -> the arms, or {error, message}
 //   {op: "refresh", name}                   -> reads the experiment's state now
 //   {op: "watch", name}                     -> counts its onChange calls (and the statuses seen)
 //   {op: "watched", name}                   -> those counts
-//   {op: "flush", name}                     -> resolves when its work is answered and saved
+//   {op: "flush", name}                     -> once its work is answered and saved: its view
 //   {op: "close", name}
 //   {op: "follower", coordinator, experiment}  -> the shared follower's counters
 //   {op: "parse", lines}                    -> SSEParser's events and retry
@@ -31,6 +31,7 @@ function view(agent) {
     settled: agent.settled,
     votesSent: agent.votesSent,
     votesResent: agent.votesResent,
+    reportsSent: agent.reportsSent,
     checks: agent.checks,
   };
 }
@@ -50,6 +51,7 @@ const commands = {
     let played = 0;
     for (let step = 0; step < (activations ?? Infinity); step++) {
       if (until === "settled" && agent.settled) break;
+      if (until?.votesSent !== undefined && agent.votesSent >= until.votesSent) break;
       const arms = agent.choose();
       if (arms.length === 0 || agent.settled) {
         if (until === "settled") break;
@@ -85,7 +87,7 @@ const commands = {
   },
   async flush({ name }) {
     await agents.get(name).flush();
-    return {};
+    return view(agents.get(name));
   },
   async close({ name }) {
     await agents.get(name).close();

@@ -11,9 +11,12 @@ and is the same on every coordinator. gzip for larger bodies, with its own stron
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -250,6 +253,70 @@ def test_a_change_by_another_coordinator_or_writer_ends_the_304s(
             )
             wait_until(lambda: revisions(coordinator_server).ready, "the cache back")
     finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("writer", ["this coordinator", "another writer"])
+def test_a_change_during_a_read_of_the_revision_is_not_cached_over(
+    client: httpx.Client, coordinator_server: ThreadedCoordinator, clean_redis: str, writer: str
+) -> None:
+    """The interleaving behind RevisionCache's read tokens, forced: a conditional request reads
+    the revision (Redis now tracks the keys for the process), the experiment changes, and Redis's
+    one invalidation of those keys is handled (by a vote on this coordinator, which also forgets
+    at once; or by another writer, the message alone) before that read stores what it read. The
+    read may still answer from the old revision (it began before the change), but must not keep
+    it: Redis sends no second invalidation, so a kept entry would answer 304 to the old tag for
+    as long as the process lives."""
+    create_experiment(client, id="raced", arms=["A", "B", "C"], **M3)
+    (agent,) = enroll_agents(client, "raced", 1)
+    cache = revisions(coordinator_server)
+    wait_until(lambda: cache.ready, "the revision cache ready")
+    path = "/v1/experiments/raced"
+    old = tag_of(client, path)
+    assert "raced" not in cache.entries  # a full read does not fill the cache
+    read_done, released = threading.Event(), threading.Event()
+    invalidated: list[str] = []
+    real_read, real_invalidate = cache.read, cache.invalidate
+
+    async def paused_read(store: Any, exp: str) -> Any:
+        """The real read over the tracking connection, then held until the test releases it
+        (waiting in a thread: the process's loop, its invalidation listener included, runs on)."""
+        entry = await real_read(store, exp)
+        read_done.set()
+        await asyncio.get_running_loop().run_in_executor(None, released.wait, 60)
+        return entry
+
+    def noted_invalidate(names: list[bytes] | None) -> None:
+        invalidated.extend(keys.hash_tag(n.decode()) for n in names or [b"{*}"])
+        real_invalidate(names)
+
+    raw = redis.Redis.from_url(clean_redis)
+    cache.read, cache.invalidate = paused_read, noted_invalidate  # type: ignore[method-assign]
+    try:
+        with (
+            ThreadPoolExecutor(1) as pool,
+            httpx.Client(base_url=str(client.base_url), timeout=60.0, trust_env=False) as racing,
+        ):
+            first = pool.submit(read, racing, path, **{"If-None-Match": old})
+            assert read_done.wait(60), "the conditional read never read the revision"
+            if writer == "this coordinator":
+                vote = client.post(
+                    "/v1/experiments/raced/votes", json={"arm": 2}, headers=agent.headers
+                )
+                assert vote.status_code == 200, vote.text
+            else:
+                raw.hincrby(keys.meta("raced"), "messages")
+            wait_until(lambda: "raced" in invalidated, "Redis's invalidation handled")
+            assert "raced" not in cache.reading  # the read's token withdrawn
+            released.set()
+            assert first.result(timeout=60).status_code == 304  # read before the change
+        assert "raced" not in cache.entries  # what it read was not kept
+        answer = read(client, path, **{"If-None-Match": old})
+        assert answer.status_code == 200 and answer.headers["etag"] != old
+        assert read(client, path, **{"If-None-Match": answer.headers["etag"]}).status_code == 304
+    finally:
+        released.set()
+        del cache.read, cache.invalidate  # the class's methods again
         raw.close()
 
 

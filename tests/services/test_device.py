@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -53,9 +53,18 @@ def device(url: str, state_file: Path | None, ticket: str | None, **options: flo
     )
 
 
-def play_until(agent: DeviceAgent, done: Callable[[], bool], timeout: float = 60.0) -> int:
-    """Play arm A paying 1 and the others 0 until `done()`; the activations played. Waits for a
-    condition, with a generous deadline."""
+A_PAYS = (1.0, 0.0, 0.0)  # arm A pays 1, the others 0: B and C voted out together
+B_FIRST = (1.0, 0.0, 0.6)  # B voted out at the 54th activation, C at the 354th (M = 4, SER3)
+
+
+def play_until(
+    agent: DeviceAgent,
+    done: Callable[[], bool],
+    timeout: float = 60.0,
+    rewards: Sequence[float] = A_PAYS,
+) -> int:
+    """Play the arms, each paying its fixed reward (by default A 1, the others 0), until
+    `done()`; the activations played. Waits for a condition, with a generous deadline."""
     deadline = time.monotonic() + timeout
     played = 0
     while not done():
@@ -64,7 +73,7 @@ def play_until(agent: DeviceAgent, done: Callable[[], bool], timeout: float = 60
         if agent.settled:
             agent.wait_for_change(0.05)
             continue
-        agent.observe(arms, [1.0 if arm == 0 else 0.0 for arm in arms])
+        agent.observe(arms, [rewards[arm] for arm in arms])
         played += 1
     return played
 
@@ -172,6 +181,45 @@ def test_an_acknowledged_vote_a_failover_lost_is_sent_again(
     finally:
         agent.close()
         store.close()
+
+
+def test_a_failover_that_loses_a_reset_brings_back_the_epoch_before_and_its_votes(
+    coordinator_url: str,
+    client: httpx.Client,
+    store: redis.Redis,
+    tickets: Iterator[str],
+    tmp_path: Path,
+) -> None:
+    """Why an agent keeps the previous epoch's acknowledged votes. In epoch 0 it votes B out, a
+    replica copies the keys, it votes C out; a reset, and it votes both out again in epoch 1.
+    The failover then restores the copy: the reset is lost, epoch 0 is back, holding B's vote and
+    not C's. The agent must still know both epoch-0 votes: B is never decided again (no second
+    message for it), and its check of its votes (the regression is a sure sign) finds C missing
+    and sends it again; relearning from fresh statistics, it decides nothing new."""
+    agent = device(coordinator_url, tmp_path / "agent.json", next(tickets), follow=False)
+    try:
+        play_until(agent, lambda: agent.votes_sent == 1, rewards=B_FIRST)
+        assert public(client)["votes"] == [0, 1, 0]
+        copy = copy_keys(store, FAILOVER_KEYS)  # epoch 0, B's vote, one message
+        play_until(agent, lambda: agent.settled, rewards=B_FIRST)
+        assert client.post(f"/v1/experiments/{EXPERIMENT}/reset", headers=admin_headers())
+        agent.refresh()
+        play_until(agent, lambda: agent.votes_sent == 4, rewards=B_FIRST)
+        assert (public(client)["epoch"], public(client)["votes"]) == (1, [0, 1, 1])
+
+        restore_keys(store, copy)  # the reset, and C's vote of epoch 0, lost
+        assert agent.refresh() and agent.epoch == 0
+        agent.choose()  # back in epoch 0: its votes checked, fresh statistics
+        assert agent.agent.checks == 1 and agent.agent.votes_resent == 1
+        assert not agent.settled
+        play_until(agent, lambda: agent.settled, rewards=B_FIRST)
+        assert agent.votes_sent == 4  # nothing decided twice
+        assert agent.agent.record.decided(0) == {1, 2}
+        state = public(client)
+        assert (state["epoch"], state["votes"]) == (0, [0, 1, 1])
+        assert (state["messages"], state["ignored_messages"]) == (2, 0)  # B's, C's again
+    finally:
+        agent.close()
 
 
 def test_a_deleted_experiment_ends_the_device(
