@@ -26,7 +26,7 @@ class AgentSpec:
     subroutine: str
     params: LocalParams
     vote_drop: float = 0.0  # CE's xi: a vote is dropped before sending with this probability
-    report_privacy: float | None = None  # CDE: the hit-rate bound of its randomized report
+    report_privacy: float | None = None  # CDE: P of its randomized report (sets e0; common.cde)
 
 
 class LocalAgent:

@@ -67,7 +67,9 @@ class AlgorithmConfig:
     phi: float = 0.0
     every_arm: bool = False
     tolerance: int = 0  # f: Byzantine agents tolerated; the vote threshold is M + f
-    privacy: float = DEFAULT_PRIVACY  # CDE: the certified bound on an adversary's hit rate
+    # CDE: P, the hit-rate bound under a uniform prior over which arm is best;
+    # e0 = log(P (K-1)/(1-P))
+    privacy: float = DEFAULT_PRIVACY
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -139,7 +141,8 @@ class AlgorithmConfig:
 
     @property
     def report_privacy(self) -> float | None:
-        """CDE's hit-rate bound, for the agents' randomized report; None for the others."""
+        """CDE's P (its hit-rate bound under a uniform prior, which sets e0), for the agents'
+        randomized report; None for the others."""
         return self.privacy if self.reports else None
 
     @property

@@ -8,10 +8,14 @@ agents reported; the others leave at once. An agent reports at most once per exp
 
 Proved in docs/CDE.md, and computed here:
 - Privacy. The report's distribution changes by a factor of at most e^e0 when the agent's data
-  change, and its time does not depend on them, so any adversary holding the agent's messages,
-  with a uniform prior over which arm is best, names an eps-optimal arm of the agent with
-  probability at most s e^e0 / (s e^e0 + K - s) (s eps-optimal arms; s = 1: `privacy`). An
-  adversary with side information has its odds multiplied by at most e^e0.
+  change, and its time does not depend on them: the report is e0-locally differentially private
+  with respect to the agent's answer, hence its rewards, so whatever any adversary believed before,
+  its odds on any event about the agent's data are multiplied by at most e^e0 (`report_epsilon`,
+  the figure shown as `certified_epsilon`; `posterior_bound`). A corollary for one prior: an
+  adversary with a uniform prior over which arm is best names an eps-optimal arm of the agent
+  with probability at most s e^e0 / (s e^e0 + K - s) (s eps-optimal arms; s = 1: `privacy`;
+  `hit_rate_uniform_prior`). Another prior gives another hit rate (0.5 for a prior that puts 0.5
+  on one arm, whatever the report), its odds still multiplied by at most e^e0.
 - Correctness. A non-eps-optimal arm b is the local answer with probability at most
   eta / (K - 1), so it is reported with probability at most q_bad = r + (p - r) eta / (K - 1);
   when s arms are eps-optimal, one of them is reported with probability at least
@@ -39,12 +43,15 @@ from common.binomial import RELATIVE_MARGIN
 from common.errors import ParameterError
 from common.race import none_reach, race
 
-DEFAULT_PRIVACY = 0.6  # the hit-rate bound CDE certifies when none is asked for
+# P when none is asked for: the hit-rate bound under a uniform prior over which arm is best,
+# equivalently e0 = log(P (K - 1) / (1 - P))
+DEFAULT_PRIVACY = 0.6
 
 
 def check_privacy(privacy: float, n_arms: int) -> float:
-    """A certified hit rate must lie strictly between 1/K (the report says nothing, nothing can be
-    decided) and 1 (no randomization: no privacy)."""
+    """P, the hit-rate bound under a uniform prior over which arm is best, must lie strictly
+    between 1/K (the report says nothing, e0 = 0, nothing can be decided) and 1 (no randomization:
+    e0 infinite, no privacy)."""
     if not (isinstance(privacy, int | float) and 1.0 / n_arms < privacy < 1.0):
         raise ParameterError(
             "privacy",
@@ -56,14 +63,17 @@ def check_privacy(privacy: float, n_arms: int) -> float:
 
 
 def report_odds(privacy: float, n_arms: int) -> float:
-    """e^e0, the randomized response's likelihood ratio, from the hit-rate bound P:
-    P = e^e0 / (e^e0 + K - 1) gives e^e0 = P (K - 1) / (1 - P)."""
+    """e^e0, the randomized response's likelihood ratio, from P (the hit-rate bound under a
+    uniform prior over which arm is best): P = e^e0 / (e^e0 + K - 1) gives
+    e^e0 = P (K - 1) / (1 - P)."""
     check_privacy(privacy, n_arms)
     return privacy * (n_arms - 1) / (1.0 - privacy)
 
 
 def report_epsilon(privacy: float, n_arms: int) -> float:
-    """e0: the report is e0-locally differentially private with respect to the agent's answer."""
+    """e0, the certified figure for every prior (`certified_epsilon` in the services and the
+    command line): the report is e0-locally differentially private with respect to the agent's
+    answer, hence its rewards."""
     return math.log(report_odds(privacy, n_arms))
 
 
@@ -83,22 +93,41 @@ def randomize(answer: int, n_arms: int, privacy: float, rng: np.random.Generator
     return other + (other >= answer)
 
 
-def certified_privacy(privacy: float, n_arms: int, optimal_arms: int = 1) -> float:
-    """The bound on any messages-only adversary's hit rate when s = `optimal_arms` arms are
-    eps-optimal: s e^e0 / (s e^e0 + K - s); `privacy` itself at s = 1."""
+def posterior_bound(prior: float, privacy: float, n_arms: int) -> float:
+    """The most any adversary can believe, after one agent's report, an event about that agent's
+    data that it believed with probability `prior` before: its odds multiplied by e^e0, for every
+    prior (docs/CDE.md, section 2)."""
     odds = report_odds(privacy, n_arms)
-    s = optimal_arms
-    return 1.0 if s >= n_arms else s * odds / (s * odds + n_arms - s)
+    if prior >= 1.0:
+        return 1.0
+    return prior * odds / (prior * odds + 1.0 - prior)
+
+
+def hit_rate_uniform_prior(privacy: float, n_arms: int, optimal_arms: int = 1) -> float:
+    """The bound on any messages-only adversary's hit rate under a uniform prior over which arms
+    are eps-optimal, when s = `optimal_arms` of them are: `posterior_bound` of a blind guess's
+    s / K, s e^e0 / (s e^e0 + K - s); `privacy` itself at s = 1. Another prior gives another
+    bound (0.5 on one arm: a hit rate of 0.5 without the report)."""
+    if optimal_arms >= n_arms:
+        return 1.0
+    return posterior_bound(optimal_arms / n_arms, privacy, n_arms)
 
 
 def privacy_sentence(privacy: float, n_arms: int) -> str:
-    """What `certified_privacy` means, beside the number, where the number of eps-optimal arms is
-    not known (the services do not know the means)."""
-    two = certified_privacy(privacy, n_arms, 2) if n_arms > 2 else 1.0
+    """What `certified_epsilon` means for every prior, then the hit rate under a uniform prior,
+    where the number of eps-optimal arms is not known (the services do not know the means)."""
+    from common.certificate import upper  # common.certificate imports this module
+
+    odds = report_odds(privacy, n_arms)
+    two = hit_rate_uniform_prior(privacy, n_arms, 2) if n_arms > 2 else 1.0
     return (
-        "no adversary holding one agent's report, and knowing nothing else of which arm is best, "
-        "names its eps-optimal arm more often, when one arm alone is eps-optimal (with two, "
-        f"{two:.3g}; docs/CDE.md, section 2)"
+        f"e0 = {upper(math.log(odds))}: whatever it believed before, any adversary's odds about "
+        f"this agent's answer, hence its rewards, are multiplied by at most e^e0 = {upper(odds)} "
+        f"by its report (local differential privacy). Hit rate under a uniform prior over which "
+        f"arm is best: at most {privacy:g} when one arm alone is eps-optimal (with two, "
+        f"{upper(two)}). Another prior gives another hit rate (a prior of 0.5 on one arm hits "
+        "0.5 without any report), its odds still multiplied by at most e^e0 (docs/CDE.md, "
+        "section 2)."
     )
 
 
@@ -323,9 +352,10 @@ def first_certifying(start: int, limit: int, certifies: Callable[[int], bool]) -
 def strongest_privacy(
     agents: int, delta: float, eta: float, n_arms: int, liars: int = 0
 ) -> float | None:
-    """The smallest hit-rate bound, in thousandths, that certifies delta with these agents; None
-    if not even 0.999 does. A larger bound means a more faithful report, so certifying is
-    monotone in it and a bisection over the thousandths above 1/K finds the limit."""
+    """The smallest P, the hit-rate bound under a uniform prior (so the smallest e0), in
+    thousandths, that certifies delta with these agents; None if not even 0.999 does. A larger
+    bound means a more faithful report, so certifying is monotone in it and a bisection over the
+    thousandths above 1/K finds the limit."""
 
     def certifies(thousandths: int) -> bool:
         privacy = thousandths / 1000

@@ -134,7 +134,8 @@ def local_error(algo: AlgorithmConfig, n_arms: int, n_agents: int) -> float:
 
 
 def upper(x: float) -> str:
-    """x rounded up to 3 significant digits (a bound stays a bound), as short text."""
+    """x rounded up to 3 significant digits (a bound stays a bound), as short text: a probability,
+    or a figure above 1 such as CDE's e0 (without an exponent)."""
     return _round(x, math.ceil)
 
 
@@ -144,13 +145,17 @@ def lower(x: float) -> str:
 
 
 def _round(x: float, direction: Callable[[float], int]) -> str:
-    if x <= 0.0 or x >= 1.0 or not math.isfinite(x):
+    if x <= 0.0 or x == 1.0 or not math.isfinite(x):
         return f"{x:g}"
     exponent = math.floor(math.log10(x)) - 2
     scaled = x / 10.0**exponent
     nearest = round(scaled)
     digits = nearest if abs(scaled - nearest) < 1e-9 else direction(scaled)
-    return f"{digits * 10.0**exponent:.3g}"
+    value = digits * 10.0**exponent
+    if x < 1.0:
+        return f"{value:.3g}"
+    text = f"{value:.{max(0, -exponent)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 @dataclass(frozen=True)
@@ -197,7 +202,7 @@ class Certificate:
     wrong_arm: float = 0.0  # CDE: a wrong arm accepted (any N: the part more agents cannot fix)
     no_answer: float = 0.0  # CDE: no arm accepted with the N - f honest agents' reports
     optimal_arms: int = 0  # CDE: the number of eps-optimal arms at which a wrong arm is likeliest
-    privacy: float = 0.0  # CDE: its hit-rate bound (for the remedy)
+    privacy: float = 0.0  # CDE: its P, the hit-rate bound under a uniform prior (for the remedy)
     arms: int = 0  # CDE: K (for the remedy)
     fixed: bool = False  # CDE: the threshold was chosen for another N (a service's fleet)
 
@@ -321,8 +326,8 @@ class Certificate:
 
 
 def cde_remedy(cert: Certificate) -> str:
-    """What would certify a CDE configuration, one change at a time: more agents, or a weaker
-    privacy bound (a more faithful report). A running experiment's threshold is fixed (chosen
+    """What would certify a CDE configuration, one change at a time: more agents, or a larger P
+    (a more faithful report, a larger e0). A running experiment's threshold is fixed (chosen
     from the fleet it expects): then only more agents enrolled would, at that threshold."""
     if cert.fixed and cert.threshold is not None:
         needed = cde.agents_for(
@@ -331,7 +336,7 @@ def cde_remedy(cert: Certificate) -> str:
         if needed is None:
             return (
                 f"no number of agents certifies it at its threshold of {cert.threshold} reports; "
-                "create it again expecting more agents, or with a larger privacy bound"
+                "create it again expecting more agents, or with a larger privacy P (a larger e0)"
             )
         return f"at least {needed:,} agents (at its threshold of {cert.threshold}) would certify it"
     options = []
@@ -344,7 +349,10 @@ def cde_remedy(cert: Certificate) -> str:
         max(cert.agents, cert.liars + 1), cert.delta, cert.local_error, cert.arms, cert.liars
     )
     if privacy is not None:
-        options.append(f"a privacy bound of {privacy:g} (now {cert.privacy:g})")
+        options.append(
+            f"privacy P = {privacy:g}, e0 = {upper(cde.report_epsilon(privacy, cert.arms))} "
+            f"(now {cert.privacy:g}, e0 = {upper(cde.report_epsilon(cert.privacy, cert.arms))})"
+        )
     if not options:
         return "nothing up to a million agents certifies it; lower eta"
     return " or ".join(options) + " would certify it"

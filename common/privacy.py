@@ -30,19 +30,24 @@ CDE (REPORT_ADVERSARIES): the record is one agent's report and the activation at
 bayes-posterior keys each arm on (the agent reported, this arm is its report, its time in tenths
 of the training trials' report times: absolute, since the time at which the answer came is part
 of the outcome, and the report that brought an arm to M is the published answer);
-outcome+bayes-posterior reads the published answer as above. The certified figure is
-common.cde.certified_privacy with the instance's s eps-optimal arms: a bound on the hit rate of
-any adversary holding the messages, which the audited rates must not exceed.
+outcome+bayes-posterior reads the published answer as above. What CDE certifies for every prior
+is `certified_epsilon`, e0: the report multiplies any adversary's odds by at most e^e0. Its
+corollary for this audit's adversaries, whose prior is uniform, is `hit_rate_uniform_prior`
+(common.cde.hit_rate_uniform_prior with the instance's s eps-optimal arms), which the audited
+rates must not exceed.
 
-Certified bounds (what the definition promises: no adversary can be more than that sure of one
-agent's eps-optimal arm from its votes): DE 1 - eta; CE (1 - eta_xi)(1 - xi)^(K-1) = 1 - eta by
-the choice of eta_xi; DP-MASE 1 - beta, beside the eps_dp-differential privacy of the rewards;
-independent agents 0 (no message). Neither is a bound on how often a guess hits; CDE's is.
+The papers' figures (`papers_privacy`, what the definition promises: no adversary can be more
+than that sure of one agent's eps-optimal arm from its votes): DE 1 - eta; CE
+(1 - eta_xi)(1 - xi)^(K-1) = 1 - eta by the choice of eta_xi; DP-MASE 1 - beta, beside the
+eps_dp-differential privacy of each reward (not of the agent's answer: its votes reveal that as
+DE's do); independent agents 0 (no message). Neither is a bound on how often a guess hits; CDE's
+e0 bounds it for every prior.
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +56,7 @@ import numpy as np
 
 from common import cde
 from common.algorithms import AlgorithmConfig
+from common.certificate import upper
 from common.errors import ParameterError
 from common.params import corrupted_local_confidence
 from common.simulation.config import SimulationConfig, TrialResult
@@ -93,10 +99,10 @@ def method_label(algo: AlgorithmConfig) -> str:
     return f"{algo.algorithm} ({algo.subroutine})"
 
 
-def certified_bound(algo: AlgorithmConfig, n_arms: int, optimal_arms: int = 1) -> float:
-    """The probability above which no adversary can be sure of one agent's eps-optimal arm from
-    its votes, as each method certifies it; CDE: the bound on the hit rate itself, which depends
-    on s = `optimal_arms`, how many arms are eps-optimal (1 for the API, which does not know)."""
+def papers_privacy(algo: AlgorithmConfig, n_arms: int) -> float | None:
+    """The papers' (eps, eta)-privacy figure: the probability above which no adversary can be
+    sure of one agent's eps-optimal arm from its votes, as each voting method certifies it (no
+    bound on how often a guess hits); None for CDE, which certifies `certified_epsilon`."""
     if algo.algorithm == "de":
         return 1.0 - algo.eta
     if algo.algorithm == "ce":
@@ -106,8 +112,8 @@ def certified_bound(algo: AlgorithmConfig, n_arms: int, optimal_arms: int = 1) -
         return 1.0 - algo.beta
     if algo.algorithm == "independent":
         return 0.0  # 1-privacy: no message at all
-    if algo.reports:  # a bound on the hit rate itself (common.cde)
-        return cde.certified_privacy(algo.privacy, n_arms, optimal_arms)
+    if algo.reports:
+        return None
     raise ParameterError(
         "algorithm",
         algo.algorithm,
@@ -121,15 +127,17 @@ def certifies(algo: AlgorithmConfig) -> str:
     if algo.algorithm == "dp-mase":
         return (
             f"no adversary holding one agent's votes can be more than 1 - beta sure of its "
-            f"eps-optimal arm; its rewards are eps_dp = {algo.dp_epsilon:g} differentially private"
+            f"eps-optimal arm; each of its rewards is eps_dp = {algo.dp_epsilon:g} differentially "
+            "private (one reward, not its answer: no certified_epsilon)"
         )
     if algo.algorithm == "independent":
         return "no message is sent"
     if algo.reports:
         return (
-            "no adversary holding one agent's report, and knowing nothing else about which arm is "
-            "best, names its eps-optimal arm more often than this; side information has its odds "
-            "multiplied by at most e^e0"
+            "certified_epsilon: any adversary's odds about one agent's answer, hence its rewards, "
+            "are multiplied by at most e^e0 by its report, whatever its prior; "
+            "hit_rate_uniform_prior: its corollary for an adversary with a uniform prior over "
+            "which arm is best, no more often than this"
         )
     return (
         "no adversary holding one agent's votes can be more than 1 - eta sure of its eps-optimal "
@@ -142,29 +150,38 @@ def optimal_arms(config: SimulationConfig) -> int:
     return int(config.environment.eps_optimal_arms(config.algorithm.epsilon).size)
 
 
-def certified_hit_rate(config: SimulationConfig) -> float | None:
-    """CDE: the certified bound on any messages-only adversary's hit rate on this instance (its
-    s eps-optimal arms); None for the methods that certify no hit rate."""
-    if not config.algorithm.reports:
-        return None
-    return certified_bound(config.algorithm, config.environment.n_arms, optimal_arms(config))
+def certified_epsilon(config: SimulationConfig) -> float | None:
+    """CDE: e0, what the report certifies for every prior (common.cde.report_epsilon); None for
+    the methods that certify none."""
+    algo = config.algorithm
+    return cde.report_epsilon(algo.privacy, config.environment.n_arms) if algo.reports else None
 
 
-def hit_rate_statement(config: SimulationConfig) -> str | None:
-    """The sentence beside `certified_hit_rate`: what it bounds, on this instance, and what it
-    does not (the published answer)."""
+def hit_rate_uniform_prior(config: SimulationConfig) -> float | None:
+    """CDE: the bound on any messages-only adversary's hit rate under a uniform prior over which
+    arms are eps-optimal, on this instance (its s eps-optimal arms); None for the others."""
     algo = config.algorithm
     if not algo.reports:
         return None
+    return cde.hit_rate_uniform_prior(algo.privacy, config.environment.n_arms, optimal_arms(config))
+
+
+def privacy_statement(config: SimulationConfig) -> str | None:
+    """The sentence beside `certified_epsilon`: what it means for every prior, the hit rate under
+    a uniform prior on this instance, and what neither covers (the published answer)."""
+    algo = config.algorithm
+    hit = hit_rate_uniform_prior(config)
+    if hit is None:
+        return None
     s, k = optimal_arms(config), config.environment.n_arms
-    e0 = cde.report_epsilon(algo.privacy, k)
+    odds = cde.report_odds(algo.privacy, k)
     arms = "1 arm is" if s == 1 else f"{s} arms are"
     return (
-        f"No adversary holding one agent's report and its time, and knowing nothing else about "
-        f"which arm is best, names an eps-optimal arm of that agent more often than this (here "
-        f"{arms} eps-optimal of {k}; the report is e0 = {e0:.3g} locally differentially "
-        "private). It bounds what the messages add: the published answer names the best arm to "
-        "everyone."
+        f"e0 = {upper(math.log(odds))}: whatever it believed before, any adversary's odds about "
+        f"one agent's answer, hence its rewards, are multiplied by at most e^e0 = {upper(odds)} by "
+        f"its report and its time. Hit rate under a uniform prior over which arm is best: at most "
+        f"{upper(hit)} (here {arms} eps-optimal of {k}); another prior gives another hit rate. "
+        "Both bound what the messages add: the published answer names the best arm to everyone."
     )
 
 
@@ -390,7 +407,9 @@ class Rate:
 @dataclass(frozen=True)
 class VoteAudit:
     method: str
-    certified: float
+    certified_epsilon: float | None  # CDE: e0, for every prior
+    hit_rate_uniform_prior: float | None  # CDE: its corollary under a uniform prior
+    papers_privacy: float | None  # DE, CE, DP-MASE: the papers' figure, no bound on a hit rate
     certifies: str
     adversaries: dict[str, Rate]
     baseline: dict[str, Rate]
@@ -403,7 +422,7 @@ class VoteAudit:
     messages: float
     threshold: int | None
     # CDE: the reported-arm guess among the agents that sent a report (the others sent nothing);
-    # the certified bound holds for each agent, so for these too
+    # the hit-rate bound holds for each agent, so for these too
     senders: Rate | None = None
 
     def strongest(self, with_outcome: bool = True) -> tuple[str, Rate]:
@@ -418,7 +437,9 @@ class VoteAudit:
         sc_mean, sc_low, sc_high = self.sample_complexity
         return {
             "method": self.method,
-            "certified": round(self.certified, 12),
+            "certified_epsilon": _rounded(self.certified_epsilon),
+            "hit_rate_uniform_prior": _rounded(self.hit_rate_uniform_prior),
+            "papers_privacy": _rounded(self.papers_privacy),
             "certifies": self.certifies,
             "hit_rate": {**rate.to_json(), "adversary": name},
             "votes_only": {**votes_rate.to_json(), "adversary": votes_name},
@@ -440,6 +461,10 @@ class VoteAudit:
             "messages": self.messages,
             "senders": None if self.senders is None else self.senders.to_json(),
         }
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 12)
 
 
 def audit_votes(
@@ -495,7 +520,9 @@ def audit_votes(
     sc = describe([r.sample_complexity for r in results])
     return VoteAudit(
         method=method_label(algo),
-        certified=certified_bound(algo, k, optimal_arms(config)),
+        certified_epsilon=certified_epsilon(config),
+        hit_rate_uniform_prior=hit_rate_uniform_prior(config),
+        papers_privacy=papers_privacy(algo, k),
         certifies=certifies(algo),
         adversaries={a: Rate.of(h) for a, h in hits.items()},
         baseline={b: Rate.of(h) for b, h in public.items()},

@@ -68,7 +68,9 @@ class Settings(SecretFileSettings):
     phi: float = 0.0
     every_arm: bool = False
     tolerance: int = Field(0, ge=0)  # f: Byzantine agents tolerated; the threshold is M + f
-    privacy: float = DEFAULT_PRIVACY  # CDE: the certified bound on an adversary's hit rate
+    # CDE: P, the hit-rate bound under a uniform prior over which arm is best;
+    # e0 = log(P (K-1)/(1-P))
+    privacy: float = DEFAULT_PRIVACY
     sigma: float | None = None  # reward scale for Gaussian rewards; unset: rewards in [0, 1]
     # CDE: the agents the default experiment expects, from which its threshold is chosen (unset:
     # max_agents); not an AlgorithmConfig field

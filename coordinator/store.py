@@ -1117,8 +1117,8 @@ class ExperimentStore:
         if code == -3:
             raise Forbidden(
                 f"experiment {exp!r} is CDE, which is never reset: each agent reports once per "
-                "experiment, and a new epoch would let it report again (a second report weakens "
-                "its certified privacy); delete it and create a new one"
+                "experiment, and a new epoch would let it report again (two reports are only "
+                "2 e0-private, not e0: its certified epsilon); delete it and create a new one"
             )
         if code == -2:
             wait = int(reply[1]) / 1000

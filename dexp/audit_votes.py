@@ -4,9 +4,9 @@ Each point runs T audited trials and T' training trials of one configuration in 
 batch: audited trial i is trial i of `dexp simulate` with the same options and seed, the
 training trials are the batch's next T' seeds. --eta, --xi, --beta, --privacy, --agents,
 --algorithm and --subroutine take comma-separated lists; the points are their product. CDE's
-points audit each agent's report and its time (common/privacy.py), against its certified bound
-on the hit rate itself. One point prints one JSON
-object; a sweep prints {"points": [...]}.
+points audit each agent's report and its time (common/privacy.py), against its bound on the hit
+rate under a uniform prior, the corollary of its certified epsilon e0 for the audit's
+adversaries. One point prints one JSON object; a sweep prints {"points": [...]}.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from common.simulation.config import DEFAULT_BUDGET
 from dexp.engines import check_engine
 from dexp.options import (
     DEFAULT_PROBLEM,
+    PRIVACY_HELP,
     ActivationOption,
     BudgetOption,
     DriftOption,
@@ -133,7 +134,8 @@ def print_points(points: Sequence[dict[str, Any]], title: str) -> None:
         "point",
         "M",
         "certified failure",
-        "certified",
+        "certified e0",
+        "hit rate, uniform prior",
         "votes only (95% CI)",
         "adversary",
         "with outcome",
@@ -154,7 +156,7 @@ def print_points(points: Sequence[dict[str, Any]], title: str) -> None:
             p["label"],
             str(p["threshold"]),
             upper(p["certified_failure"]),
-            f"{p['certified']:.3f}",
+            *privacy_cells(p),
             rate(p["votes_only"]),
             p["votes_only"]["adversary"],
             rate(p["hit_rate"]),
@@ -167,18 +169,30 @@ def print_points(points: Sequence[dict[str, Any]], title: str) -> None:
     out.print(
         "certified failure: the probability bound on the best arm voted out by error for the "
         "point's configuration and N (docs/SUBROUTINES.md, section 3). "
-        "certified: what the method promises no adversary can be surer of (not a bound on how "
-        "often a guess hits; for cde it is one: the hit rate of any adversary holding an agent's "
-        "report and its time, which the votes only column must not exceed). votes only: the strongest adversary reading one agent's votes, "
-        "their order and times. with outcome: also the published answer. baseline: the "
-        "published answer alone."
+        "certified e0 (cde): whatever its prior, any adversary's odds about one agent's answer are "
+        "multiplied by at most e^e0 by its report. hit rate, uniform prior: for cde its corollary "
+        "for an adversary with a uniform prior over which arm is best, the prior of these "
+        "adversaries, which the votes only column must not exceed; for the others none, beside "
+        "the papers' figure, what the method promises no adversary can be surer of, not a bound on "
+        "how often a guess hits. votes "
+        "only: the strongest adversary reading one agent's votes, their order and times. with "
+        "outcome: also the published answer. baseline: the published answer alone."
     )
     for p in points:
         if p.get("senders") is not None:
             out.print(
                 f"{p['label']}: among the agents that sent their report, reported-arm hits "
-                f"{rate(p['senders'])} (certified {p['certified']:.3f})"
+                f"{rate(p['senders'])} (at most {upper(p['hit_rate_uniform_prior'])} under a "
+                "uniform prior)"
             )
+
+
+def privacy_cells(p: dict[str, Any]) -> tuple[str, str]:
+    """The certified e0 and the hit-rate bound of a point: CDE's e0 and its bound under a uniform
+    prior, or none and the papers' figure."""
+    if p["certified_epsilon"] is None:
+        return "none", f"none (papers' {p['papers_privacy']:.3f})"
+    return upper(p["certified_epsilon"]), upper(p["hit_rate_uniform_prior"])
 
 
 def votes(
@@ -207,9 +221,7 @@ def votes(
     phi: PhiOption = 0.0,
     privacy: Annotated[
         str | None,
-        typer.Option(
-            help=f"CDE: the certified hit-rate bound, or a list (default {DEFAULT_PRIVACY:g})."
-        ),
+        typer.Option(help=f"{PRIVACY_HELP}; or a list (default {DEFAULT_PRIVACY:g})."),
     ] = None,
     tolerance: ToleranceOption = 0,
     attackers: Annotated[

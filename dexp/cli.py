@@ -34,7 +34,7 @@ from common.certificate import REPORTS, VOTES, Certificate, certify_simulation, 
 from common.environments import build_problem
 from common.errors import ParameterError
 from common.hillel import HILLEL_ALGORITHMS, HillelConfig
-from common.privacy import certified_hit_rate, hit_rate_statement
+from common.privacy import certified_epsilon, hit_rate_uniform_prior, privacy_statement
 from common.simulation import ENGINES, SimulationConfig, TrialResult, run_trials, summarize
 from common.simulation.config import DEFAULT_BUDGET
 from common.simulation.runner import simulation_warnings
@@ -47,6 +47,7 @@ from dexp.engines import EngineUnavailable, check_engine, trial_function
 from dexp.manage import experiments_app
 from dexp.options import (
     DEFAULT_PROBLEM,
+    PRIVACY_HELP,
     ActivationOption,
     BudgetOption,
     DriftOption,
@@ -339,10 +340,7 @@ def simulate(
     phi: PhiOption = 0.0,
     privacy: Annotated[
         float | None,
-        typer.Option(
-            help="CDE: the certified bound on how often an adversary holding one agent's report "
-            f"names its eps-optimal arm, in (1/K, 1) (default {DEFAULT_PRIVACY:g})."
-        ),
+        typer.Option(help=f"{PRIVACY_HELP} (default {DEFAULT_PRIVACY:g})."),
     ] = None,
     exact_local_error: ExactLocalErrorOption = False,
     tolerance: ToleranceOption = 0,
@@ -434,7 +432,7 @@ def simulate(
     )
     trial_function(engine)
     certificate = certify_simulation(config)
-    hit_bound = certified_hit_rate(config)
+    epsilon_bound, hit_bound = certified_epsilon(config), hit_rate_uniform_prior(config)
     warnings = simulation_warnings(config, seed)
     uncertified = certificate.warning()  # certified failure above delta: what would certify it
     warnings += [uncertified] if uncertified else []
@@ -492,8 +490,9 @@ def simulate(
             "threshold": config.threshold,
             "certified_failure": certificate.failure,
             "certificate": statement,
-            "certified_privacy": None if hit_bound is None else round(hit_bound, 12),
-            "privacy_certificate": hit_rate_statement(config),
+            "certified_epsilon": None if epsilon_bound is None else round(epsilon_bound, 12),
+            "hit_rate_uniform_prior": None if hit_bound is None else round(hit_bound, 12),
+            "privacy_certificate": privacy_statement(config),
             "warnings": warnings,
             "trials": [r.to_json() for r in results],
             "summary": summary,
@@ -683,8 +682,9 @@ def print_simulation(
         table.add_row("certified failure", upper(certified[0]), "", "at most (see below)")
     if certified is not None and algo.reports:
         table.add_row("certified failure", upper(certified[0]), "", "at most (see below)")
-        hit = certified_hit_rate(config)
-        table.add_row("certified privacy", f"{hit:.4g}", "", "hit rate at most (see below)")
+        e0, hit = certified_epsilon(config), hit_rate_uniform_prior(config)
+        table.add_row("certified epsilon e0", upper(e0 or 0.0), "", "any prior (see below)")
+        table.add_row("hit rate, uniform prior", upper(hit or 0.0), "", "at most (see below)")
     if any_tie:
         kept: dict[str, int] = {}
         for r in results:
@@ -710,7 +710,7 @@ def print_simulation(
     if certified is not None:
         out.print(f"certified failure: {certified[1]}")
     if algo.reports:
-        out.print(f"certified privacy: {hit_rate_statement(config)}")
+        out.print(f"certified epsilon: {privacy_statement(config)}")
     if any_tie:
         out.print(TIE_MEANING)
 
@@ -873,8 +873,9 @@ def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
     out = _console()
     table = Table(title=title, title_justify="left")
     columns = ("series", "N", "M", "trials", "samples", "± 95% CI", "messages", "± 95% CI")
-    privacy = any(r["certified_privacy"] != "" for r in rows)  # CDE's certified hit-rate bound
-    for column in (*columns, "failures", "certified", *(("privacy",) * privacy), "stopped by"):
+    privacy = any(r["certified_epsilon"] != "" for r in rows)  # CDE's e0 and hit-rate bound
+    shown = {"certified_epsilon": "e0", "hit_rate_uniform_prior": "hit rate"} if privacy else {}
+    for column in (*columns, "failures", "certified", *shown.values(), "stopped by"):
         table.add_column(
             column,
             justify="left" if column in ("series", "stopped by") else "right",
@@ -893,7 +894,7 @@ def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
             *cells,
             f"{r['failure_rate']:.2f}",
             upper(r["certified_failure"]),
-            *((upper(r["certified_privacy"]) if r["certified_privacy"] != "" else "-",) * privacy),
+            *(upper(r[key]) if r[key] != "" else "-" for key in shown),
             r["stopped_by"],
         )
     out.print(table)
@@ -902,8 +903,10 @@ def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
         "the best arm voted out by error for that configuration and N (docs/SUBROUTINES.md, "
         "section 3), a bound on failures when no other arm is within eps of the best."
         + (
-            " CDE's certified failure bounds a wrong answer (docs/CDE.md); privacy: its bound on how often any adversary holding one agent's report names "
-            "its eps-optimal arm."
+            " CDE's certified failure bounds a wrong answer (docs/CDE.md); e0: its certified "
+            "epsilon, for every prior (a report multiplies any adversary's odds about the agent's "
+            "answer by at most e^e0); hit rate: how often an adversary with a uniform prior over "
+            "which arm is best names an agent's eps-optimal arm, at most."
             if privacy
             else ""
         )
@@ -1105,10 +1108,7 @@ def demo(
     xi: Annotated[float, typer.Option(help="CE: probability of dropping a vote.")] = 0.0,
     privacy: Annotated[
         float,
-        typer.Option(
-            help="CDE: the certified bound on an adversary's hit rate (its threshold is chosen "
-            "for --agents)."
-        ),
+        typer.Option(help=f"{PRIVACY_HELP} (its threshold is chosen for --agents)."),
     ] = DEFAULT_PRIVACY,
     seed: Annotated[int | None, typer.Option(help="Seed of agents and environment.")] = None,
     rate: Annotated[

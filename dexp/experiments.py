@@ -38,7 +38,8 @@ class Series:
     beta: float = 0.5
     activation: str | None = None  # an Activation spec; None: the problem's
     eta: float | None = None  # None: the experiment's
-    # CDE: its hit-rate bound P; None: the strongest that certifies delta with each N
+    # CDE: its P (the hit-rate bound under a uniform prior, which sets e0); None: the strongest
+    # that certifies delta with each N
     privacy: float | None = None
     # DE, CE, DP-MASE: the threshold and confidence that certify delta with each N (dexp plan's)
     certified: bool = False

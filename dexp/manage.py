@@ -42,6 +42,7 @@ from dexp.admin import (
     connect,
     write_json,
 )
+from dexp.options import PRIVACY_HELP
 
 COMMAND = "dexp experiments"
 # What the coordinator's POST /v1/experiments accepts (coordinator/api/experiments.py,
@@ -183,12 +184,19 @@ def certified_text(doc: dict[str, Any]) -> str | None:
 
 
 def privacy_text(doc: dict[str, Any]) -> str | None:
-    """CDE's certified privacy (None for the others, and for a document without one)."""
-    privacy = doc.get("certified_privacy")
-    if isinstance(privacy, bool) or not isinstance(privacy, int | float):
+    """CDE's certified epsilon and its hit rate under a uniform prior: the document's sentence,
+    which starts with e0, or both figures (None for the others, and for a document without
+    them)."""
+    e0, hit = doc.get("certified_epsilon"), doc.get("hit_rate_uniform_prior")
+    if isinstance(e0, bool) or not isinstance(e0, int | float):
         return None
     sentence = doc.get("privacy_certificate")
-    return f"at most {upper(privacy)}" + (f": {sentence}" if isinstance(sentence, str) else "")
+    if isinstance(sentence, str):
+        return sentence
+    text = f"e0 = {upper(e0)}, for every prior"
+    if isinstance(hit, int | float) and not isinstance(hit, bool):
+        text += f" (hit rate under a uniform prior: at most {upper(hit)})"
+    return text
 
 
 def reporting(doc: dict[str, Any]) -> bool:
@@ -318,7 +326,7 @@ def overview_table(
         table.add_row("certified failure", certified)
     privacy = privacy_text(doc)
     if privacy is not None:
-        table.add_row("certified privacy", privacy)
+        table.add_row("certified epsilon", privacy)
     messages = f"{_count(doc.get('messages'))} ({_count(doc.get('ignored_messages', 0))} ignored)"
     if doc.get("epoch_messages") is not None:
         messages += f"; {_count(doc['epoch_messages'])} this epoch"
@@ -520,7 +528,7 @@ def create_command(
     ] = None,
     privacy: Annotated[
         float | None,
-        typer.Option(help="CDE: the certified bound on an adversary's hit rate, in (1/K, 1)."),
+        typer.Option(help=f"{PRIVACY_HELP}."),
     ] = None,
     agents: Annotated[
         int | None,

@@ -2,18 +2,20 @@
 information-theoretic lower bound they are measured against.
 
 Candidates (each checked by common.certificate.certify with the requested tolerance f):
-- CDE at a few local error bounds eta (--eta): at the requested hit-rate bound (--privacy), else at
-  the strongest one that certifies (common.cde.strongest_privacy);
+- CDE at a few local error bounds eta (--eta): at the requested hit-rate bound under a uniform
+  prior (--privacy), else at the strongest P that certifies (common.cde.strongest_privacy);
 - DE (SER3, stitched-LUCB), CE (xi = 0.1) and DP-MASE (eps_dp = 0.1): their threshold is
   ceil(log delta / log b) (b = eta, eta_xi, beta) and each agent errs with probability at most
   c b, so for each threshold M there is an interval of b, and the smallest M for which some b of
   its interval certifies is taken, with the largest such b (fewest votes to wait for, then the
   fastest local runs).
 
-Certified privacy: CDE's is a bound on any adversary's hit rate (common.cde.certified_privacy, with
-the instance's number of eps-optimal arms). DE, CE and DP-MASE certify the papers' (eps, eta)
-privacy level (common.privacy.certified_bound), which bounds no hit rate (docs/PRIVACY.md): it is
-shown as `papers_privacy`, and --privacy P, a bound asked on the hit rate, keeps only CDE.
+Certified privacy: CDE's is `certified_epsilon`, e0, for every prior (its report multiplies any
+adversary's odds by at most e^e0), beside its corollary under a uniform prior over which arm is
+best, `hit_rate_uniform_prior` (common.cde.hit_rate_uniform_prior, with the instance's number of
+eps-optimal arms). DE, CE and DP-MASE certify the papers' (eps, eta) privacy level
+(common.privacy.papers_privacy), which bounds no hit rate (docs/PRIVACY.md): it is shown as
+`papers_privacy`, and --privacy, a bound asked on the hit rate, keeps only CDE.
 
 Activations: a short run of the fast simulator per configuration (few trials, a time budget),
 with a 95% interval; the lower bound is common.lower_bound's (docs/LOWER_BOUND.md).
@@ -48,7 +50,7 @@ from common.environments import Environment, build_problem
 from common.errors import ParameterError
 from common.lower_bound import LowerBound, lower_bound
 from common.params import ceil_log_ratio
-from common.privacy import certified_bound, certifies
+from common.privacy import certifies, papers_privacy
 from common.simulation import SimulationConfig, TrialResult, trial_seeds
 from common.stats import Described, describe
 from dexp.engines import trial_function
@@ -103,13 +105,20 @@ class Candidate:
     label: str
     algo: AlgorithmConfig
     certificate: Certificate
-    hit_rate_bound: float | None  # CDE: common.cde.certified_privacy; None for the voting ones
-    papers_privacy: float | None  # DE, CE, DP-MASE: common.privacy.certified_bound
+    hit_rate_bound: float | None  # CDE: common.cde.hit_rate_uniform_prior; None for the others
+    papers_privacy: float | None  # DE, CE, DP-MASE: common.privacy.papers_privacy
     measured: Measured | None = None
 
     @property
     def threshold(self) -> int | None:
         return self.certificate.threshold
+
+    @property
+    def certified_epsilon(self) -> float | None:
+        """CDE's e0 (common.cde.report_epsilon); None for the voting ones."""
+        if not self.algo.reports:
+            return None
+        return cde.report_epsilon(self.algo.privacy, self.certificate.arms)
 
     @property
     def title(self) -> str:
@@ -138,7 +147,8 @@ class Candidate:
             "threshold": self.threshold,
             "certified_failure": self.certificate.failure,
             "certificate": self.certificate.statement(),
-            "certified_privacy": self.hit_rate_bound,
+            "certified_epsilon": self.certified_epsilon,
+            "hit_rate_uniform_prior": self.hit_rate_bound,
             "papers_privacy": self.papers_privacy,
             "privacy_meaning": certifies(self.algo),
             "activations": measured,
@@ -282,13 +292,14 @@ def voting_candidate(
     if cert is None:
         return Excluded(label, f"the threshold {threshold + f} does not certify once rounded")
     algo = voting_config(algorithm, subroutine, level, base, n_arms)
-    return Candidate(label, algo, cert, None, certified_bound(algo, n_arms))
+    return Candidate(label, algo, cert, None, papers_privacy(algo, n_arms))
 
 
 def privacy_for_hit_rate(bound: float, n_arms: int, optimal_arms: int) -> float | None:
-    """CDE's report parameter P whose certified hit rate with s = `optimal_arms` eps-optimal arms
-    is at most `bound` (s e^e0 / (s e^e0 + K - s) <= bound), rounded down to 4 decimals; None when
-    bound <= s / K (a uniform guess among the eps-optimal arms already hits that often)."""
+    """CDE's report parameter P whose hit rate under a uniform prior with s = `optimal_arms`
+    eps-optimal arms is at most `bound` (s e^e0 / (s e^e0 + K - s) <= bound), rounded down to 4
+    decimals; None when bound <= s / K (a uniform guess among the eps-optimal arms already hits
+    that often)."""
     s = optimal_arms
     if s >= n_arms or bound <= s / n_arms or bound >= 1.0:
         return None
@@ -306,7 +317,8 @@ def cde_candidate(
     hit_rate: float | None,
 ) -> Candidate | Excluded:
     """CDE at local error bound eta: at the report parameter that gives the requested hit-rate
-    bound, else at the strongest that certifies delta; or why there is none."""
+    bound under a uniform prior, else at the strongest that certifies delta; or why there is
+    none."""
     label = f"CDE at eta={eta:g}"
     f, delta = base.tolerance, base.delta
     if agents <= f:
@@ -321,8 +333,8 @@ def cde_candidate(
         if privacy is None:
             return Excluded(
                 label,
-                f"a hit-rate bound of {hit_rate:g} is not above {optimal_arms}/{n_arms}, what a "
-                "uniform guess among the eps-optimal arms hits",
+                f"a hit-rate bound of {hit_rate:g} under a uniform prior is not above "
+                f"{optimal_arms}/{n_arms}, what a uniform guess among the eps-optimal arms hits",
             )
     else:
         privacy = cde.strongest_privacy(agents, delta, eta, n_arms, f)
@@ -338,7 +350,7 @@ def cde_candidate(
         return Excluded(
             label, f"at privacy {privacy:g} it does not certify with {agents:,} agents", needed
         )
-    hit = cde.certified_privacy(privacy, n_arms, optimal_arms)
+    hit = cde.hit_rate_uniform_prior(privacy, n_arms, optimal_arms)
     return Candidate("CDE", algo, cert, hit, None)
 
 
@@ -381,7 +393,7 @@ def make_plan(
     on_measure: Callable[[str], None] | None = None,
 ) -> Plan:
     """Every candidate that certifies delta with `agents` agents (and, with `hit_rate`, whose
-    certified hit rate is at most it), each measured by a short run."""
+    hit-rate bound under a uniform prior is at most it), each measured by a short run."""
     if agents < 1:
         raise ParameterError("agents", agents, "must be >= 1")
     if environment.drift and any(environment.drift):
@@ -415,8 +427,8 @@ def make_plan(
         plan.excluded.append(
             Excluded(
                 "DE, CE, DP-MASE",
-                "they certify no bound on the hit rate (docs/PRIVACY.md), so none can promise "
-                f"{hit_rate:g}",
+                "they certify no e0 and no bound on the hit rate (docs/PRIVACY.md), so none can "
+                f"promise {hit_rate:g}",
             )
         )
     for item in found:
@@ -440,7 +452,11 @@ def make_plan(
 
 def nothing_certifies(plan: Plan, hit_rate: float | None) -> str:
     """The one line of exit 2: the request, and what each candidate would need."""
-    asked = f" and a hit-rate bound <= {hit_rate:g}" if hit_rate is not None else ""
+    asked = (
+        f" and a hit-rate bound <= {hit_rate:g} under a uniform prior"
+        if hit_rate is not None
+        else ""
+    )
     said = []
     for family in ("CDE", "DE"):  # per family, the one that needs the fewest agents
         mine = [e for e in plan.excluded if e.label.startswith(family)]
@@ -484,15 +500,16 @@ def print_plan(plan: Plan, title: str) -> None:
     if not out.is_terminal:
         out = Console(highlight=False, width=180)
     table = Table(title=title, title_justify="left")
-    columns = ("configuration", "M", "certified failure", "certified privacy", "activations",
-               "± 95% CI", "trials", "messages", "x lower bound")  # fmt: skip
+    columns = ("configuration", "M", "certified failure", "certified e0", "hit rate, uniform prior",
+               "activations", "± 95% CI", "trials", "messages", "x lower bound")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column == "configuration" else "right")
     for c in plan.candidates:
-        if c.hit_rate_bound is not None:
-            privacy = upper(c.hit_rate_bound)
+        e0 = c.certified_epsilon
+        if e0 is not None and c.hit_rate_bound is not None:
+            privacy = [upper(e0), upper(c.hit_rate_bound)]
         else:
-            privacy = f"none (papers' {upper(c.papers_privacy or 0.0)})"
+            privacy = ["none", f"none (papers' {upper(c.papers_privacy or 0.0)})"]
         cells = ["-"] * 5
         if c.measured is not None:
             a = c.measured.activations
@@ -503,7 +520,7 @@ def print_plan(plan: Plan, title: str) -> None:
                 _count(c.measured.messages),
                 _count(plan.bound.ratio(a.mean)),
             ]
-        table.add_row(c.title, str(c.threshold), upper(c.certificate.failure), privacy, *cells)
+        table.add_row(c.title, str(c.threshold), upper(c.certificate.failure), *privacy, *cells)
     out.print(table)
     b = plan.bound
     out.print(
@@ -513,9 +530,12 @@ def print_plan(plan: Plan, title: str) -> None:
         "(docs/LOWER_BOUND.md)."
     )
     out.print(
-        "certified privacy: a bound on how often any adversary holding one agent's messages names "
-        "its eps-optimal arm (CDE). DE, CE and DP-MASE certify none: their papers' figure says "
-        "how sure an adversary may be, and the audit beats it (dexp audit votes)."
+        "certified e0 (CDE): whatever its prior, any adversary's odds about one agent's answer, "
+        "hence its rewards, are multiplied by at most e^e0 by its report. hit rate, uniform prior: "
+        "its corollary, how often an adversary with a uniform prior over which arm is best names "
+        "the agent's eps-optimal arm, at most (another prior gives another hit rate). DE, CE and "
+        "DP-MASE certify neither: their papers' figure says how sure an adversary may be, and the "
+        "audit beats it (dexp audit votes)."
     )
     for reason in plan.excluded:
         out.print(f"not listed: {reason}")
@@ -526,7 +546,11 @@ def plan(
     delta: Annotated[float, typer.Option(help="The failure probability to certify.")],
     privacy: Annotated[
         float | None,
-        typer.Option(help="Keep configurations whose certified hit-rate bound is at most this."),
+        typer.Option(
+            help="Keep configurations whose hit-rate bound under a uniform prior over which arm "
+            "is best (with this instance's eps-optimal arms) is at most this: CDE, at the P "
+            "that gives it, equivalently e0 = log(P (K-1)/(1-P))."
+        ),
     ] = None,
     problem: ProblemOption = None,
     means: MeansOption = None,
@@ -549,8 +573,9 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """The configurations that certify delta with N agents: algorithm, threshold, certified
-    failure, certified privacy, and activations from a short run of the fast simulator, beside the
-    information-theoretic lower bound. Exit 2 with one line when nothing certifies."""
+    failure, certified e0 and hit rate under a uniform prior (CDE), and activations from a short
+    run of the fast simulator, beside the information-theoretic lower bound. Exit 2 with one line
+    when nothing certifies."""
     from dexp.audit_votes import parse_list
 
     name = problem if problem is not None or means is not None else DEFAULT_PROBLEM

@@ -106,7 +106,7 @@ def plot_privacy_frontier(
     points: list[dict[str, Any]], path: Path, trials: int, n_agents: int
 ) -> None:
     """Two panels: the votes-only hit rate against the local failure probability (eta; beta for DP-MASE)
-    and against the sample complexity; each series with its certified bound dashed; the public
+    and against the sample complexity; each series with its papers' figure dashed; the public
     baselines (the published answer, a uniform guess) grey."""
     fig, axes = plt.subplots(1, 2, figsize=(12.8, 4.8), sharey=True)
     series = list(dict.fromkeys(p["series"] for p in points))
@@ -128,11 +128,11 @@ def plot_privacy_frontier(
             )
             ax.plot(
                 xs,
-                [p["certified"] for p in rows],
+                [p["papers_privacy"] for p in rows],
                 linestyle="--",
                 color=color,
                 alpha=0.7,
-                label=f"{label}: certified",
+                label=f"{label}: papers' figure",
             )
     baseline = sum(p["baseline"]["mean"] for p in points) / len(points)
     uniform = sum(p["baselines"]["uniform"]["mean"] for p in points) / len(points)

@@ -20,7 +20,7 @@ import numpy as np
 
 from common.certificate import certify_simulation
 from common.errors import ParameterError
-from common.privacy import certified_hit_rate
+from common.privacy import certified_epsilon, hit_rate_uniform_prior
 from common.simulation import SimulationConfig, TrialResult, trial_seeds
 from common.simulation.config import DEFAULT_BUDGET
 from common.stats import describe, proportion_interval
@@ -73,7 +73,8 @@ SUMMARY_COLUMNS = (
     "failure_ci95_low",
     "failure_ci95_high",
     "certified_failure",
-    "certified_privacy",
+    "certified_epsilon",
+    "hit_rate_uniform_prior",
     "stopped_by",
 )
 
@@ -272,7 +273,7 @@ def summary_row(exp: Experiment, p: Point) -> dict[str, Any]:
     messages = describe([r.messages for r in results])
     failures = sum(not r.correct for r in results)
     failure_ci = proportion_interval(failures, len(results)) if results else (np.nan, np.nan)
-    hit_rate = certified_hit_rate(p.config)
+    e0, hit_rate = certified_epsilon(p.config), hit_rate_uniform_prior(p.config)
     return {
         "experiment": exp.name,
         "series": p.series.label,
@@ -293,7 +294,8 @@ def summary_row(exp: Experiment, p: Point) -> dict[str, Any]:
         "failure_ci95_low": failure_ci[0],
         "failure_ci95_high": failure_ci[1],
         "certified_failure": certify_simulation(p.config).failure,
-        "certified_privacy": "" if hit_rate is None else hit_rate,
+        "certified_epsilon": "" if e0 is None else e0,
+        "hit_rate_uniform_prior": "" if hit_rate is None else hit_rate,
         "stopped_by": stopped_by_text(results),
     }
 

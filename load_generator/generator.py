@@ -37,7 +37,7 @@ the peak backlog are estimates, whose error is a few percent of the backlog (at 
 bound M*K - 1 that counted votes of an epoch keep when agents act one at a time; under CDE, against
 N, one report per agent) and every epoch's total (`messages`), apart. What the coordinator
 certifies with the agents enrolled closes the summary: `certified_failure` against delta with its
-sentence, and under CDE `certified_privacy`.
+sentence, and under CDE `certified_epsilon` (e0, for every prior) with `hit_rate_uniform_prior`.
 
 A run that starts on an experiment already identified or tied has nothing to play: it says so in
 one line and returns a summary with `ended_before_run` and every run figure 0 (exit status 0);
@@ -130,12 +130,14 @@ class Summary:
     run_messages: int = 0  # votes the coordinator received during this run, every epoch
     algorithm: str = ""  # the experiment's; under cde the figures count reports, not votes
     # What the coordinator certifies with the agents enrolled (its documents' fields): the bound
-    # on a wrong answer, against delta, and under cde the bound on an adversary's hit rate.
+    # on a wrong answer, against delta, and under cde e0 (every prior) and the hit-rate bound
+    # under a uniform prior.
     certified_failure: float | None = None
     certified_agents: int | None = None  # the N it holds for: the agents enrolled at the end
     delta: float | None = None
     certificate: str | None = None
-    certified_privacy: float | None = None
+    certified_epsilon: float | None = None
+    hit_rate_uniform_prior: float | None = None
     privacy_certificate: str | None = None
 
     @property
@@ -535,7 +537,8 @@ class LoadGenerator:
             certified_agents=final.get("certified_agents"),
             delta=_number(params.get("delta")),
             certificate=final.get("certificate"),
-            certified_privacy=_number(final.get("certified_privacy")),
+            certified_epsilon=_number(final.get("certified_epsilon")),
+            hit_rate_uniform_prior=_number(final.get("hit_rate_uniform_prior")),
             privacy_certificate=(
                 final.get("privacy_certificate")
                 if isinstance(final.get("privacy_certificate"), str)
@@ -841,7 +844,8 @@ def format_summary(summary: Summary, as_json: bool) -> str:
 
 def certified_lines(summary: Summary) -> list[str]:
     """What the coordinator certifies with the agents enrolled: the bound on a wrong answer
-    against delta, its sentence, and under cde the bound on an adversary's hit rate."""
+    against delta, its sentence, and under cde e0 (for every prior) with the hit-rate bound under
+    a uniform prior."""
     if summary.certified_failure is None:
         return []
     verdict = ""
@@ -853,9 +857,14 @@ def certified_lines(summary: Summary) -> list[str]:
         f"{summary.certified_agents} agents{verdict}"
         + (f": {summary.certificate}" if summary.certificate else "")
     ]
-    if summary.certified_privacy is not None:
+    if summary.certified_epsilon is None:
+        return lines
+    if summary.privacy_certificate is not None:  # it starts with e0
+        lines.append(f"certified epsilon {summary.privacy_certificate}")
+    else:
+        hit = summary.hit_rate_uniform_prior
         lines.append(
-            f"certified privacy at most {upper(summary.certified_privacy)}"
-            + (f": {summary.privacy_certificate}" if summary.privacy_certificate else "")
+            f"certified epsilon e0 = {upper(summary.certified_epsilon)}"
+            + (f" (hit rate under a uniform prior at most {upper(hit)})" if hit is not None else "")
         )
     return lines

@@ -30,7 +30,10 @@ def main() -> None:
                 f"{fewest:,} |"
             )
     print()
-    print("The strongest privacy (smallest hit-rate bound) that certifies delta, eta = 0.1:")
+    print(
+        "The strongest privacy (smallest P, the hit-rate bound under a uniform prior, so the "
+        "smallest e0) that certifies delta, eta = 0.1:"
+    )
     print("| K | N = 64 | N = 1,024 | N = 10,000 | uniform guess 1/K |")
     print("|---:|---:|---:|---:|---:|")
     for k in (2, 10):

@@ -7,9 +7,9 @@ and 10,000, against DE-SER3 and DE-stitched-LUCB and the information-theoretic l
 For each experiment cde-p1, cde-p2, cde-gauss (dexp/experiments.py: the same configurations as
 `dexp reproduce NAME`) and each N: CDE's failure rate with its 95% Wilson interval against its
 certified failure; the strongest messages-only adversary of `dexp audit votes` (common/privacy.py)
-against its certified hit-rate bound; the activations (mean, 95% interval) and messages of CDE and
-of DE-SER3 and DE-stitched-LUCB, at the papers' eta = 0.9 and at the thresholds that certify delta
-(`dexp plan`'s); the lower bound (common/lower_bound.py) and each one's ratio to it. Trial i of a
+against its hit-rate bound under a uniform prior, beside its certified e0; the activations (mean,
+95% interval) and messages of CDE and of DE-SER3 and DE-stitched-LUCB, at the papers' eta = 0.9
+and at the thresholds that certify delta (`dexp plan`'s); the lower bound (common/lower_bound.py) and each one's ratio to it. Trial i of a
 row is `dexp simulate`'s trial i with the same seed; the audit reads CDE's first AUDIT trials and
 learns its posterior from the next AUDIT. Markdown on stdout, progress on stderr.
 """
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from common.certificate import certify_simulation, upper
 from common.lower_bound import LowerBound, lower_bound
-from common.privacy import audit_votes, certified_hit_rate
+from common.privacy import audit_votes, certified_epsilon, hit_rate_uniform_prior
 from common.simulation import SimulationConfig, TrialResult, run_trials
 from common.stats import describe, proportion_interval
 from common.subroutines.fixed_budget import samples_per_arm
@@ -45,15 +45,16 @@ def activations(results: Sequence[TrialResult]) -> tuple[str, float]:
 
 def cde_row(config: SimulationConfig, results: list[TrialResult], audit: int) -> list[str]:
     """N, M, P, certified failure, failure rate (interval), the failures split into a wrong arm
-    accepted and no answer (beside the bound's wrong-arm part), certified hit rate, audited hit
-    rate (interval, adversary), the share of agents that reported, activations, messages."""
+    accepted and no answer (beside the bound's wrong-arm part), certified e0, hit-rate bound under
+    a uniform prior, audited hit rate (interval, adversary), the share of agents that reported,
+    activations, messages."""
     failures = sum(not r.correct for r in results)
     unanswered = sum(r.stopped_by == "exhausted" for r in results)
     cert = certify_simulation(config)
     low, high = proportion_interval(failures, len(results))
     found = audit_votes(config, results[:audit], results[audit : 2 * audit])
     name, rate = found.strongest(with_outcome=False)
-    hit = certified_hit_rate(config)
+    e0, hit = certified_epsilon(config), hit_rate_uniform_prior(config)
     spent, _ = activations(results)
     messages = sum(r.messages for r in results) / len(results)
     return [
@@ -63,6 +64,7 @@ def cde_row(config: SimulationConfig, results: list[TrialResult], audit: int) ->
         upper(cert.failure),
         f"{failures / len(results):.4f} {interval(low, high, 4)} ({failures}/{len(results)})",
         f"{failures - unanswered} (<= {upper(cert.wrong_arm)}) / {unanswered}",
+        upper(e0 or 0.0),
         upper(hit or 0.0),
         f"{rate.mean:.3f} {interval(rate.low, rate.high)} ({name})",
         f"{found.voters.mean:.2f}",
@@ -145,7 +147,8 @@ def main() -> int:
             table(
                 ("N", "M", "P", "certified failure", "failure rate [95% CI] (failures/trials)",
                  "wrong arm (its bound) / no answer",
-                 "certified privacy", "audited hit rate [95% CI] (adversary)", "reported",
+                 "certified e0", "hit rate bound, uniform prior",
+                 "audited hit rate [95% CI] (adversary)", "reported",
                  "activations", "messages"),
                 cde_rows,
             )

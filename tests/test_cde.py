@@ -1,5 +1,7 @@
-"""CDE's promises, measured (issue 24, points 2 and 4): its randomized response, its certified
-privacy against the exact Bayes adversary, its certificate against a Monte Carlo of the bound's own
+"""CDE's promises, measured (issue 24, points 2 and 4; issue 33, point 3): its randomized response,
+its certified epsilon against the exact Bayes posterior of every prior (Dirichlet draws) and its
+hit rate under a uniform prior against the exact Bayes adversary (and the skewed prior that beats
+it), its certificate against a Monte Carlo of the bound's own
 model and against the simulators (Problem 1, and the stress mode where the local runs fail at
 exactly their nominal rate), the audit of one agent's messages, and `dexp simulate` / `dexp audit
 votes` with --algorithm cde.
@@ -26,7 +28,7 @@ from common import cde
 from common.algorithms import AlgorithmConfig
 from common.certificate import certify_simulation
 from common.environments import Environment, problem
-from common.privacy import audit_votes, certified_hit_rate
+from common.privacy import audit_votes, certified_epsilon, hit_rate_uniform_prior
 from common.simulation import SimulationConfig, run_trials
 from common.simulation.cde_fast import randomized
 from common.simulation.runner import simulation_warnings
@@ -44,7 +46,7 @@ def interval(failures: int, trials: int) -> tuple[float, float]:
     return clopper_pearson(failures, trials, LEVEL)
 
 
-# -- randomized response and certified privacy --------------------------------------------------
+# -- randomized response, certified epsilon, hit rate under a uniform prior -----------------------
 @pytest.mark.parametrize(("n_arms", "privacy"), [(2, 0.75), (10, 0.3), (10, 0.9)])
 def test_randomized_response_frequencies(n_arms: int, privacy: float) -> None:
     """Both implementations (common.cde.randomize, one draw; cde_fast.randomized, vectorized)
@@ -80,21 +82,82 @@ def exact_bayes_hit(privacy: float, n_arms: int, optimal: int) -> float:
 
 
 @pytest.mark.parametrize("n_arms", [2, 3, 5, 6])
-def test_certified_privacy_is_the_exact_bayes_hit(n_arms: int) -> None:
-    """With perfect local runs and one eps-optimal arm, the best adversary holding a report hits
-    exactly the certified bound (it is tight); with s > 1 eps-optimal arms it stays within the
-    bound for s. The likelihood ratio of the report is e^e0, as certified."""
+def test_the_hit_rate_under_a_uniform_prior_is_the_exact_bayes_hit(n_arms: int) -> None:
+    """With perfect local runs and one eps-optimal arm, the best adversary holding a report, with
+    a uniform prior, hits exactly the bound (it is tight); with s > 1 eps-optimal arms it stays
+    within the bound for s. The likelihood ratio of the report is e^e0, as certified."""
     for privacy in np.linspace(1 / n_arms + 0.01, 0.99, 7):
         assert exact_bayes_hit(privacy, n_arms, 1) == pytest.approx(
-            cde.certified_privacy(privacy, n_arms), abs=1e-12
+            cde.hit_rate_uniform_prior(privacy, n_arms), abs=1e-12
         )
         for s in range(2, n_arms):
             assert (
                 exact_bayes_hit(privacy, n_arms, s)
-                <= cde.certified_privacy(privacy, n_arms, s) + 1e-12
+                <= cde.hit_rate_uniform_prior(privacy, n_arms, s) + 1e-12
             )
         p, r = cde.report_probabilities(privacy, n_arms)
         assert math.log(p / r) == pytest.approx(cde.report_epsilon(privacy, n_arms))
+
+
+def joint_of(prior: np.ndarray, privacy: float) -> np.ndarray:
+    """P(report = y, answer = a), y the rows, a the columns, exactly, for a prior over the
+    agent's local answer a (everything its rewards reach the report through)."""
+    p, r = cde.report_probabilities(privacy, prior.size)
+    likelihood = np.full((prior.size, prior.size), r) + np.eye(prior.size) * (p - r)
+    return likelihood * prior[np.newaxis, :]
+
+
+def best_bayes_hit(prior: np.ndarray, privacy: float) -> float:
+    """The hit rate of the best adversary holding the report, with this prior over the answer:
+    the sum over reports y of max over guesses g of P(y, g)."""
+    return float(joint_of(prior, privacy).max(axis=1).sum())
+
+
+@pytest.mark.parametrize("n_arms", [2, 3, 5, 10])
+def test_every_prior_has_its_odds_multiplied_by_at_most_e_to_the_e0(n_arms: int) -> None:
+    """The theorem of docs/CDE.md, section 2, for priors that are not uniform: for Dirichlet
+    draws of the prior over the agent's answer (skewed ones at alpha = 0.3, fixed seed), after
+    every report the exact posterior odds of every event about the answer (every set of arms)
+    are within a factor e^e0 of its prior odds, and the factor is reached (the event "the answer
+    is the reported arm"). So the best adversary's hit rate is at most `posterior_bound` of its
+    best blind guess, whatever the prior."""
+    rng = np.random.default_rng(33)
+    events = np.array(list(itertools.product([False, True], repeat=n_arms)))[1:-1]  # proper
+    for privacy in (1 / n_arms + 0.01, (1 / n_arms + 1) / 2, 0.95):
+        odds = math.exp(cde.report_epsilon(privacy, n_arms))
+        for alpha in (0.3, 1.0, 5.0):
+            for prior in rng.dirichlet(np.full(n_arms, alpha), size=40):
+                joint = joint_of(prior, privacy)
+                posterior = joint / joint.sum(axis=1, keepdims=True)  # P(a | y), y the rows
+                before, before_not = events @ prior, ~events @ prior
+                after, after_not = posterior @ events.T, posterior @ ~events.T
+                seen = (before > 0) & (before_not > 0)
+                factor = (after * before_not)[:, seen] / (after_not * before)[:, seen]
+                assert factor.max() <= odds * (1 + 1e-9)
+                assert factor.min() >= (1 - 1e-9) / odds
+                assert factor.max() == pytest.approx(odds, rel=1e-9)  # tight
+                bound = cde.posterior_bound(float(prior.max()), privacy, n_arms)
+                assert best_bayes_hit(prior, privacy) <= bound + 1e-12
+
+
+def test_the_uniform_prior_hit_rate_is_no_bound_for_a_skewed_prior() -> None:
+    """The counterexample of docs/CDE.md, section 2: ten arms at P = 0.148 (the strongest privacy
+    that certifies delta = 0.05 with 1,024 agents, eta = 0.1), hit rate 0.148 under a uniform
+    prior. An adversary whose prior puts 0.5 on one arm (the rest spread evenly) hits 0.5, with
+    or without the report (its best guess is that arm whatever the report says): the hit rate
+    under a uniform prior bounds nothing here, while e0 still does (odds 1 become at most
+    e^e0)."""
+    k, privacy = 10, 0.148
+    prior = np.full(k, 0.5 / (k - 1))
+    prior[0] = 0.5
+    assert cde.hit_rate_uniform_prior(privacy, k) == pytest.approx(0.148)
+    joint = joint_of(prior, privacy)
+    assert (joint.argmax(axis=1) == 0).all()  # the report never changes the best guess
+    assert best_bayes_hit(prior, privacy) == pytest.approx(0.5)
+    assert best_bayes_hit(prior, privacy) > cde.hit_rate_uniform_prior(privacy, k) + 0.35
+    odds = math.exp(cde.report_epsilon(privacy, k))
+    assert cde.posterior_bound(0.5, privacy, k) == pytest.approx(odds / (odds + 1))
+    assert best_bayes_hit(prior, privacy) <= cde.posterior_bound(0.5, privacy, k)
 
 
 # -- the certificate ------------------------------------------------------------------------------
@@ -250,30 +313,34 @@ def test_stress_mode_stays_within_the_certificate_with_ten_arms() -> None:
 
 
 # -- the audit ------------------------------------------------------------------------------------
-def test_audited_hit_rate_stays_within_certified_privacy() -> None:
+def test_audited_hit_rate_stays_within_its_bound_under_a_uniform_prior() -> None:
     """K = 10 with one eps-optimal arm (eps = 0.15), P = 0.3, N = 30: the local runs are almost
     perfect, so a reporter's report names its arm with probability about 0.3, the bound. Over
     400 audited trials (posteriors learned on 400 others) the strongest adversary reading one
-    agent's report and its time is not above certified_privacy; its time adds nothing to the
+    agent's report and its time (with a uniform prior) is not above hit_rate_uniform_prior; its
+    time adds nothing to the
     report (the Bayes adversary does no better than guessing the report). Reading the published
     answer names the arm almost always: the shared-answer caveat, outside what is certified."""
     env = Environment(FERAUD_1.means)
     config = SimulationConfig(
         env, AlgorithmConfig("cde", epsilon=0.15, eta=0.1, privacy=0.3), n_agents=30
     )
-    assert certified_hit_rate(config) == pytest.approx(0.3)
+    assert hit_rate_uniform_prior(config) == pytest.approx(0.3)
+    assert certified_epsilon(config) == pytest.approx(math.log(0.3 * 9 / 0.7))
     results = run_trials(config, 800, seed=3)
     audit = audit_votes(config, results[:400], results[400:])
-    assert audit.certified == pytest.approx(0.3)
+    bound = audit.hit_rate_uniform_prior
+    assert bound == pytest.approx(0.3) and audit.certified_epsilon == certified_epsilon(config)
+    assert audit.papers_privacy is None
     name, rate = audit.strongest(with_outcome=False)
-    assert rate.low <= audit.certified, (name, rate)
+    assert rate.low <= bound, (name, rate)
     reporters = audit.voters.mean
     assert 0.5 < reporters < 1.0
     expected = reporters * 0.3 + (1 - reporters) * 0.1  # reporters at P, the others at s / K
     assert rate.low <= expected <= rate.high
     # among the agents that reported, the guess attains the bound: it is not loose either
     assert audit.senders is not None
-    assert audit.senders.low <= audit.certified <= audit.senders.high + 0.01, audit.senders
+    assert audit.senders.low <= bound <= audit.senders.high + 0.01, audit.senders
     bayes, guess = audit.adversaries["bayes-posterior"], audit.adversaries["reported-arm"]
     assert bayes.mean <= guess.high
     assert audit.adversaries["outcome+bayes-posterior"].mean > 0.8
@@ -286,16 +353,24 @@ def test_simulate_cde_json_and_text() -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["config"]["eta"] == 0.1 and doc["config"]["privacy"] == 0.6  # cde's defaults
-    # Problem 1 at eps = 0.25: two eps-optimal arms, s e^e0 / (s e^e0 + K - s) with e^e0 = 13.5
-    assert doc["certified_privacy"] == pytest.approx(27 / 35)
+    # e^e0 = P (K - 1) / (1 - P) = 13.5 for every prior; under a uniform prior on Problem 1 at
+    # eps = 0.25, two eps-optimal arms: s e^e0 / (s e^e0 + K - s)
+    assert doc["certified_epsilon"] == pytest.approx(math.log(13.5))
+    assert doc["hit_rate_uniform_prior"] == pytest.approx(27 / 35)
     assert doc["certified_failure"] <= 0.05 and doc["threshold"] == 5
     assert "arm 1 is within epsilon of the best arm 0" in doc["certificate"]
-    assert "2 arms are eps-optimal of 10" in doc["privacy_certificate"]
+    assert doc["privacy_certificate"].startswith("e0 = 2.61: whatever it believed before")
+    assert "e^e0 = 13.5 by its report" in doc["privacy_certificate"]
+    assert "at most 0.772 (here 2 arms are eps-optimal of 10)" in doc["privacy_certificate"]
     assert all(t["messages"] >= 5 for t in doc["trials"])
     text = CliRunner().invoke(app, args)
     assert text.exit_code == 0, text.output
-    for needle in ("certified failure", "certified privacy", "0.7714", "5 reports accept an arm"):
+    for needle in ("certified failure", "5 reports accept an arm"):
         assert needle in text.stdout
+    rows = text.stdout.splitlines()
+    assert any("certified epsilon e0" in row and "2.61" in row for row in rows)
+    assert any("hit rate, uniform prior" in row and "0.772" in row for row in rows)
+    assert "certified epsilon: e0 = 2.61: whatever it believed before" in " ".join(rows)
 
 
 @pytest.mark.parametrize(
@@ -341,7 +416,8 @@ def test_simulate_cde_stress_in_a_subprocess() -> None:
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["config"]["exact_local_error"] and doc["config"]["attackers"] == 1
-    assert doc["certified_privacy"] == pytest.approx(0.6)
+    assert doc["hit_rate_uniform_prior"] == pytest.approx(0.6)  # one eps-optimal arm: P
+    assert doc["certified_epsilon"] == pytest.approx(math.log(0.6 * 2 / 0.4))
 
 
 def test_audit_votes_cde_json() -> None:
@@ -357,7 +433,14 @@ def test_audit_votes_cde_json() -> None:
     }  # fmt: skip
     cde_point = points["cde privacy=0.3 eta=0.1 N=30"]
     assert cde_point["privacy"] == 0.3
-    assert cde_point["certified"] == pytest.approx(cde.certified_privacy(0.3, 10, 2))
+    assert cde_point["certified_epsilon"] == pytest.approx(cde.report_epsilon(0.3, 10))
+    assert cde_point["hit_rate_uniform_prior"] == pytest.approx(
+        cde.hit_rate_uniform_prior(0.3, 10, 2)
+    )
+    assert cde_point["papers_privacy"] is None and "certified" not in cde_point
+    de_point = points["de-ser3 eta=0.9 N=30"]
+    assert de_point["certified_epsilon"] is None and de_point["hit_rate_uniform_prior"] is None
+    assert de_point["papers_privacy"] == pytest.approx(0.1)
     assert set(cde_point["adversaries"]) == {
         "reported-arm", "bayes-posterior", "outcome+bayes-posterior"
     }  # fmt: skip

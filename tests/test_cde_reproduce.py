@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from common import cde
 from common.algorithms import AlgorithmConfig
+from common.certificate import upper
 from dexp.cli import app
 from dexp.plan import Candidate, voting_candidate
 
@@ -32,7 +33,7 @@ def test_reproduce_cde_runs_the_configurations_that_certify(tmp_path: Path) -> N
          "--series", "DE-SER3 certified", "--no-plots", "--out", str(tmp_path)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "privacy" in result.stdout  # the certified hit-rate bound is a column of the table
+    assert "e0" in result.stdout and "hit rate" in result.stdout  # columns of the table
     summary = {r["series"]: r for r in read_csv(tmp_path / "cde-p1_summary.csv")}
     strongest = cde.strongest_privacy(64, 0.05, 0.1, 10)
     assert strongest is not None
@@ -40,12 +41,14 @@ def test_reproduce_cde_runs_the_configurations_that_certify(tmp_path: Path) -> N
     assert int(row["threshold"]) == cde.threshold_for(64, 0.05, 0.1, strongest, 10)
     assert float(row["certified_failure"]) <= 0.05
     # Problem 1: arms 0.7 and 0.5 are both eps-optimal at eps = 0.25
-    assert float(row["certified_privacy"]) == cde.certified_privacy(strongest, 10, 2)
+    assert float(row["certified_epsilon"]) == cde.report_epsilon(strongest, 10)
+    assert float(row["hit_rate_uniform_prior"]) == cde.hit_rate_uniform_prior(strongest, 10, 2)
     found = voting_candidate("DE-SER3 certified", "de", "ser3", AlgorithmConfig(), 10, 64)
     assert isinstance(found, Candidate)
     row = summary["DE-SER3 certified"]
     assert int(row["threshold"]) == found.algo.threshold(10) == 31
-    assert float(row["certified_failure"]) <= 0.05 and row["certified_privacy"] == ""
+    assert float(row["certified_failure"]) <= 0.05
+    assert row["certified_epsilon"] == row["hit_rate_uniform_prior"] == ""
 
     trials = read_csv(tmp_path / "cde-p1.csv")
     cde_rows = [r for r in trials if r["series"] == "CDE"]
@@ -76,15 +79,16 @@ def test_the_measurement_script_prints_what_point_3_compares() -> None:
     rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| 64 |")]
     assert len(rows) == 1
     cells = [c.strip(" |") for c in rows[0]]
-    certified_failure, failure, split, certified_privacy, audited = cells[3:8]
-    assert 0.0 < float(cells[8]) <= 1.0  # the share of agents that reported
+    certified_failure, failure, split, e0, hit_bound, audited = cells[3:9]
+    assert 0.0 < float(cells[9]) <= 1.0  # the share of agents that reported
+    assert float(e0) == float(upper(cde.report_epsilon(float(cells[2]), 8)))  # gauss-8: K = 8
     wrong, unanswered = split.split(" (<= ")[0], split.split(" / ")[1]
     assert f"({int(wrong) + int(unanswered)}/60)" in failure
     assert float(certified_failure) <= 0.05
     assert failure.endswith("/60)")
-    # the audited hit rate's 95% interval is not above the certified bound
+    # the audited hit rate's 95% interval is not above the bound under a uniform prior
     low = float(audited.split("[")[1].split(",")[0])
-    assert low <= float(certified_privacy)
+    assert low <= float(hit_bound)
     for series in ("CDE (eta 0.1)", "DE-SER3 (eta 0.9)", "DE-stitched-LUCB certified"):
         assert f"| {series}" in proc.stdout
     assert "lower bound 31.7 activations" in proc.stdout

@@ -52,10 +52,12 @@ def test_json_shape_for_the_defaults() -> None:
     # A budget cuts the trials short: the shape is what matters here.
     doc = simulate_json(*ENGINE, "--trials", "2", "--budget", "3000")
     assert set(doc) == {
-        "config", "threshold", "certified_failure", "certificate", "certified_privacy",
-        "privacy_certificate", "warnings", "trials", "summary"
+        "config", "threshold", "certified_failure", "certificate", "certified_epsilon",
+        "hit_rate_uniform_prior", "privacy_certificate", "warnings", "trials", "summary"
     }  # fmt: skip
-    assert doc["certified_privacy"] is None and doc["privacy_certificate"] is None  # de: no bound
+    # de: no e0, no hit-rate bound
+    assert doc["certified_epsilon"] is None and doc["hit_rate_uniform_prior"] is None
+    assert doc["privacy_certificate"] is None
     assert doc["threshold"] == 29
     # P(Bin(32, (pi^2 / 24) 0.9) >= 29): 29 of the 32 agents erring
     assert doc["certified_failure"] == pytest.approx(3.9866e-10, rel=1e-4)

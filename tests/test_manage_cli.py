@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import re
 import signal
@@ -423,6 +424,17 @@ def test_show_renders_the_new_fields_when_present_and_works_without() -> None:
         "certified failure at most 0.46 with 12 agents (ABOVE delta = 0.05) The best arm is voted "
         "out" in shown
     )
+    assert "certified epsilon" not in plain  # a voting experiment's: no e0
+    private = document(certified_epsilon=math.log(8), hit_rate_uniform_prior=0.8)
+    shown = " ".join(render(manage.experiment_view(private)).split())
+    assert (
+        "certified epsilon e0 = 2.08, for every prior (hit rate under a uniform prior: at most 0.8)"
+        in shown
+    )
+    said = document(
+        certified_epsilon=math.log(8), hit_rate_uniform_prior=0.8, privacy_certificate="e0 = 2.08."
+    )
+    assert "certified epsilon e0 = 2.08." in " ".join(render(manage.experiment_view(said)).split())
     richer = document(epoch_messages=41, load_generator=LOAD)
     text = render(manage.experiment_view(richer, now=1_700_000_003.0))
     assert "60 (2 ignored); 41 this epoch" in text

@@ -5,6 +5,7 @@ hit-rate bounds, and a request nothing certifies exits 2 with one line."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -68,22 +69,30 @@ def test_cde_rows_have_the_strongest_privacy_that_certifies() -> None:
         m = cde.threshold_for(1024, 0.05, row["eta"], weaker, K)
         assert cde.failure(1024, m, row["eta"], weaker, K).total > 0.05
         # Problem 1 has two eps-optimal arms (0.7 and 0.5 at eps = 0.25): hitting either counts
-        assert row["certified_privacy"] == cde.certified_privacy(row["privacy"], K, 2)
-        assert row["certified_privacy"] > row["privacy"]
+        assert row["hit_rate_uniform_prior"] == cde.hit_rate_uniform_prior(row["privacy"], K, 2)
+        assert row["hit_rate_uniform_prior"] > row["privacy"]
+        # e0 does not depend on the instance: e^e0 = P (K - 1) / (1 - P)
+        assert row["certified_epsilon"] == cde.report_epsilon(row["privacy"], K)
+        assert math.exp(row["certified_epsilon"]) == pytest.approx(
+            row["privacy"] * (K - 1) / (1 - row["privacy"])
+        )
+        assert row["papers_privacy"] is None
     voting = [r for r in doc["configurations"] if r["algorithm"] != "cde"]
-    assert all(r["certified_privacy"] is None and 0 < r["papers_privacy"] < 1 for r in voting)
+    for r in voting:
+        assert r["certified_epsilon"] is None and r["hit_rate_uniform_prior"] is None
+        assert 0 < r["papers_privacy"] < 1
     assert doc["lower_bound"]["eps_optimal_arms"] == [0, 1]
 
 
-def test_a_privacy_request_keeps_certified_hit_rate_bounds_at_most_it() -> None:
+def test_a_privacy_request_keeps_hit_rate_bounds_under_a_uniform_prior_at_most_it() -> None:
     doc = plan_json("--agents", "1024", "--privacy", "0.35")
     rows = doc["configurations"]
     assert rows and all(r["algorithm"] == "cde" for r in rows)
     for row in rows:
-        assert row["certified_privacy"] <= 0.35
+        assert row["hit_rate_uniform_prior"] <= 0.35
         # the most faithful report that keeps the bound: one step more breaks it
-        assert cde.certified_privacy(row["privacy"] + 1e-4, K, 2) > 0.35
-    assert any("no bound on the hit rate" in e["reason"] for e in doc["excluded"])
+        assert cde.hit_rate_uniform_prior(row["privacy"] + 1e-4, K, 2) > 0.35
+    assert any("no e0 and no bound on the hit rate" in e["reason"] for e in doc["excluded"])
 
 
 @pytest.mark.parametrize(

@@ -25,9 +25,9 @@ from common.privacy import (
     Posterior,
     audit_votes,
     best_guess_hits,
-    certified_bound,
     hit_probabilities,
     method_label,
+    papers_privacy,
     records,
 )
 from common.simulation import SimulationConfig, TrialResult
@@ -57,15 +57,16 @@ def test_best_guess_draws_uniformly_among_equal_scores() -> None:
     assert best_guess_hits(scores, optimal) == pytest.approx([0.5, 0.0, 1 / 3])
 
 
-def test_certified_bounds() -> None:
-    assert certified_bound(AlgorithmConfig(), 10) == pytest.approx(0.1)
+def test_papers_privacy() -> None:
+    assert papers_privacy(AlgorithmConfig(), 10) == pytest.approx(0.1)
     for xi in (0.05, 0.1, 0.2):
         # CE keeps the apparent privacy: (1 - eta_xi)(1 - xi)^(K-1) = 1 - eta
-        assert certified_bound(AlgorithmConfig("ce", xi=xi), 10) == pytest.approx(0.1)
-    assert certified_bound(AlgorithmConfig("dp-mase", beta=0.3), 10) == pytest.approx(0.7)
-    assert certified_bound(AlgorithmConfig("independent"), 10) == 0.0
+        assert papers_privacy(AlgorithmConfig("ce", xi=xi), 10) == pytest.approx(0.1)
+    assert papers_privacy(AlgorithmConfig("dp-mase", beta=0.3), 10) == pytest.approx(0.7)
+    assert papers_privacy(AlgorithmConfig("independent"), 10) == 0.0
+    assert papers_privacy(AlgorithmConfig("cde", eta=0.1), 10) is None  # its figure is e0
     with pytest.raises(ParameterError):
-        certified_bound(AlgorithmConfig("central"), 10)
+        papers_privacy(AlgorithmConfig("central"), 10)
     assert method_label(AlgorithmConfig("ce", xi=0.1)) == "CE xi=0.1 (ser3)"
 
 
@@ -224,13 +225,13 @@ def measured(algorithm: str, eta: float, xi: float = 0.0, subroutine: str = "ser
 
 
 def test_a_higher_eta_certifies_less_and_leaks_more() -> None:
-    """DE's certified bound falls with eta, the strongest votes-only adversary's hit rate rises:
+    """DE's papers' figure falls with eta, the strongest votes-only adversary's hit rate rises:
     the intervals at eta = 0.5 and 0.95 are far apart."""
     low, mid, high = (measured("de", eta) for eta in (0.5, 0.9, 0.95))
-    assert low["certified"] > mid["certified"] > high["certified"]
+    assert low["papers_privacy"] > mid["papers_privacy"] > high["papers_privacy"]
     assert low["votes_only"]["ci95"][1] < mid["votes_only"]["ci95"][0]
     assert mid["votes_only"]["ci95"][1] < high["votes_only"]["ci95"][0]
-    assert mid["votes_only"]["ci95"][0] > mid["certified"]
+    assert mid["votes_only"]["ci95"][0] > mid["papers_privacy"]
     # and more agents name their arm exactly (voted against K - 1 arms)
     assert low["named_exactly"]["mean"] < mid["named_exactly"]["mean"]
     assert mid["named_exactly"]["mean"] < high["named_exactly"]["mean"]
@@ -289,7 +290,9 @@ def test_audit_votes_json() -> None:
     done = dexp("audit", "votes", "--trials", "4", "--training-trials", "4", "--json")
     assert done.returncode == 0, done.stderr
     point = json.loads(done.stdout)
-    assert point["certified"] == pytest.approx(0.1)
+    assert point["papers_privacy"] == pytest.approx(0.1)
+    assert point["certified_epsilon"] is None and point["hit_rate_uniform_prior"] is None
+    assert "certified" not in point
     # 29 of the 64 agents erring, each at most (pi^2 / 24) 0.9
     assert point["certified_failure"] == certified_failure(64, 29, math.pi**2 / 24 * 0.9)
     assert set(point["hit_rate"]) == {"mean", "ci95", "adversary"}
@@ -343,6 +346,8 @@ def test_reproduce_privacy_frontier(tmp_path: Path) -> None:
     series = {r["series"] for r in rows}
     assert series == {"DE", "CE xi=0.1", "DE at CE's M (at CE's eta)", "DP-MASE eps_dp=0.1"}
     assert len(rows) == 17
+    assert "certified" not in rows[0]  # the papers' figure, named as such: it bounds no hit rate
+    assert all(0.0 < float(r["papers_privacy"]) < 1.0 for r in rows)
     assert (tmp_path / "privacy-frontier.png").stat().st_size > 10_000
     document = json.loads((tmp_path / "privacy-frontier.json").read_text())
     assert document["parameters"]["trials"] == 2

@@ -133,9 +133,10 @@ class ExperimentCreate(BaseModel):
         gt=0,
         lt=1,
         allow_inf_nan=False,
-        description="CDE: P, the certified bound on how often any adversary holding one agent's "
-        "report names that agent's eps-optimal arm, in (1/K, 1): the report is the agent's answer "
-        "with probability P, another arm otherwise (K-ary randomized response)",
+        description="CDE: P, the hit-rate bound under a uniform prior over which arm is best, "
+        "equivalently e0 = log(P (K-1)/(1-P)) (the certified_epsilon of each report), in "
+        "(1/K, 1): the report is the agent's answer with probability P, another arm otherwise "
+        "(K-ary randomized response)",
     )
     agents: StrictInt | None = Field(
         None,
@@ -225,17 +226,27 @@ CERTIFIED_FAILURE = Field(
     "the bound on a wrong answer, an arm that is not epsilon-optimal accepted or the best arm "
     "short of the threshold (docs/CDE.md)"
 )
-CERTIFIED_PRIVACY = Field(
+CERTIFIED_EPSILON = Field(
     None,
-    description="CDE: the bound on how often any adversary holding one agent's report (and "
-    "knowing nothing else of which arm is best) names that agent's eps-optimal arm, "
-    "e^e0 / (e^e0 + K - 1) = params.privacy (docs/CDE.md); null for the voting algorithms, "
-    "whose votes it does not bound (docs/PRIVACY.md)",
+    description="CDE: e0, each report's local differential privacy, what holds for every prior: "
+    "whatever it believed before, any adversary's odds about one agent's answer, hence its "
+    "rewards, are multiplied by at most e^e0 = P (K - 1) / (1 - P) by its report, P = "
+    "params.privacy (docs/CDE.md, section 2); null for the voting algorithms (DP-MASE's "
+    "dp_epsilon is per reward, not about the agent's answer, which its votes reveal: "
+    "docs/PRIVACY.md)",
+)
+HIT_RATE_UNIFORM_PRIOR = Field(
+    None,
+    description="CDE: the corollary of certified_epsilon for an adversary with a uniform prior "
+    "over which arm is best: it names an agent's eps-optimal arm from its report at most this "
+    "often, e^e0 / (e^e0 + K - 1) = params.privacy when one arm alone is eps-optimal. Another "
+    "prior gives another hit rate (0.5 for a prior of 0.5 on one arm, report or not); null for "
+    "the voting algorithms",
 )
 PRIVACY_CERTIFICATE = Field(
     None,
-    description="CDE: what certified_privacy means, as a sentence (it holds when one arm alone is "
-    "eps-optimal; the sentence gives the bound with two); null for the voting algorithms",
+    description="CDE: certified_epsilon and hit_rate_uniform_prior in plain sentences (and the "
+    "hit rate when two arms are eps-optimal); null for the voting algorithms",
 )
 CERTIFIED_AGENTS = Field(description="N, the agents enrolled, for which certified_failure holds")
 CERTIFIED_AT_CAP = Field(
@@ -372,7 +383,8 @@ class ExperimentPublic(BaseModel):
     certified_agents: int = CERTIFIED_AGENTS
     certified_failure_at_max_agents: float | None = CERTIFIED_AT_CAP
     certificate: str = CERTIFICATE
-    certified_privacy: float | None = CERTIFIED_PRIVACY
+    certified_epsilon: float | None = CERTIFIED_EPSILON
+    hit_rate_uniform_prior: float | None = HIT_RATE_UNIFORM_PRIOR
     privacy_certificate: str | None = PRIVACY_CERTIFICATE
 
 
@@ -463,7 +475,8 @@ class BestArm(BaseModel):
     certified_agents: int = CERTIFIED_AGENTS
     certified_failure_at_max_agents: float | None = CERTIFIED_AT_CAP
     certificate: str = CERTIFICATE
-    certified_privacy: float | None = CERTIFIED_PRIVACY
+    certified_epsilon: float | None = CERTIFIED_EPSILON
+    hit_rate_uniform_prior: float | None = HIT_RATE_UNIFORM_PRIOR
     privacy_certificate: str | None = PRIVACY_CERTIFICATE
 
 
@@ -522,20 +535,27 @@ def certificate_of(state: dict[str, Any], agents: int | None = None) -> Certific
 
 def certified_fields(state: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """The certificate's fields of both documents: the bound with the agents enrolled, and with
-    as many as the cap lets in; CDE's privacy bound."""
+    as many as the cap lets in; CDE's privacy."""
     certificate = certificate_of(state)
     cap = settings.max_agents
-    config = AlgorithmConfig(**state["params"])
-    privacy = cde.certified_privacy(config.privacy, len(state["arms"])) if config.reports else None
     return {
         "certified_failure": certificate.failure,
         "certified_agents": certificate.agents,
         "certified_failure_at_max_agents": certificate_of(state, cap).failure if cap else None,
         "certificate": certificate.statement(),
-        "certified_privacy": privacy,
-        "privacy_certificate": (
-            cde.privacy_sentence(config.privacy, len(state["arms"])) if config.reports else None
-        ),
+        **privacy_fields(AlgorithmConfig(**state["params"]), len(state["arms"])),
+    }
+
+
+def privacy_fields(config: AlgorithmConfig, n_arms: int) -> dict[str, Any]:
+    """CDE's e0 (every prior), its hit rate under a uniform prior with one eps-optimal arm (the
+    services do not know the means) and their sentence; null for the voting algorithms."""
+    if not config.reports:
+        return dict.fromkeys(("certified_epsilon", "hit_rate_uniform_prior", "privacy_certificate"))
+    return {
+        "certified_epsilon": cde.report_epsilon(config.privacy, n_arms),
+        "hit_rate_uniform_prior": cde.hit_rate_uniform_prior(config.privacy, n_arms),
+        "privacy_certificate": cde.privacy_sentence(config.privacy, n_arms),
     }
 
 

@@ -3,15 +3,17 @@ chooses its threshold M from the agents expected; each agent sends ONE report (P
 lua/report.lua), the first arm M distinct agents reported is accepted and every other arm leaves at
 once; a second report of an agent is a duplicate that changes nothing and gets the same reply
 whatever the others did; votes and reports are refused where they do not belong; the documents
-carry certified_failure (with the agents enrolled, at the threshold of the creation) and
-certified_privacy; and hosted agents (agent/host.py) reach the right answer on an easy instance,
-each reporting once, at the activation its fixed budget ends."""
+carry certified_failure (with the agents enrolled, at the threshold of the creation),
+certified_epsilon (e0, for every prior) and hit_rate_uniform_prior; and hosted agents
+(agent/host.py) reach the right answer on an easy instance, each reporting once, at the
+activation its fixed budget ends."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -75,7 +77,13 @@ def test_reports_accept_the_first_arm_at_the_threshold_and_the_others_leave(
     assert created["threshold"] == CONFIG.threshold(3, 10) == 5
     assert created["expected_agents"] == 10
     assert created["reports"] == [0, 0, 0] and created["votes"] == [0, 0, 0]
-    assert created["certified_privacy"] == cde.certified_privacy(0.8, 3) == pytest.approx(0.8)
+    # e^e0 = P (K - 1) / (1 - P) = 8 for every prior; the hit rate named with its uniform prior
+    assert created["certified_epsilon"] == cde.report_epsilon(0.8, 3) == pytest.approx(math.log(8))
+    assert created["hit_rate_uniform_prior"] == cde.hit_rate_uniform_prior(0.8, 3)
+    assert created["hit_rate_uniform_prior"] == pytest.approx(0.8)
+    assert created["privacy_certificate"].startswith("e0 = 2.08: whatever it believed before")
+    assert "e^e0 = 8 by its report" in created["privacy_certificate"]
+    assert "certified_privacy" not in created
     # no agent yet: nothing below 1, and the warnings say what would certify delta
     assert created["certified_failure"] == 1.0
     assert created["certificate"].startswith("Nothing below 1 is certified")
@@ -105,7 +113,8 @@ def test_reports_accept_the_first_arm_at_the_threshold_and_the_others_leave(
     best = client.get("/v1/experiments/c/best-arm").json()
     assert best["best_arm"] == {"index": 0, "name": "A"}
     assert best["reports"] == {"A": 5, "B": 1, "C": 0}
-    assert best["certified_privacy"] == doc["certified_privacy"]
+    for field in ("certified_epsilon", "hit_rate_uniform_prior", "privacy_certificate"):
+        assert best[field] == doc[field]
     assert best["certified_failure"] == doc["certified_failure"]
     late = report(client, "c", agents[6].token, 2).json()  # a first report after the answer
     assert late == {"outcome": "decided", "counted": False, "accepted": False}
@@ -366,15 +375,17 @@ def test_hosted_agents_report_once_each_and_the_load_generator_reports_the_certi
     assert (summary.algorithm, summary.message_bound) == ("cde", 10)
     assert summary.epoch_votes == sum(doc["reports"])
     assert summary.certified_failure == doc["certified_failure"] <= 0.05
-    assert summary.certified_privacy == doc["certified_privacy"]
+    assert summary.certified_epsilon == doc["certified_epsilon"]
+    assert summary.hit_rate_uniform_prior == doc["hit_rate_uniform_prior"]
     lines = format_summary(summary, as_json=False).splitlines()
     assert lines[-2] == (
         f"certified failure at most {upper(doc['certified_failure'])} with 10 agents (within "
         f"delta = 0.05): {doc['certificate']}"
     )
-    assert lines[-1].startswith("certified privacy at most 0.8: no adversary holding one agent's")
+    assert lines[-1] == f"certified epsilon {doc['privacy_certificate']}"
+    assert lines[-1].startswith("certified epsilon e0 = 2.08: whatever it believed before")
     assert f"{summary.epoch_votes} reports counted" in "\n".join(lines)
-    voting = format_summary(replace(summary, algorithm="de", certified_privacy=None), False)
+    voting = format_summary(replace(summary, algorithm="de", certified_epsilon=None), False)
     assert voting.splitlines()[-1].startswith("certified failure at most")  # every algorithm's
 
 
@@ -436,7 +447,8 @@ def test_dexp_experiments_creates_and_shows_a_cde_experiment(
     client: httpx.Client, coordinator_url: str
 ) -> None:
     """`dexp experiments create --algorithm cde --privacy --agents` and `show`: the threshold with
-    the agents it was chosen for, the reports per arm, certified privacy beside certified failure."""
+    the agents it was chosen for, the reports per arm, certified epsilon beside certified
+    failure."""
     env = {"DEXP_COORDINATOR_URL": coordinator_url, "DEXP_ADMIN_TOKEN": ADMIN_TOKEN}
     options = ["--algorithm", "cde", "--privacy", "0.8", "--agents", "10", "--eta", "0.1"]
     created = CliRunner().invoke(
@@ -458,7 +470,9 @@ def test_dexp_experiments_creates_and_shows_a_cde_experiment(
     assert (
         f"certified failure at most {upper(failure)} with 10 agents (within delta = 0.05)" in text
     )
-    assert "certified privacy at most 0.8: no adversary holding one agent's report" in text
+    # e0 first (for every prior), the hit rate with its prior named after it
+    assert "certified epsilon e0 = 2.08: whatever it believed before, any adversary's odds" in text
+    assert "Hit rate under a uniform prior over which arm is best: at most 0.8" in text
 
 
 def test_reports_and_the_acceptance_are_published_in_batches(clean_redis: str) -> None:

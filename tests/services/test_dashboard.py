@@ -11,6 +11,7 @@ Screenshots go to DEXP_SCREENSHOT_DIR (default: the test's tmp_path).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -272,11 +273,12 @@ def test_a_tie_shows_its_candidates_and_what_is_certified(
     desktop.assert_clean()
 
 
-def test_a_cde_experiment_shows_its_reports_and_certified_privacy(
-    desktop: Watched, client: httpx.Client
+def test_a_cde_experiment_shows_its_reports_and_certified_epsilon(
+    desktop: Watched, client: httpx.Client, screenshots: Path
 ) -> None:
     """CDE (one report per agent, M = 3 for 6 agents expected): the arms count reports, and the
-    certified privacy stands beside the certified failure."""
+    certified epsilon e0 stands beside the certified failure, what it means for every prior
+    first, the hit rate with its prior named after it (P = 0.8 with 3 arms: e^e0 = 8)."""
     from playwright.sync_api import expect
 
     page = desktop.page
@@ -291,14 +293,26 @@ def test_a_cde_experiment_shows_its_reports_and_certified_privacy(
     expect(page.locator("#arms-counted")).to_have_text("Reports / M")
     expect(page.locator("#arms .count")).to_have_text(["3 / 3", "1 / 3", "0 / 3"])
     expect(page.locator("#eliminations li .when").first).to_contain_text("1 reports")
-    expect(page.locator("#certified-privacy")).to_have_text("≤ 0.8")
-    expect(page.locator("#privacy-line")).to_contain_text("names its ε-optimal arm more often")
+    doc = client.get("/v1/experiments/cde").json()
+    assert doc["certified_epsilon"] == pytest.approx(math.log(8))
+    expect(page.locator("#certified-epsilon")).to_have_text("ε₀ = 2.08")  # log 8, rounded up
+    expect(page.locator("#privacy-odds")).to_have_text(
+        "Whatever it believed before, any adversary's odds about one agent's answer, hence its "
+        "rewards, are multiplied by at most e^ε₀ = 8 by its report."
+    )
+    expect(page.locator("#privacy-uniform")).to_contain_text(
+        "Hit rate under a uniform prior over which arm is best: ≤ 0.8 (one ε-optimal arm)"
+    )
+    expect(page.locator("#privacy")).not_to_contain_text("Certified privacy ≤")
     expect(page.locator("#certificate")).to_contain_text("A wrong answer has probability")
     params = page.locator("#params")
     expect(params).to_contain_text("P (privacy, CDE)0.8")
     for absent in ("DP ε", "β (beta", "φ (phi", "ξ (xi"):
         expect(params).not_to_contain_text(absent)
     expect(page.locator("#result")).to_contain_text("Reports4")
+    page.locator("#certificate-card").screenshot(
+        path=str(screenshots / "dashboard-cde-privacy.png")
+    )
     desktop.assert_clean()
 
 
@@ -343,7 +357,7 @@ def test_a_late_visitor_sees_the_whole_run_and_its_result(
         expect(result).to_contain_text(text)
     expect(page.locator("#loadgen-card")).to_be_hidden()
     expect(page.locator("#warnings-card")).to_be_hidden()
-    expect(page.locator("#privacy-line")).to_be_hidden()  # CDE's only
+    expect(page.locator("#privacy")).to_be_hidden()  # CDE's only
     params = page.locator("#params")
     expect(params).to_contain_text("η (eta)0.5")
     for absent in ("DP ε", "β (beta", "φ (phi", "ξ (xi", "privacy"):

@@ -96,9 +96,10 @@ function ago(ms) {
 }
 
 function upperText(x) {
-  // a probability bound rounded up to 3 significant digits (it stays a bound), as the CLI prints it
+  // a bound (a probability, or e.g. CDE's e0) rounded up to 3 significant digits (it stays a
+  // bound), as the CLI prints it
   if (typeof x !== "number" || !Number.isFinite(x)) return "–";
-  if (x <= 0 || x >= 1) return String(x);
+  if (x <= 0 || x === 1) return String(x);
   const exponent = Math.floor(Math.log10(x)) - 2;
   const scaled = x / 10 ** exponent;
   const nearest = Math.round(scaled);
@@ -468,10 +469,22 @@ function renderCertificate(d) {
     ": ",
     d.certificate || "",
   );
-  // CDE: the bound on an adversary's hit rate, beside the bound on a wrong answer
-  const privacy = $("privacy-line");
-  privacy.hidden = typeof d.certified_privacy !== "number";
-  if (!privacy.hidden) $("certified-privacy").textContent = `≤ ${upperText(d.certified_privacy)}`;
+  // CDE: e0, what holds for every prior, then its hit rate under a uniform prior, beside the
+  // bound on a wrong answer
+  const privacy = $("privacy");
+  const e0 = d.certified_epsilon;
+  privacy.hidden = typeof e0 !== "number";
+  if (privacy.hidden) return;
+  $("certified-epsilon").textContent = `ε₀ = ${upperText(e0)}`;
+  $("privacy-odds").textContent =
+    "Whatever it believed before, any adversary's odds about one agent's answer, hence its " +
+    `rewards, are multiplied by at most e^ε₀ = ${upperText(Math.exp(e0))} by its report.`;
+  const hit = d.hit_rate_uniform_prior;
+  $("privacy-uniform").textContent = typeof hit === "number"
+    ? `Hit rate under a uniform prior over which arm is best: ≤ ${upperText(hit)} (one ε-optimal ` +
+      "arm), how often such an adversary names the agent's arm. Another prior gives another hit " +
+      "rate (0.5 on one arm: 0.5 without any report), its odds still multiplied by at most e^ε₀."
+    : "";
 }
 
 function joinNames(names) {

@@ -13,7 +13,10 @@ export interface AgentSpec {
     params: LocalParams;
     /** CE's xi: a vote is dropped before sending with this probability. */
     vote_drop?: number;
-    /** CDE: the hit-rate bound of its randomized report. */
+    /**
+     * CDE: P of its randomized report, the hit-rate bound under a uniform prior
+     * (e^e0 = P (K - 1) / (1 - P)).
+     */
     report_privacy?: number | null;
 }
 /** (p, r) of CDE's K-ary randomized response: p names the answer, r each other arm. */
