@@ -12,7 +12,7 @@ from common.activation import Activation
 from common.algorithms import AlgorithmConfig
 from common.environments import Environment
 from common.errors import ParameterError
-from common.subroutines.fixed_budget import samples_per_arm
+from common.subroutines import LocalParams
 from common.votes import Elimination
 
 STOP_RULES = ("all-agents", "global")
@@ -57,7 +57,11 @@ class SimulationConfig:
     the stress mode: each honest agent's local answer ignores its rewards and is each
     non-eps-optimal arm with probability eta / (K - 1), the best arm otherwise (`stress_answers`:
     the worst case the certificate allows), then randomized as usual. Drifting rewards are refused:
-    the fixed-budget run and its certificate are for fixed means."""
+    the fixed-budget run and its certificate are for fixed means. Bernoulli arms' rewards are 0 or
+    1, and the agents are told so (`declare_bernoulli`, as an experiment's `rewards: bernoulli`):
+    CDE's T is then the exact binomial one (common.subroutines.bernoulli_budget); with
+    `declare_bernoulli` False they are told only that the rewards lie in [0, 1] (the sub-Gaussian
+    T). Ignored for Gaussian arms."""
 
     environment: Environment
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
@@ -67,6 +71,7 @@ class SimulationConfig:
     budget: int = DEFAULT_BUDGET
     attackers: int = 0
     exact_local_error: bool = False  # CDE's stress mode (see above)
+    declare_bernoulli: bool = True  # Bernoulli arms: the agents know the rewards are 0 or 1
 
     def __post_init__(self) -> None:
         if self.stop not in STOP_RULES:
@@ -74,7 +79,7 @@ class SimulationConfig:
         if self.budget < 1:
             raise ParameterError("budget", self.budget, "must be >= 1")
         self.algorithm.validate_for(self.environment.n_arms, self.n_agents)
-        self.algorithm.local_params(self.environment.n_arms, self.n_agents, self.sigma)
+        self.local_params()
         a = self.attackers
         if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < self.n_agents:
             raise ParameterError(
@@ -100,6 +105,17 @@ class SimulationConfig:
     @property
     def sigma(self) -> float | None:
         return None if self.environment.bounded else self.environment.sigma
+
+    @property
+    def bernoulli(self) -> bool:
+        """The agents know every reward is 0 or 1 (Bernoulli arms, declared)."""
+        return self.environment.bounded and self.declare_bernoulli
+
+    def local_params(self) -> LocalParams:
+        """Each agent's local run (CDE: its T from the rewards the agents are told of)."""
+        return self.algorithm.local_params(
+            self.environment.n_arms, self.n_agents, self.sigma, self.bernoulli
+        )
 
     @cached_property
     def threshold(self) -> int | None:
@@ -127,11 +143,9 @@ class SimulationConfig:
     @property
     def local_budget(self) -> int:
         """CDE: the activations of one agent's fixed-budget run, T K (T with every_arm)."""
-        params = self.algorithm.local_params(self.environment.n_arms, self.n_agents, self.sigma)
-        pulls = samples_per_arm(
-            params.epsilon, params.confidence, self.environment.n_arms, self.sigma
-        )
-        return pulls if params.every_arm else pulls * self.environment.n_arms
+        params = self.local_params()
+        assert params.pulls is not None, "CDE's local params carry T"
+        return params.pulls if params.every_arm else params.pulls * self.environment.n_arms
 
     def stress_answers(self) -> np.ndarray:
         """The stress mode's local answer distribution (K,): each non-eps-optimal arm with
