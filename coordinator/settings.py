@@ -70,6 +70,7 @@ class Settings(SecretFileSettings):
     tolerance: int = Field(0, ge=0)  # f: Byzantine agents tolerated; the threshold is M + f
     privacy: float = DEFAULT_PRIVACY  # CDE: the certified bound on an adversary's hit rate
     sigma: float | None = None  # reward scale for Gaussian rewards; unset: rewards in [0, 1]
+    rewards: str = "bounded"  # with sigma unset: bounded ([0, 1]) or bernoulli (0 or 1)
     # CDE: the agents the default experiment expects, from which its threshold is chosen (unset:
     # max_agents); not an AlgorithmConfig field
     agents: int | None = Field(None, ge=1)
