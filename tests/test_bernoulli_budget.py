@@ -9,6 +9,7 @@ tell). Seeds are fixed; the binomial tests' thresholds are said beside them.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -150,3 +151,22 @@ def test_the_real_run_errs_within_its_budget_and_t_minus_3_does_not() -> None:
     assert stats.binomtest(at_t, runs, eta, alternative="greater").pvalue > 1e-6, at_t / runs
     fewer = wrong_rate(pulls - 3, means, runs, seed=34)
     assert stats.binomtest(fewer, runs, eta, alternative="greater").pvalue < 1e-6, fewer / runs
+
+
+def test_simulate_declares_bernoulli_arms_unless_told_bounded() -> None:
+    """`dexp simulate --algorithm cde` on Bernoulli arms plays the exact T (the environment's
+    rewards are 0 or 1); --declare bounded plays the sub-Gaussian one; a family that is neither
+    exits 2 with one line."""
+    from typer.testing import CliRunner
+
+    from dexp.cli import app
+
+    base = ["simulate", "--algorithm", "cde", "--agents", "16", "--trials", "1", "--json"]
+    runner = CliRunner()
+    told = json.loads(runner.invoke(app, base).stdout)["config"]
+    bounded = json.loads(runner.invoke(app, [*base, "--declare", "bounded"]).stdout)["config"]
+    assert told["declared_rewards"] == "bernoulli" and bounded["declared_rewards"] is None
+    assert told["pulls_per_arm"] == samples_per_arm(0.25, 0.1, 10, None, bernoulli=True) == 41
+    assert bounded["pulls_per_arm"] == samples_per_arm(0.25, 0.1, 10, None) == 72
+    wrong = runner.invoke(app, [*base, "--declare", "gaussian"])
+    assert wrong.exit_code == 2 and "declare='gaussian' is invalid" in wrong.stderr

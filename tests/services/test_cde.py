@@ -500,6 +500,28 @@ def test_dexp_experiments_creates_and_shows_a_cde_experiment(
     assert "certified privacy at most 0.8: no adversary holding one agent's report" in text
 
 
+def test_dexp_experiments_creates_a_bernoulli_experiment(
+    client: httpx.Client, coordinator_url: str
+) -> None:
+    """`dexp experiments create --rewards bernoulli` declares the family; `show` says it and T."""
+    env = {"DEXP_COORDINATOR_URL": coordinator_url, "DEXP_ADMIN_TOKEN": ADMIN_TOKEN}
+    options = ["--algorithm", "cde", "--agents", "10", "--eta", "0.1", "--epsilon", "0.5"]
+    created = CliRunner().invoke(
+        app,
+        ["experiments", "create", "bcli", "--arms", "A,B,C", "--rewards", "bernoulli", *options],
+        env=env,
+    )
+    assert created.exit_code == 0, created.stderr
+    pulls = samples_per_arm(0.5, 0.1, 3, None, bernoulli=True)
+    assert document(client, "bcli")["pulls_per_arm"] == pulls
+    shown = CliRunner().invoke(app, ["experiments", "show", "bcli"], env=env)
+    assert f"rewards 0 or 1 T={pulls} pulls per arm" in " ".join(shown.stdout.split())
+    wrong = CliRunner().invoke(
+        app, ["experiments", "create", "x", "--arms", "A,B", "--rewards", "gaussian"], env=env
+    )
+    assert wrong.exit_code == 2 and "one of bounded, bernoulli" in wrong.stderr
+
+
 def test_reports_and_the_acceptance_are_published_in_batches(clean_redis: str) -> None:
     """DEXP_PUBLISH_BATCH = 4 and a cadence of an hour: what anyone reads shows the reports four
     at a time, and an acceptance that does not fall on a batch only at the cadence's tick (never
