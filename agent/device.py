@@ -45,6 +45,7 @@ from agent.events import GlobalSetFollower
 from agent.library import Agent, GlobalView
 from agent.state import StateFile
 from clients.coordinator import CoordinatorClient, CoordinatorError
+from common.params import check_bernoulli_rewards
 
 __all__ = ["CoordinatorError", "DeviceAgent", "EnrollmentRefused", "ExperimentGone"]
 
@@ -250,8 +251,11 @@ class DeviceAgent:
 
     def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
         """The rewards of the arms `choose` gave, in the same order; the arms it voted against
-        (usually none). The rewards stay on the device."""
+        (usually none). The rewards stay on the device. An experiment declared Bernoulli takes 0
+        and 1 only: any other reward is refused (ParameterError, a ValueError), nothing learnt."""
         with self._lock, self._gone_on_404():
+            if self.agent.view.bernoulli:
+                check_bernoulli_rewards(rewards)
             if self.agent.local.done and not self.agent.reporting:
                 return []  # settled: the arm `choose` gave teaches nothing more
             votes = self.agent.observe(arms, rewards)

@@ -53,6 +53,7 @@ from agent.state import Acknowledged, AgentRecord
 from clients.coordinator import CoordinatorClient, CoordinatorError
 from common.agent import AgentSpec, LocalAgent
 from common.algorithms import AlgorithmConfig
+from common.params import BERNOULLI_REWARDS, BOUNDED_REWARDS, check_bernoulli_rewards
 
 log = logging.getLogger("dexp.agent")
 
@@ -104,6 +105,9 @@ class GlobalView:
     # under the same id, and this view's agents are not enrolled in the new one (the agent
     # service drops them: agent/discovery.py).
     replaced: bool = False
+    # "bounded" or "bernoulli": in a Bernoulli experiment the agents refuse any reward but 0 and 1
+    rewards: str = BOUNDED_REWARDS
+    pulls_per_arm: int | None = None  # CDE: the T the experiment published (its agents play it)
 
     @classmethod
     def fetch(cls, client: CoordinatorClient, experiment: str) -> GlobalView:
@@ -116,6 +120,8 @@ class GlobalView:
             state.get("sigma"),
             int(state["threshold"]),
             created_at=int(state.get("created_at", 0)),
+            rewards=str(state.get("rewards") or BOUNDED_REWARDS),
+            pulls_per_arm=_int_or_none(state.get("pulls_per_arm")),
         )
         view.update(state, seq)
         return view
@@ -211,8 +217,14 @@ class GlobalView:
             return False  # nothing new (an event's data carries no vote counts to take)
         return self.update(state, seq)
 
+    @property
+    def bernoulli(self) -> bool:
+        return self.rewards == BERNOULLI_REWARDS
+
     def agent_spec(self) -> AgentSpec:
-        params = self.config.local_params(len(self.arms), 1, self.sigma)
+        params = self.config.local_params(
+            len(self.arms), 1, self.sigma, self.bernoulli, self.pulls_per_arm
+        )
         return AgentSpec(
             len(self.arms),
             self.config.local_subroutine,
@@ -366,7 +378,11 @@ class Agent:
 
     def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
         """Feed the rewards of the arms played; returns the votes sent (CDE: none; the report is
-        sent at the activation that ends the fixed budget)."""
+        sent at the activation that ends the fixed budget). In an experiment whose rewards are
+        declared Bernoulli, a reward other than 0 or 1 is refused (ParameterError, a ValueError)
+        and nothing is recorded."""
+        if self.view.bernoulli:
+            check_bernoulli_rewards(rewards)
         if self.reporting:
             if not self.reported and not self.local.done:
                 self.local.observe(arms, rewards)

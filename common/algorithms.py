@@ -33,6 +33,7 @@ from common.params import (
     check_epsilon,
     check_epsilon_for_rewards,
     check_open_unit,
+    check_reward_family,
     check_tolerance,
     corrupted_local_confidence,
     corrupted_threshold,
@@ -41,6 +42,7 @@ from common.params import (
 )
 from common.subroutines import SUBROUTINES, USER_SUBROUTINES, LocalParams
 from common.subroutines.base import BOUNDED, SUB_GAUSSIAN
+from common.subroutines.fixed_budget import samples_per_arm
 
 ALGORITHMS = ("de", "ce", "dp-mase", "cde", "independent", "central")
 VOTING = ("de", "ce", "dp-mase")
@@ -190,8 +192,17 @@ class AlgorithmConfig:
             return self.delta / n_agents
         return self.delta
 
-    def local_params(self, n_arms: int, n_agents: int, sigma: float | None) -> LocalParams:
-        self.check_rewards(sigma)
+    def local_params(
+        self,
+        n_arms: int,
+        n_agents: int,
+        sigma: float | None,
+        bernoulli: bool = False,
+        pulls: int | None = None,
+    ) -> LocalParams:
+        """The local run's parameters. CDE: its T is `pulls` (what the experiment published),
+        else `pulls_per_arm`."""
+        self.check_rewards(sigma, bernoulli)
         return LocalParams(
             epsilon=self.epsilon,
             confidence=self.local_confidence(n_arms, n_agents),
@@ -199,11 +210,25 @@ class AlgorithmConfig:
             every_arm=self.every_arm,
             phi=self.phi,
             dp_epsilon=self.dp_epsilon,
+            pulls=(pulls or self.pulls_per_arm(n_arms, sigma, bernoulli)) if self.reports else None,
         )
 
-    def check_rewards(self, sigma: float | None) -> None:
-        """Refuse rewards (sigma None: [0, 1]; else sigma-sub-Gaussian) that the local
-        subroutine's confidence bounds do not hold for, or an eps that leaves nothing to find."""
+    def pulls_per_arm(
+        self, n_arms: int, sigma: float | None, bernoulli: bool = False
+    ) -> int | None:
+        """CDE: T, each agent's pulls per arm, from eps, eta, K and the rewards (sub-Gaussian T
+        for sigma-sub-Gaussian or [0, 1] rewards, the exact binomial T for rewards declared
+        Bernoulli); None for the other algorithms."""
+        if not self.reports:
+            return None
+        return samples_per_arm(self.epsilon, self.eta, n_arms, sigma, bernoulli)
+
+    def check_rewards(self, sigma: float | None, bernoulli: bool = False) -> None:
+        """Refuse rewards (sigma None: [0, 1], or 0/1 with `bernoulli`; else sigma-sub-Gaussian)
+        that the local subroutine's confidence bounds do not hold for, or an eps that leaves
+        nothing to find."""
+        if bernoulli:
+            check_reward_family("bernoulli", sigma)
         check_epsilon_for_rewards(self.epsilon, sigma)
         if self.algorithm == "dp-mase" and sigma is not None:
             raise ParameterError(

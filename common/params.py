@@ -7,6 +7,9 @@ delta=0.05, eta=0.9). CE runs its local subroutine at eta_xi so that the apparen
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+
+import numpy as np
 
 from common.errors import ParameterError
 
@@ -35,6 +38,40 @@ def check_epsilon_for_rewards(value: float, sigma: float | None) -> float:
             "epsilon", value, "must be in (0, 1] for rewards in [0, 1] (every arm is within 1)"
         )
     return value
+
+
+# What an experiment declares of its rewards beside `sigma` (which, when set, means
+# sigma-sub-Gaussian): "bounded", every reward in [0, 1]; "bernoulli", every reward 0 or 1, which
+# CDE's exact budget needs (common.subroutines.bernoulli_budget). The agents refuse any other
+# reward in a Bernoulli experiment (`check_bernoulli_rewards`): the guarantee would not hold.
+BOUNDED_REWARDS = "bounded"
+BERNOULLI_REWARDS = "bernoulli"
+REWARD_FAMILIES = (BOUNDED_REWARDS, BERNOULLI_REWARDS)
+
+
+def check_reward_family(rewards: str, sigma: float | None) -> bool:
+    """True for Bernoulli rewards; refuses an unknown family, or sigma with Bernoulli rewards."""
+    if rewards not in REWARD_FAMILIES:
+        raise ParameterError("rewards", rewards, f"must be one of {', '.join(REWARD_FAMILIES)}")
+    if rewards == BERNOULLI_REWARDS and sigma is not None:
+        raise ParameterError(
+            "sigma", sigma, "Bernoulli rewards (every reward 0 or 1) take no sub-Gaussian scale"
+        )
+    return rewards == BERNOULLI_REWARDS
+
+
+def check_bernoulli_rewards(rewards: Sequence[float] | np.ndarray) -> None:
+    """Refuse (ParameterError) rewards other than 0 and 1, before anything is recorded: in an
+    experiment declared Bernoulli the budget T is certified for 0/1 rewards only."""
+    values = np.asarray(rewards, dtype=float)
+    wrong = values[(values != 0.0) & (values != 1.0)]
+    if wrong.size:
+        raise ParameterError(
+            "reward",
+            float(wrong[0]),
+            "this experiment's rewards are declared Bernoulli: every reward must be 0 or 1 (its "
+            "budget is certified for those only); nothing was recorded",
+        )
 
 
 def check_agents_for_dropped_votes(n_agents: int, threshold: int, xi: float) -> int:

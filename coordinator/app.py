@@ -50,6 +50,7 @@ async def ensure_default_experiment(store: ExperimentStore, settings: Settings) 
             id=settings.experiment,
             arms=[a for a in settings.arms.split(",") if a.strip()],
             sigma=settings.sigma,
+            rewards=settings.rewards,
             agents=settings.agents,
             **params,
         )
@@ -61,7 +62,9 @@ async def ensure_default_experiment(store: ExperimentStore, settings: Settings) 
             f"the algorithm settings) is invalid: {exc}"
         ) from None
     try:
-        await store.create(settings.experiment, body.arms, config, settings.sigma, expected)
+        await store.create(
+            settings.experiment, body.arms, config, settings.sigma, expected, body.rewards
+        )
         log.info(
             "created experiment %s (M=%s)",
             settings.experiment,

@@ -72,6 +72,7 @@ class Settings(SecretFileSettings):
     # e0 = log(P (K-1)/(1-P))
     privacy: float = DEFAULT_PRIVACY
     sigma: float | None = None  # reward scale for Gaussian rewards; unset: rewards in [0, 1]
+    rewards: str = "bounded"  # with sigma unset: bounded ([0, 1]) or bernoulli (0 or 1)
     # CDE: the agents the default experiment expects, from which its threshold is chosen (unset:
     # max_agents); not an AlgorithmConfig field
     agents: int | None = Field(None, ge=1)

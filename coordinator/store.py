@@ -16,6 +16,7 @@ agents' activation streams, in other slots, are never in a script or transaction
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -31,6 +32,7 @@ from typing import Any, Literal, NamedTuple
 from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
 from common.errors import ParameterError
+from common.params import BOUNDED_REWARDS, check_reward_family
 from common.votes import ReportOutcome, VoteOutcome, is_tied, reports_exhausted
 from coordinator import results
 from coordinator.errors import (
@@ -302,9 +304,12 @@ class ExperimentStore:
         config: AlgorithmConfig,
         sigma: float | None = None,
         agents: int | None = None,
+        rewards: str = BOUNDED_REWARDS,
     ) -> dict[str, Any]:
         """`agents`: CDE's expected fleet N, from which its threshold is chosen (required for
-        CDE, refused for the others)."""
+        CDE, refused for the others). `rewards`: bounded or bernoulli (with sigma None). CDE's T,
+        computed here once (a search of up to a few seconds for a tiny eps, in a thread), is
+        stored with the experiment: the agents play the T it was created with."""
         if config.algorithm not in SERVICE_ALGORITHMS:
             raise Invalid(
                 f"algorithm={config.algorithm!r} is invalid: the services run "
@@ -320,9 +325,19 @@ class ExperimentStore:
             raise Invalid(str(exc)) from None
         if config.algorithm == "dp-mase" and sigma is not None:
             raise Invalid("sigma: DP-MASE needs rewards in [0, 1]")
+        try:
+            bernoulli = check_reward_family(rewards, sigma)
+        except ParameterError as exc:
+            raise Invalid(str(exc)) from None
         document: dict[str, Any] = {"arms": arms, "params": asdict(config), "sigma": sigma}
+        if bernoulli:
+            document["rewards"] = rewards
         if agents is not None:
             document["expected_agents"] = agents
+        if config.reports:
+            document["pulls_per_arm"] = await asyncio.to_thread(
+                config.pulls_per_arm, len(arms), sigma, bernoulli
+            )
         created = await self._create(
             keys=[keys.meta(exp), keys.remaining(exp), keys.eliminations(exp)],
             args=[
@@ -538,6 +553,8 @@ class ExperimentStore:
             "arms": arms,
             "params": document["params"],
             "sigma": document.get("sigma"),
+            "rewards": document.get("rewards", BOUNDED_REWARDS),
+            "pulls_per_arm": document.get("pulls_per_arm"),
             "threshold": int(meta["threshold"]),
             "remaining_arms": remaining,
             "votes": votes,

@@ -34,6 +34,7 @@ from common.certificate import REPORTS, VOTES, Certificate, certify_simulation, 
 from common.environments import build_problem
 from common.errors import ParameterError
 from common.hillel import HILLEL_ALGORITHMS, HillelConfig
+from common.params import REWARD_FAMILIES
 from common.privacy import certified_epsilon, hit_rate_uniform_prior, privacy_statement
 from common.simulation import ENGINES, SimulationConfig, TrialResult, run_trials, summarize
 from common.simulation.config import DEFAULT_BUDGET
@@ -50,6 +51,7 @@ from dexp.options import (
     PRIVACY_HELP,
     ActivationOption,
     BudgetOption,
+    DeclareOption,
     DriftOption,
     EngineOption,
     ExactLocalErrorOption,
@@ -343,6 +345,7 @@ def simulate(
         typer.Option(help=f"{PRIVACY_HELP} (default {DEFAULT_PRIVACY:g})."),
     ] = None,
     exact_local_error: ExactLocalErrorOption = False,
+    declare: DeclareOption = "bernoulli",
     tolerance: ToleranceOption = 0,
     attackers: Annotated[
         int,
@@ -397,6 +400,7 @@ def simulate(
     check_at_least("seed", seed, 0)
     check_at_least("agents", agents, 1)
     check_cde_options(algorithm, privacy, exact_local_error)
+    check_choice("declare", declare, REWARD_FAMILIES)
     if algorithm in HILLEL_ALGORITHMS:
         _simulate_hillel(built, name, algorithm, agents, epsilon, delta, horizon, repeats,
                          max_time, trials, seed, as_json, per_trial)  # fmt: skip
@@ -429,6 +433,7 @@ def simulate(
         budget=budget,
         attackers=attackers,
         exact_local_error=exact_local_error,
+        declare_bernoulli=declare == "bernoulli",
     )
     trial_function(engine)
     certificate = certify_simulation(config)
@@ -470,6 +475,8 @@ def simulate(
         "beta": beta,
         "phi": phi,
         "privacy": algo.privacy if algo.reports else None,
+        "declared_rewards": "bernoulli" if config.bernoulli else None,
+        "pulls_per_arm": config.local_params().pulls,
         "exact_local_error": exact_local_error,
         "tolerance": tolerance,
         "attackers": attackers,
@@ -1089,6 +1096,7 @@ def demo(
     problem: ProblemOption = None,
     means: MeansOption = None,
     rewards: RewardsOption = None,
+    declare: DeclareOption = "bernoulli",
     drift: DriftOption = None,
     activation: ActivationOption = None,
     agents: Annotated[int, typer.Option(help="Agents in all (must reach the threshold M).")] = 32,
@@ -1182,6 +1190,7 @@ def demo(
             max_seconds=max_seconds,
             means=means,
             rewards=rewards,
+            declare=declare,
             drift=drift,
             activation=activation,
             coordinators=coordinators,

@@ -79,7 +79,12 @@ from common import redis_acl as acl
 from common.algorithms import AlgorithmConfig
 from common.environments import build_problem
 from common.errors import ParameterError
-from common.params import check_epsilon_for_rewards
+from common.params import (
+    BERNOULLI_REWARDS,
+    BOUNDED_REWARDS,
+    check_epsilon_for_rewards,
+    check_reward_family,
+)
 from coordinator.settings import DEV_ADMIN_TOKEN
 from load_generator.generator import LoadGenerator, Summary, format_summary
 from load_generator.settings import LoadSettings
@@ -866,6 +871,7 @@ def run_demo(
     max_seconds: float = 600.0,
     means: str | None = None,
     rewards: str | None = None,
+    declare: str = BERNOULLI_REWARDS,
     drift: str | None = None,
     activation: str | None = None,
     stall_seconds: float = 30.0,
@@ -894,6 +900,8 @@ def run_demo(
     config = config or AlgorithmConfig()
     sigma = None if env.bounded else env.sigma
     check_epsilon_for_rewards(config.epsilon, sigma)
+    check_reward_family(declare, None)
+    family = declare if env.bounded else BOUNDED_REWARDS  # Gaussian arms: sigma says it
     config.validate_for(env.n_arms, agents)
     config.local_params(env.n_arms, agents, sigma)  # e.g. DP-MASE refuses Gaussian rewards
     if agents > MAX_AGENTS:
@@ -903,6 +911,8 @@ def run_demo(
     check_topology(coordinators, redis_cluster, redis_replicas)
     if config.reports:  # CDE: its threshold is chosen for the agents the demo runs
         coordinator_env = {"DEXP_AGENTS": str(agents), **(coordinator_env or {})}
+    # the experiment declares what the load generator draws: Bernoulli arms give 0 or 1
+    coordinator_env = {"DEXP_REWARDS": family, **(coordinator_env or {})}
     processes = min(processes, agents)  # no process without agents
     output = sys.stderr if out is None else out
     arms = [f"arm-{k}" for k in range(env.n_arms)]

@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from common.certificate import upper
+from common.params import REWARD_FAMILIES
 from common.subroutines import USER_SUBROUTINES
 from dexp.admin import (
     DEFAULT_COORDINATOR_URL,
@@ -341,7 +342,12 @@ def overview_table(
     table.add_row("created", format_time(doc.get("created_at")))
     params = " ".join(f"{k}={_value(v)}" for k, v in doc.get("params", {}).items())
     sigma = doc.get("sigma")
-    params += " rewards in [0, 1]" if sigma is None else f" sigma={_value(sigma)}"
+    if sigma is not None:
+        params += f" sigma={_value(sigma)}"
+    else:
+        params += " rewards 0 or 1" if doc.get("rewards") == "bernoulli" else " rewards in [0, 1]"
+    if doc.get("pulls_per_arm") is not None:
+        params += f" T={doc['pulls_per_arm']} pulls per arm"
     table.add_row("params", params)
     if isinstance(doc.get("load_generator"), dict):
         table.add_row("load generator", load_generator_text(doc["load_generator"], now))
@@ -549,6 +555,14 @@ def create_command(
         float | None,
         typer.Option(help="Sub-Gaussian reward scale (omitted: rewards in [0, 1])."),
     ] = None,
+    rewards: Annotated[
+        str | None,
+        typer.Option(
+            help="Without --sigma: bounded (each reward in [0, 1], the default) or bernoulli "
+            "(each 0 or 1: the agents refuse any other; CDE's T is then the exact binomial one).",
+            show_default=False,
+        ),
+    ] = None,
     coordinator_url: CoordinatorUrlOption = DEFAULT_COORDINATOR_URL,
     admin_token: AdminTokenOption = None,
     as_json: JsonOption = False,
@@ -572,6 +586,7 @@ def create_command(
         "tolerance": tolerance,
         "every_arm": every_arm,
         "sigma": sigma,
+        "rewards": _choice(rewards, REWARD_FAMILIES, "'--rewards'"),
         "privacy": privacy,
         "agents": agents,
     }

@@ -41,6 +41,13 @@ MeansOption = Annotated[
 RewardsOption = Annotated[
     str | None, typer.Option(help="bernoulli (default with --means) or gaussian:SIGMA.")
 ]
+DeclareOption = Annotated[
+    str,
+    typer.Option(
+        help="Bernoulli arms: what the agents are told of the rewards, bernoulli (each 0 or 1: "
+        "CDE's exact binomial T) or bounded (each in [0, 1]: the sub-Gaussian T).",
+    ),
+]
 DriftOption = Annotated[
     str | None, typer.Option(help="Per-arm drift of the means per activation, e.g. 0,-1e-5.")
 ]

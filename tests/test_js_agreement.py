@@ -99,6 +99,7 @@ class Case:
     event_rate: float = 0.004  # per step: an arm leaves, a reset, one arm left, own votes applied
     steps: int = 4000
     label: str = "random"
+    bernoulli: bool = False  # rewards declared 0/1 (CDE: the exact binomial T)
 
 
 def _spec(case: Case) -> AgentSpec:
@@ -109,7 +110,7 @@ def _spec(case: Case) -> AgentSpec:
         every_arm=case.every_arm,
         phi=0.002 if case.subroutine == "ser4" else 0.0,
     )
-    params = algo.local_params(len(case.means), AGENTS, case.sigma)
+    params = algo.local_params(len(case.means), AGENTS, case.sigma, case.bernoulli)
     return AgentSpec(
         len(case.means), algo.local_subroutine, params, algo.vote_drop, algo.report_privacy
     )
@@ -236,6 +237,11 @@ def cases_for(algorithm: str, subroutine: str) -> list[Case]:
         Case(**base, means=(0.7, 0.5, 0.4, 0.3), seed=4, event_rate=0.05, label="busy global"),
         Case(**base, means=(0.8, 0.2), seed=5, event_rate=0.02, label="two arms"),
     ]
+    if algorithm == "cde":  # rewards declared Bernoulli: the T the spec carries is the exact one
+        out += [
+            Case(**base, means=(0.6, 0.4, 0.3), seed=6, bernoulli=True, label="bernoulli"),
+            Case(**base, means=(0.5, 0.5), seed=7, every_arm=True, bernoulli=True, label="tied"),
+        ]
     return out
 
 
@@ -379,13 +385,14 @@ def test_js_crypto_draws_have_their_distributions() -> None:
 
 def test_js_reads_an_experiments_params_as_the_python_agent() -> None:
     """The browser agent builds its local side from the public experiment document alone: for
-    every algorithm and subroutine an agent runs, with bounded and Gaussian rewards, it must take
-    the subroutine, confidence (CE's eta_xi, DP-MASE's beta), vote drop and report privacy that
+    every algorithm and subroutine an agent runs, with bounded, Bernoulli and Gaussian rewards, it
+    must take the subroutine, confidence (CE's eta_xi, DP-MASE's beta), vote drop, report privacy
+    and CDE's published T (`pulls_per_arm`: the exact Bernoulli one, or the sub-Gaussian one) that
     agent.library.GlobalView.agent_spec takes (CE's eta_xi within 1e-13: V8's power differs from
     glibc's by an ulp, and 1 - (1 - eta) / x multiplies that by a few)."""
-    documents: list[tuple[dict[str, Any], int, float | None]] = []
+    documents: list[tuple[dict[str, Any], int, float | None, bool, int | None]] = []
     for algorithm, subroutine in COMBINATIONS:
-        for n_arms, sigma in ((2, None), (5, None), (7, 0.5)):
+        for n_arms, sigma, bernoulli in ((2, None, False), (5, None, True), (7, 0.5, False)):
             extra: dict[str, Any] = {"ce": {"xi": 0.02}, "dp-mase": {"beta": 0.4}}.get(
                 algorithm, {}
             )
@@ -395,18 +402,29 @@ def test_js_reads_an_experiments_params_as_the_python_agent() -> None:
                 config = AlgorithmConfig(
                     algorithm=algorithm, subroutine=subroutine, eta=0.3, delta=0.05, **extra
                 )
-                config.local_params(n_arms, 1, sigma)
+                config.local_params(n_arms, 1, sigma, bernoulli)
             except ParameterError:
                 continue  # rewards this subroutine does not take: no experiment has them
-            documents.append((asdict(config), n_arms, sigma))
+            pulls = config.pulls_per_arm(n_arms, sigma, bernoulli)  # what the coordinator publishes
+            documents.append((asdict(config), n_arms, sigma, bernoulli, pulls))
     assert len(documents) > 2 * len(COMBINATIONS)
-    got = js_run({"calls": [["agentSpec", *document] for document in documents]})
-    for (params, n_arms, sigma), spec in zip(documents, got, strict=True):
+    cde_pulls = {(d[1], d[3]): d[4] for d in documents if d[0]["algorithm"] == "cde"}
+    assert cde_pulls[(5, True)] is not None and cde_pulls[(5, True)] < samples_per_arm(
+        0.25, 0.3, 5, None
+    )
+    got = js_run(
+        {
+            "calls": [
+                ["agentSpec", params, k, sigma, pulls] for params, k, sigma, _, pulls in documents
+            ]
+        }
+    )
+    for (params, n_arms, sigma, bernoulli, pulls), spec in zip(documents, got, strict=True):
         config = AlgorithmConfig(**params)
         expected = AgentSpec(
             n_arms,
             config.local_subroutine,
-            config.local_params(n_arms, 1, sigma),
+            config.local_params(n_arms, 1, sigma, bernoulli, pulls),
             config.vote_drop,
             report_privacy=config.report_privacy,
         )

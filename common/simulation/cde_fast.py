@@ -31,7 +31,6 @@ import numpy as np
 
 from common.cde import report_probabilities
 from common.simulation.config import SimulationConfig, TrialResult, report_outcome
-from common.subroutines.fixed_budget import samples_per_arm
 from common.votes import Elimination
 
 
@@ -41,8 +40,8 @@ def local_answers(config: SimulationConfig, rng: np.random.Generator) -> np.ndar
     env, n, k = config.environment, config.n_agents, config.environment.n_arms
     if config.exact_local_error:
         return rng.choice(k, size=n, p=config.stress_answers())
-    params = config.algorithm.local_params(k, n, config.sigma)
-    pulls = samples_per_arm(params.epsilon, params.confidence, k, config.sigma)
+    pulls = config.local_params().pulls
+    assert pulls is not None, "CDE's local params carry T"
     mu = np.asarray(env.means, dtype=float)
     if env.bounded:  # integer sums: a uniform key in [0, 1) breaks ties uniformly
         sums = rng.binomial(pulls, mu, size=(n, k)) + rng.random((n, k))
@@ -174,7 +173,7 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
     counts = np.bincount(ranked[:j], minlength=k)
     messages = j
     if lied is not None and stopped_by == "global":  # the liars, all at the trigger's time
-        agent_reports[:attackers], agent_times[:attackers] = accepted, t
+        agent_reports[:attackers], agent_times[:attackers] = lied[1], t
         counts[lied[1]] += attackers
         messages += attackers
     best, correct, candidates = report_outcome(config, counts, accepted, t)

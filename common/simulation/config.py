@@ -12,7 +12,7 @@ from common.activation import Activation
 from common.algorithms import AlgorithmConfig
 from common.environments import Environment
 from common.errors import ParameterError
-from common.subroutines.fixed_budget import samples_per_arm
+from common.subroutines import LocalParams
 from common.votes import Elimination
 
 STOP_RULES = ("all-agents", "global")
@@ -63,7 +63,10 @@ class SimulationConfig:
     with probability eta / (K - 1), and each of the s eps-optimal arms with an even share of the
     rest (`stress_answers`: the worst case the certificate allows), then randomized as usual.
     Drifting rewards are refused: the fixed-budget run and its certificate are for fixed
-    means."""
+    means. Bernoulli arms' rewards are 0 or 1, and the agents are told so
+    (`declare_bernoulli`, as an experiment's `rewards: bernoulli`): CDE's T is then the exact
+    binomial one (common.subroutines.bernoulli_budget); with `declare_bernoulli` False they are
+    told only that the rewards lie in [0, 1] (the sub-Gaussian T). Ignored for Gaussian arms."""
 
     environment: Environment
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
@@ -74,6 +77,7 @@ class SimulationConfig:
     attackers: int = 0
     exact_local_error: bool = False  # CDE's stress mode (see above)
     attack: str = "fixed"  # CDE: how the attackers lie (see above)
+    declare_bernoulli: bool = True  # Bernoulli arms: the agents know the rewards are 0 or 1
 
     def __post_init__(self) -> None:
         if self.stop not in STOP_RULES:
@@ -81,7 +85,7 @@ class SimulationConfig:
         if self.budget < 1:
             raise ParameterError("budget", self.budget, "must be >= 1")
         self.algorithm.validate_for(self.environment.n_arms, self.n_agents)
-        self.algorithm.local_params(self.environment.n_arms, self.n_agents, self.sigma)
+        self.local_params()
         a = self.attackers
         if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < self.n_agents:
             raise ParameterError(
@@ -117,6 +121,17 @@ class SimulationConfig:
     def sigma(self) -> float | None:
         return None if self.environment.bounded else self.environment.sigma
 
+    @property
+    def bernoulli(self) -> bool:
+        """The agents know every reward is 0 or 1 (Bernoulli arms, declared)."""
+        return self.environment.bounded and self.declare_bernoulli
+
+    def local_params(self) -> LocalParams:
+        """Each agent's local run (CDE: its T from the rewards the agents are told of)."""
+        return self.algorithm.local_params(
+            self.environment.n_arms, self.n_agents, self.sigma, self.bernoulli
+        )
+
     @cached_property
     def threshold(self) -> int | None:
         """M + f; CDE's is chosen from N (a search: computed once)."""
@@ -142,11 +157,9 @@ class SimulationConfig:
     @property
     def local_budget(self) -> int:
         """CDE: the activations of one agent's fixed-budget run, T K (T with every_arm)."""
-        params = self.algorithm.local_params(self.environment.n_arms, self.n_agents, self.sigma)
-        pulls = samples_per_arm(
-            params.epsilon, params.confidence, self.environment.n_arms, self.sigma
-        )
-        return pulls if params.every_arm else pulls * self.environment.n_arms
+        params = self.local_params()
+        assert params.pulls is not None, "CDE's local params carry T"
+        return params.pulls if params.every_arm else params.pulls * self.environment.n_arms
 
     @property
     def bad_arms(self) -> np.ndarray:

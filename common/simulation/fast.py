@@ -1173,7 +1173,7 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
     env = config.environment
     algo = config.algorithm
     n_arms, n_agents = env.n_arms, config.n_agents
-    params = algo.local_params(n_arms, n_agents, config.sigma)
+    params = config.local_params()
     central = algo.algorithm == "central"
     voting = algo.votes
     sub = algo.local_subroutine

@@ -70,7 +70,7 @@ def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> T
     else:
         seeds = np.random.SeedSequence(seed)
     rng = np.random.default_rng(seeds.spawn(1)[0])
-    params = algo.local_params(n_arms, n_agents, config.sigma)
+    params = config.local_params()
     spec = AgentSpec(n_arms, algo.local_subroutine, params, algo.vote_drop, algo.report_privacy)
     draws = _AgentDraws(config.probabilities(), rng)
 

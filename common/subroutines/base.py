@@ -24,7 +24,9 @@ class LocalParams:
     confidence: the local failure probability (eta for DE, eta_xi for CE, delta/N for independent
     agents, delta for the central baseline, beta for DP-MASE). sigma: None for rewards in [0, 1],
     else the sub-Gaussian scale. every_arm: Rio et al.'s model, every arm of the local set is played
-    at each activation (else one arm per activation, as in Feraud et al.).
+    at each activation (else one arm per activation, as in Feraud et al.). pulls: CDE's T, the
+    pulls per arm of its fixed-budget run, as the experiment fixed it (None: the sub-Gaussian T
+    from eps, confidence and sigma; common.subroutines.fixed_budget).
     """
 
     epsilon: float = 0.25
@@ -33,6 +35,7 @@ class LocalParams:
     every_arm: bool = False
     phi: float = 0.0
     dp_epsilon: float = 0.1
+    pulls: int | None = None
 
     def __post_init__(self) -> None:
         if not self.epsilon > 0:
@@ -45,6 +48,10 @@ class LocalParams:
             raise ParameterError("phi", self.phi, "must be in [0, 1)")
         if not self.dp_epsilon > 0:
             raise ParameterError("dp_epsilon", self.dp_epsilon, "must be > 0")
+        if self.pulls is not None and (
+            isinstance(self.pulls, bool) or not isinstance(self.pulls, int) or self.pulls < 1
+        ):
+            raise ParameterError("pulls", self.pulls, "must be an integer >= 1")
 
 
 BOUNDED = "bounded"  # rewards in [0, 1] (Bernoulli among them)

@@ -128,6 +128,12 @@ class ExperimentCreate(BaseModel):
     sigma: StrictFloat | None = positive(
         None, "sub-Gaussian scale of the rewards; null: rewards in [0, 1]"
     )
+    rewards: Literal["bounded", "bernoulli"] = Field(
+        "bounded",
+        description="with sigma null, what the rewards are: bounded (each in [0, 1]) or bernoulli "
+        "(each 0 or 1: the agents refuse any other reward, and CDE's budget is the exact "
+        "binomial one, about half the bounded one; docs/CDE.md)",
+    )
     privacy: StrictFloat = Field(
         cde.DEFAULT_PRIVACY,
         gt=0,
@@ -166,6 +172,10 @@ class ExperimentCreate(BaseModel):
         except ParameterError as exc:
             raise Invalid(str(exc)) from None
 
+    @property
+    def bernoulli(self) -> bool:
+        return self.rewards == "bernoulli"
+
     def expected_agents(self, settings: Settings) -> int | None:
         """CDE's N, from which its threshold is chosen: `agents`, else the cap DEXP_MAX_AGENTS;
         None for the others (refused if given: their threshold does not depend on N)."""
@@ -196,7 +206,7 @@ class ExperimentCreate(BaseModel):
         config = self.algorithm_config()
         expected = self.expected_agents(settings)
         try:
-            config.check_rewards(self.sigma)
+            config.check_rewards(self.sigma, self.bernoulli)
             if expected is not None:
                 config.validate_for(len(self.arms), expected)
             threshold = config.threshold(len(self.arms), expected)
@@ -335,6 +345,17 @@ class ExperimentPublic(BaseModel):
     arms: list[str]
     params: dict[str, bool | int | float | str]
     sigma: float | None = Field(description="sub-Gaussian reward scale; null: rewards in [0, 1]")
+    rewards: Literal["bounded", "bernoulli"] = Field(
+        "bounded",
+        description="with sigma null: bounded (each reward in [0, 1]) or bernoulli (each 0 or 1; "
+        "the agents refuse any other)",
+    )
+    pulls_per_arm: int | None = Field(
+        None,
+        description="CDE: T, the pulls per arm of each agent's fixed-budget run, fixed when the "
+        "experiment was created from epsilon, eta, the arms and the rewards (docs/CDE.md, "
+        "section 1); the agents play it as published. null for the others",
+    )
     threshold: int = Field(
         description="distinct votes that remove an arm: M + f (f: params.tolerance); CDE: the "
         "reports that accept an arm (every other arm leaves then), chosen from expected_agents"
@@ -647,7 +668,8 @@ async def create_experiment(
     config = body.checked_config(settings)
     sigma = None if body.sigma is None else float(body.sigma)
     agents = body.expected_agents(settings)
-    return _public(await store.create(body.id, body.arms, config, sigma, agents), settings)
+    created = await store.create(body.id, body.arms, config, sigma, agents, body.rewards)
+    return _public(created, settings)
 
 
 @router.get("", response_model=ExperimentPage, responses=problems(422))

@@ -30,6 +30,9 @@ from agent.settings import AgentSettings
 from common import cde
 from common.algorithms import AlgorithmConfig
 from common.certificate import certify, upper
+from common.environments import Environment
+from common.errors import ParameterError
+from common.simulation import SimulationConfig
 from common.subroutines.fixed_budget import samples_per_arm
 from coordinator.app import InvalidDefaultExperiment, ensure_default_experiment
 from coordinator.store import Limits
@@ -254,6 +257,8 @@ def test_votes_and_reports_are_refused_where_they_do_not_belong(
         ({"algorithm": "cde", "tolerance": 3, "agents": 3}, "agents"),  # N < f + 1
         ({"agents": 10}, "only CDE"),
         ({"privacy": 0.7}, "privacy"),
+        ({"algorithm": "cde", "agents": 10, "rewards": "gaussian"}, "rewards"),
+        ({"algorithm": "cde", "agents": 10, "rewards": "bernoulli", "sigma": 0.5}, "sigma"),
     ],
 )
 def test_a_bad_cde_creation_is_422_and_changes_nothing(
@@ -264,7 +269,7 @@ def test_a_bad_cde_creation_is_422_and_changes_nothing(
         "/v1/experiments", json={"id": "bad", "arms": ARMS, **body}, headers=admin_headers()
     )
     assert reply.status_code == 422, reply.text
-    assert named in reply.json()["detail"]
+    assert named in json.dumps(reply.json()["detail"])
     assert redis_state() == before
 
 
@@ -426,6 +431,40 @@ def test_a_device_reports_at_the_end_of_its_budget_once_across_a_restart(
     assert sum(document(client, "dev")["reports"]) == 2
 
 
+def test_a_bernoulli_experiment_publishes_its_exact_t_and_its_devices_refuse_other_rewards(
+    client: httpx.Client, coordinator_url: str, tmp_path: Path
+) -> None:
+    """rewards "bernoulli": the document says so and publishes T (pulls_per_arm), the same as
+    common's samples_per_arm and the simulators' for Bernoulli arms, below the bounded experiment's
+    (which publishes the sub-Gaussian T); a device refuses a reward of 0.5 with a ParameterError
+    (a ValueError) saying why, records nothing, and reports after exactly T activations per arm."""
+    created = create_experiment(client, id="bern", arms=ARMS, agents=10, rewards="bernoulli", **CDE)
+    bounded = create_experiment(client, id="bounded", arms=ARMS, agents=10, **CDE)
+    pulls = samples_per_arm(0.5, 0.1, 3, None, bernoulli=True)
+    simulated = SimulationConfig(Environment((0.9, 0.2, 0.1)), CONFIG, n_agents=10)
+    assert created["rewards"] == "bernoulli" and created["pulls_per_arm"] == pulls
+    assert simulated.local_params().pulls == pulls and simulated.local_budget == 3 * pulls
+    assert bounded["rewards"] == "bounded"
+    assert bounded["pulls_per_arm"] == samples_per_arm(0.5, 0.1, 3, None) > pulls
+    assert document(client, "bern")["pulls_per_arm"] == pulls
+    device = DeviceAgent.enroll(
+        coordinator_url, "bern", ENROLLMENT_SECRET, tmp_path / "d.json", seed=1, follow=False
+    )
+    assert device.agent.local.sub.budget == pulls  # type: ignore[attr-defined]
+    with pytest.raises(ParameterError, match="declared Bernoulli: every reward must be 0 or 1"):
+        device.observe(device.choose(), [0.5])
+    assert int(device.agent.local.sub.counts.sum()) == 0  # nothing recorded
+    rewards = np.array([1.0, 0.0, 0.0])
+    activations = 0
+    while not device.reported and activations < 10 * pulls:
+        arms = device.choose()
+        device.observe(arms, rewards[arms])
+        activations += 1
+    device.close()
+    assert activations == 3 * pulls
+    assert sum(document(client, "bern")["reports"]) == 1
+
+
 def test_the_default_experiment_can_be_cde(clean_redis: str) -> None:
     """DEXP_ALGORITHM=cde, DEXP_PRIVACY and DEXP_AGENTS make the coordinator's startup experiment
     (the demo's way): its threshold chosen from DEXP_AGENTS, its privacy stored with it."""
@@ -473,6 +512,28 @@ def test_dexp_experiments_creates_and_shows_a_cde_experiment(
     # e0 first (for every prior), the hit rate with its prior named after it
     assert "certified epsilon e0 = 2.08: whatever it believed before, any adversary's odds" in text
     assert "Hit rate under a uniform prior over which arm is best: at most 0.8" in text
+
+
+def test_dexp_experiments_creates_a_bernoulli_experiment(
+    client: httpx.Client, coordinator_url: str
+) -> None:
+    """`dexp experiments create --rewards bernoulli` declares the family; `show` says it and T."""
+    env = {"DEXP_COORDINATOR_URL": coordinator_url, "DEXP_ADMIN_TOKEN": ADMIN_TOKEN}
+    options = ["--algorithm", "cde", "--agents", "10", "--eta", "0.1", "--epsilon", "0.5"]
+    created = CliRunner().invoke(
+        app,
+        ["experiments", "create", "bcli", "--arms", "A,B,C", "--rewards", "bernoulli", *options],
+        env=env,
+    )
+    assert created.exit_code == 0, created.stderr
+    pulls = samples_per_arm(0.5, 0.1, 3, None, bernoulli=True)
+    assert document(client, "bcli")["pulls_per_arm"] == pulls
+    shown = CliRunner().invoke(app, ["experiments", "show", "bcli"], env=env)
+    assert f"rewards 0 or 1 T={pulls} pulls per arm" in " ".join(shown.stdout.split())
+    wrong = CliRunner().invoke(
+        app, ["experiments", "create", "x", "--arms", "A,B", "--rewards", "gaussian"], env=env
+    )
+    assert wrong.exit_code == 2 and "one of bounded, bernoulli" in wrong.stderr
 
 
 def test_reports_and_the_acceptance_are_published_in_batches(clean_redis: str) -> None:

@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from agent.device import DeviceAgent
+from common.subroutines.fixed_budget import samples_per_arm
 from tests.prerequisites import missing
 
 from .helpers import (
@@ -310,6 +311,32 @@ def test_a_cde_report_drawn_but_not_answered_is_sent_again_unchanged(
     assert driver("choose", name="b")["arms"] == []
     driver("close", name="b")
     assert json.loads(state.read_text())["report"] == [1, "counted"]
+
+
+def test_a_node_agent_plays_a_bernoulli_experiments_published_t_and_refuses_other_rewards(
+    coordinator_url: str, client: httpx.Client, driver: Driver, tmp_path: Path
+) -> None:
+    """CDE with rewards declared Bernoulli: the experiment publishes the exact T
+    (common.subroutines.fixed_budget.samples_per_arm with bernoulli, the T the simulators use),
+    below the bounded one; a reward of 0.5 is refused with a clear error that records nothing,
+    and the agent then reports after exactly T activations per arm."""
+    body = {"id": EXPERIMENT, "arms": ["A", "B", "C"], "algorithm": "cde", "agents": 8}
+    created = create_experiment(
+        client, **body, rewards="bernoulli", privacy=0.8, eta=0.1, delta=0.05, epsilon=0.3
+    )
+    pulls = samples_per_arm(0.3, 0.1, 3, None, bernoulli=True)
+    assert created["rewards"] == "bernoulli" and created["pulls_per_arm"] == pulls
+    assert pulls < samples_per_arm(0.3, 0.1, 3, None)
+    ticket = tickets(client, EXPERIMENT, 1)[0]
+    driver("enroll", name="a", options=options(coordinator_url, tmp_path / "a.json", ticket))
+    refused = driver("play", name="a", rewards=[0.5, 0.0, 1.0], activations=1)
+    assert refused["error"] == "RangeError", refused
+    assert "declared Bernoulli, every reward must be 0 or 1" in refused["message"]
+    assert "nothing was recorded" in refused["message"]
+    played = driver("play", name="a", rewards=[1.0, 0.0, 0.0], until="settled")
+    assert played["played"] == 3 * pulls and played["settled"], played
+    assert public(client)["reports"] is not None and sum(public(client)["reports"]) == 1
+    driver("close", name="a")
 
 
 def test_the_python_and_javascript_agents_resume_each_others_state_files(

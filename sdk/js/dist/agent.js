@@ -192,6 +192,10 @@ function checkParams(params) {
   if (params.sigma !== null && !(params.sigma > 0)) fail("sigma", params.sigma, "must be > 0");
   if (!(params.phi >= 0 && params.phi < 1)) fail("phi", params.phi, "must be in [0, 1)");
   if (!(params.dp_epsilon > 0)) fail("dp_epsilon", params.dp_epsilon, "must be > 0");
+  const pulls = params.pulls;
+  if (pulls !== void 0 && pulls !== null && !(Number.isInteger(pulls) && pulls >= 1)) {
+    fail("pulls", pulls, "must be an integer >= 1");
+  }
   return params;
 }
 function sortedSet(arms) {
@@ -582,7 +586,10 @@ var FixedBudget = class extends ArmSelection {
     super(...arguments);
     this.name = "fixed-budget";
   }
+  /** T: the experiment's (params.pulls), else the sub-Gaussian one from the run's parameters. */
   get budget() {
+    const pulls = this.params.pulls;
+    if (pulls !== void 0 && pulls !== null) return pulls;
     return samplesPerArm(
       this.params.epsilon,
       this.params.confidence,
@@ -1454,7 +1461,7 @@ function corruptedLocalConfidence(eta, xi, nArms) {
   if (!(etaXi > 0)) throw new RangeError(`xi=${xi}: eta_xi = ${etaXi} <= 0 with eta=${eta}, K=${nArms}`);
   return etaXi;
 }
-function agentSpec(params, nArms, sigma) {
+function agentSpec(params, nArms, sigma, pullsPerArm = null) {
   const algorithm = String(params.algorithm);
   const subroutine = algorithm === "cde" ? "fixed-budget" : algorithm === "dp-mase" ? "dp-se" : String(params.subroutine);
   const confidence = {
@@ -1476,19 +1483,22 @@ function agentSpec(params, nArms, sigma) {
       sigma,
       every_arm: Boolean(params.every_arm),
       phi: params.phi ?? 0,
-      dp_epsilon: params.dp_epsilon ?? 0.1
+      dp_epsilon: params.dp_epsilon ?? 0.1,
+      pulls: algorithm === "cde" ? pullsPerArm : null
     },
     vote_drop: algorithm === "ce" ? params.xi : 0,
     report_privacy: algorithm === "cde" ? params.privacy : null
   };
 }
 var GlobalView = class _GlobalView {
-  constructor(experiment, arms, params, sigma, createdAt) {
+  constructor(experiment, arms, params, sigma, createdAt, rewards = "bounded", pullsPerArm = null) {
     this.experiment = experiment;
     this.arms = arms;
     this.params = params;
     this.sigma = sigma;
     this.createdAt = createdAt;
+    this.rewards = rewards;
+    this.pullsPerArm = pullsPerArm;
     this.remaining = /* @__PURE__ */ new Set();
     this.version = -1;
     this.epoch = 0;
@@ -1511,13 +1521,18 @@ var GlobalView = class _GlobalView {
       state.arms.map(String),
       state.params,
       state.sigma ?? null,
-      Number(state.created_at ?? 0)
+      Number(state.created_at ?? 0),
+      String(state.rewards ?? "bounded"),
+      state.pulls_per_arm === void 0 || state.pulls_per_arm === null ? null : Number(state.pulls_per_arm)
     );
     view.update(state, seq);
     return view;
   }
   get spec() {
-    return agentSpec(this.params, this.arms.length, this.sigma);
+    return agentSpec(this.params, this.arms.length, this.sigma, this.pullsPerArm);
+  }
+  get bernoulli() {
+    return this.rewards === "bernoulli";
   }
   get globalReset() {
     return this.params.algorithm !== "cde" && this.params.subroutine === "ser4";
@@ -1766,6 +1781,11 @@ var DeviceAgent = class _DeviceAgent {
     }
     for (const reward of rewards) {
       if (typeof reward !== "number" || !Number.isFinite(reward)) throw new TypeError(`observe: reward ${reward} is not a finite number`);
+      if (this.view.bernoulli && reward !== 0 && reward !== 1) {
+        throw new RangeError(
+          `observe: reward ${reward} refused: this experiment's rewards are declared Bernoulli, every reward must be 0 or 1 (its budget is certified for those only); nothing was recorded`
+        );
+      }
     }
     this.check();
     if (this.gone) throw new ExperimentGone(this.view.experiment);

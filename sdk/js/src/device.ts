@@ -240,6 +240,11 @@ export class DeviceAgent {
     }
     for (const reward of rewards) {
       if (typeof reward !== "number" || !Number.isFinite(reward)) throw new TypeError(`observe: reward ${reward} is not a finite number`);
+      if (this.view.bernoulli && reward !== 0 && reward !== 1) {
+        throw new RangeError(
+          `observe: reward ${reward} refused: this experiment's rewards are declared Bernoulli, every reward must be 0 or 1 (its budget is certified for those only); nothing was recorded`,
+        );
+      }
     }
     this.check();
     if (this.gone) throw new ExperimentGone(this.view.experiment);

@@ -18,7 +18,8 @@ import {
   stitchedRadius,
 } from "./radius.js";
 
-/** common.subroutines.LocalParams (sigma null: rewards in [0, 1]). */
+/** common.subroutines.LocalParams (sigma null: rewards in [0, 1]; pulls: CDE's T as the
+ * experiment published it, null or absent: the sub-Gaussian T from the other parameters). */
 export interface LocalParams {
   epsilon: number;
   confidence: number;
@@ -26,6 +27,7 @@ export interface LocalParams {
   every_arm: boolean;
   phi: number;
   dp_epsilon: number;
+  pulls?: number | null;
 }
 
 export const DEFAULT_PARAMS: LocalParams = {
@@ -49,6 +51,10 @@ export function checkParams(params: LocalParams): LocalParams {
   if (params.sigma !== null && !(params.sigma > 0)) fail("sigma", params.sigma, "must be > 0");
   if (!(params.phi >= 0 && params.phi < 1)) fail("phi", params.phi, "must be in [0, 1)");
   if (!(params.dp_epsilon > 0)) fail("dp_epsilon", params.dp_epsilon, "must be > 0");
+  const pulls = params.pulls;
+  if (pulls !== undefined && pulls !== null && !(Number.isInteger(pulls) && pulls >= 1)) {
+    fail("pulls", pulls, "must be an integer >= 1");
+  }
   return params;
 }
 
@@ -513,7 +519,10 @@ export class FixedBudget extends ArmSelection {
   readonly name = "fixed-budget";
   declare next: number;
 
+  /** T: the experiment's (params.pulls), else the sub-Gaussian one from the run's parameters. */
   get budget(): number {
+    const pulls = this.params.pulls;
+    if (pulls !== undefined && pulls !== null) return pulls;
     return samplesPerArm(
       this.params.epsilon,
       this.params.confidence,

@@ -22,8 +22,14 @@ export function corruptedLocalConfidence(eta: number, xi: number, nArms: number)
   return etaXi;
 }
 
-/** The local side an experiment's public `params` (and `sigma`) ask of each agent. */
-export function agentSpec(params: Record<string, any>, nArms: number, sigma: number | null): AgentSpec {
+/** The local side an experiment's public `params` (and `sigma`, and CDE's `pulls_per_arm`) ask
+ * of each agent. */
+export function agentSpec(
+  params: Record<string, any>,
+  nArms: number,
+  sigma: number | null,
+  pullsPerArm: number | null = null,
+): AgentSpec {
   const algorithm = String(params.algorithm);
   const subroutine =
     algorithm === "cde" ? "fixed-budget" : algorithm === "dp-mase" ? "dp-se" : String(params.subroutine);
@@ -47,6 +53,7 @@ export function agentSpec(params: Record<string, any>, nArms: number, sigma: num
       every_arm: Boolean(params.every_arm),
       phi: params.phi ?? 0.0,
       dp_epsilon: params.dp_epsilon ?? 0.1,
+      pulls: algorithm === "cde" ? pullsPerArm : null,
     },
     vote_drop: algorithm === "ce" ? params.xi : 0.0,
     report_privacy: algorithm === "cde" ? params.privacy : null,
@@ -74,6 +81,10 @@ export class GlobalView {
     readonly params: Record<string, any>,
     readonly sigma: number | null,
     readonly createdAt: number,
+    /** "bounded" or "bernoulli" (every reward 0 or 1: the agent refuses any other). */
+    readonly rewards: string = "bounded",
+    /** CDE: the T the experiment published, which its agents play; null: none published. */
+    readonly pullsPerArm: number | null = null,
   ) {}
 
   static async fetch(client: CoordinatorClient, experiment: string): Promise<GlobalView> {
@@ -85,13 +96,19 @@ export class GlobalView {
       state.params,
       state.sigma ?? null,
       Number(state.created_at ?? 0),
+      String(state.rewards ?? "bounded"),
+      state.pulls_per_arm === undefined || state.pulls_per_arm === null ? null : Number(state.pulls_per_arm),
     );
     view.update(state, seq);
     return view;
   }
 
   get spec(): AgentSpec {
-    return agentSpec(this.params, this.arms.length, this.sigma);
+    return agentSpec(this.params, this.arms.length, this.sigma, this.pullsPerArm);
+  }
+
+  get bernoulli(): boolean {
+    return this.rewards === "bernoulli";
   }
 
   get globalReset(): boolean {

@@ -5,7 +5,8 @@
  * ties included (the lowest arm index wins where Python's max/min keys say so).
  */
 import type { Draws } from "./draws.js";
-/** common.subroutines.LocalParams (sigma null: rewards in [0, 1]). */
+/** common.subroutines.LocalParams (sigma null: rewards in [0, 1]; pulls: CDE's T as the
+ * experiment published it, null or absent: the sub-Gaussian T from the other parameters). */
 export interface LocalParams {
     epsilon: number;
     confidence: number;
@@ -13,6 +14,7 @@ export interface LocalParams {
     every_arm: boolean;
     phi: number;
     dp_epsilon: number;
+    pulls?: number | null;
 }
 export declare const DEFAULT_PARAMS: LocalParams;
 /** The same checks as LocalParams.__post_init__: bad parameters throw, nothing runs. */
@@ -144,6 +146,7 @@ export declare class DPSuccessiveElimination extends ArmSelection {
 export declare class FixedBudget extends ArmSelection {
     readonly name = "fixed-budget";
     next: number;
+    /** T: the experiment's (params.pulls), else the sub-Gaussian one from the run's parameters. */
     get budget(): number;
     protected onRestart(): void;
     select(): number[];

@@ -13,14 +13,19 @@ import type { CoordinatorClient } from "./http.js";
 export type Status = "exploring" | "identified" | "tied";
 /** eta_xi = 1 - (1 - eta) / (1 - xi)^(K - 1) (common/params.py corrupted_local_confidence). */
 export declare function corruptedLocalConfidence(eta: number, xi: number, nArms: number): number;
-/** The local side an experiment's public `params` (and `sigma`) ask of each agent. */
-export declare function agentSpec(params: Record<string, any>, nArms: number, sigma: number | null): AgentSpec;
+/** The local side an experiment's public `params` (and `sigma`, and CDE's `pulls_per_arm`) ask
+ * of each agent. */
+export declare function agentSpec(params: Record<string, any>, nArms: number, sigma: number | null, pullsPerArm?: number | null): AgentSpec;
 export declare class GlobalView {
     readonly experiment: string;
     readonly arms: string[];
     readonly params: Record<string, any>;
     readonly sigma: number | null;
     readonly createdAt: number;
+    /** "bounded" or "bernoulli" (every reward 0 or 1: the agent refuses any other). */
+    readonly rewards: string;
+    /** CDE: the T the experiment published, which its agents play; null: none published. */
+    readonly pullsPerArm: number | null;
     remaining: Set<number>;
     version: number;
     epoch: number;
@@ -34,9 +39,14 @@ export declare class GlobalView {
     counts: Map<number, number>;
     /** A read showed another `created_at`: deleted and created again; this agent is not in it. */
     replaced: boolean;
-    constructor(experiment: string, arms: string[], params: Record<string, any>, sigma: number | null, createdAt: number);
+    constructor(experiment: string, arms: string[], params: Record<string, any>, sigma: number | null, createdAt: number, 
+    /** "bounded" or "bernoulli" (every reward 0 or 1: the agent refuses any other). */
+    rewards?: string, 
+    /** CDE: the T the experiment published, which its agents play; null: none published. */
+    pullsPerArm?: number | null);
     static fetch(client: CoordinatorClient, experiment: string): Promise<GlobalView>;
     get spec(): AgentSpec;
+    get bernoulli(): boolean;
     get globalReset(): boolean;
     get identified(): boolean;
     /** Take a state read (GET of the experiment); true if the global set changed. */
