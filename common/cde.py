@@ -266,22 +266,30 @@ def certifying_threshold(
     """The smallest threshold we find that certifies delta with N agents, or None. The wrong-arm
     term falls as M grows (a longer race separates the shares better) and does not depend on N;
     the no-answer term, cheap to compute, is about 0 up to a knee near N g_s / s and then climbs
-    fast. So the best M is at most the knee: if the total is above delta there (and at a second,
-    looser knee), no M certifies; else a bisection finds the smallest M below it that does
-    (`smallest`; without it, the knee that certifies is returned)."""
+    fast. So the best M is at the knee, or a little above it where the no-answer term is still
+    below delta (a ternary search); if the total is above delta there, no M certifies; else a
+    bisection finds the smallest M that does (`smallest`; without it, the one found first)."""
     if hopeless(delta, eta, privacy, n_arms):
         return None
 
     def total(m: int) -> float:
         return failure(agents, m, eta, privacy, n_arms, liars).total
 
-    first = liars + 1
-    knees = sorted({_knee(agents, share * delta, eta, privacy, n_arms, liars) for share in
-                    (1e-3, 0.1)})  # fmt: skip
-    top = next((m for m in knees if total(m) <= delta), None)
+    low = _knee(agents, 1e-3 * delta, eta, privacy, n_arms, liars)  # no answer about 0 below
+    top: int | None = low
+    if total(low) > delta:  # the smallest total lies where the no-answer term climbs to delta
+        high = _knee(agents, delta, eta, privacy, n_arms, liars)
+        while high - low > 2:
+            a, b = low + (high - low) // 3, high - (high - low) // 3
+            if total(a) <= total(b):
+                high = b
+            else:
+                low = a
+        best = min(range(low, high + 1), key=lambda m: (total(m), m))
+        top = best if total(best) <= delta else None
     if top is None or not smallest:
         return top
-    low = first
+    low = liars + 1
     while low < top:
         middle = (low + top) // 2
         if total(middle) <= delta:

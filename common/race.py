@@ -8,13 +8,9 @@ right comes down to two races between the arms' counts:
 - `none_reach`: among the first n reports, none of s arms (shares summing to at least
   `rivals_share`) gets `threshold`.
 
-How the rivals' total share is split among them matters, and the worst split is the even one.
-Poissonization (reports at the events of a rate-1 Poisson process) makes the arms' counts
-independent Poisson processes. The chance that a count of mean x stays below m, S_m(x) =
-P(Poisson(x) <= m - 1) = P(Gamma(m, 1) > x), is log-concave in x (the survival function of a
-log-concave density), so a product of S_m over the rivals is largest when their means are equal
-(Jensen) and grows as the means shrink: the bounds below take s equal shares rivals_share / s,
-and are exact there.
+How the rivals' total share is split among them matters, and the worst split is the even one
+(each function says why): the bounds below take s equal shares rivals_share / s, and are exact
+there.
 
 Pure arithmetic (numpy; scipy's special functions, imported where used so that a device importing
 common/ does not need scipy). Every value is rounded up, so it stays a bound.
@@ -42,6 +38,14 @@ def race(needed: int, threshold: int, one: float, rivals_share: float, rivals: i
     """P(one arm's count reaches `needed` before any rival's reaches `threshold`), rounded up, in
     an endless sequence of i.i.d. reports where the one arm has share at most `one` and the
     `rivals` arms together at least `rivals_share`, split among them in any way.
+
+    Why the even split is the worst: Poissonization (reports at the events of a rate-1 Poisson
+    process) makes the arms' counts independent Poisson processes; the one arm's needed-th report
+    comes at some time tau, and the race is won when each rival's count is then below m. The
+    chance that a count of mean x is below m, S_m(x) = P(Poisson(x) <= m - 1) = P(Gamma(m, 1) >
+    x), is log-concave in x (the survival function of a log-concave density), so the product over
+    the rivals, prod S_m(share_i tau), is largest when the shares are equal (Jensen), and grows
+    as they shrink or as tau shrinks (a larger share for the one arm).
 
     Among the reports of these arms only, each is the one arm's with probability at most
     pi = one / (one + rivals_share). Its `needed`-th comes after j rivals' reports, j negative
@@ -129,19 +133,32 @@ def none_reach(reports: int, threshold: int, rivals_share: float, rivals: int) -
     """P(none of `rivals` arms, with shares summing to at least `rivals_share`, gets `threshold` of
     the first `reports` i.i.d. reports), rounded up.
 
-    With a Poisson(lam) number of reports the counts are independent, so the event has probability
-    prod S_m(share x lam) <= S_m(rivals_share lam / s)^s. It only becomes likelier with fewer
-    reports, so P(event after n reports) P(Poisson(lam) <= n) is at most that: every lam gives a
-    bound, and the smallest over a grid of lam below n is returned."""
+    The rivals' total count is binomial (n, share), and given it, the chance that the reports
+    spread over them leave each below the threshold is largest for an even split (for two of
+    them with j reports between them, P(j - m < X <= m - 1) for X ~ Bin(j, theta) is largest at
+    theta = 1/2 and falls away from it: every step towards equal shares raises it); it falls as
+    the total grows, so the smallest total share is the worst. For large thresholds, a cheaper
+    bound: with a Poisson(lam) number of reports the counts are independent, so the event has
+    probability prod S_m(share x lam) <= S_m(rivals_share lam / s)^s, and it only becomes likelier
+    with fewer reports, so P(event after n reports) P(Poisson(lam) <= n) is at most that, for
+    every lam below n."""
     if threshold <= 0:
         return 0.0
     if reports < threshold or rivals_share <= 0.0:
         return 1.0
+    share = min(1.0, rivals_share)
+    if rivals * rivals * threshold * threshold <= 2 * EXACT_LIMIT:
+        from scipy.stats import binom
+
+        stays = _even_spread(threshold, rivals)[: reports + 1]
+        weights = binom.pmf(np.arange(stays.size), reports, share)
+        value = float(weights @ stays) * (1.0 + RELATIVE_MARGIN) + FLOAT_ERROR * stays.size
+        return min(1.0, value)
     from scipy.special import gammaincc
 
     spread = math.sqrt(reports)
     lam = np.linspace(max(reports - 8.0 * spread - 8.0, reports / 4.0), float(reports), 96)
-    stays = gammaincc(threshold, rivals_share * lam / rivals) ** rivals
+    stays = gammaincc(threshold, share * lam / rivals) ** rivals
     enough = gammaincc(reports + 1, lam)  # P(Poisson(lam) <= n), at least 1/2 here
     bound = float(np.min((stays + FLOAT_ERROR * rivals) / enough))
     return min(1.0, bound * (1.0 + RELATIVE_MARGIN))

@@ -319,8 +319,8 @@ class ExperimentStore:
             raise Invalid(
                 "agents: CDE chooses its threshold from the agents expected, and only CDE does"
             )
-        try:
-            threshold = config.threshold(len(arms), agents)
+        try:  # CDE's is a search: off the event loop (the API's check already cached it)
+            threshold = await asyncio.to_thread(config.threshold, len(arms), agents)
         except ParameterError as exc:
             raise Invalid(str(exc)) from None
         if config.algorithm == "dp-mase" and sigma is not None:

@@ -31,14 +31,17 @@ from common.errors import ParameterError
 from common.privacy import audit_votes
 from common.simulation import SimulationConfig, TrialResult, run_trials
 from common.simulation.config import DEFAULT_BUDGET
+from common.stats import proportion_interval
 from dexp.engines import check_engine
 from dexp.options import (
     DEFAULT_PROBLEM,
     PRIVACY_HELP,
     ActivationOption,
+    AttackOption,
     BudgetOption,
     DriftOption,
     EngineOption,
+    ExactLocalErrorOption,
     MeansOption,
     PhiOption,
     ProblemOption,
@@ -75,13 +78,14 @@ def parse_list(name: str, text: str, kind: Callable[[str], Any]) -> list[Any]:
         ) from None
 
 
-def point_label(algo: AlgorithmConfig, n_agents: int) -> str:
+def point_label(algo: AlgorithmConfig, n_agents: int, attackers: int = 0, attack: str = "") -> str:
+    liars = f" attackers={attackers}" + (f" {attack}" if algo.reports else "") if attackers else ""
     if algo.algorithm == "dp-mase":
-        return f"dp-mase beta={algo.beta:g} eps_dp={algo.dp_epsilon:g} N={n_agents}"
+        return f"dp-mase beta={algo.beta:g} eps_dp={algo.dp_epsilon:g} N={n_agents}{liars}"
     if algo.reports:
-        return f"cde privacy={algo.privacy:g} eta={algo.eta:g} N={n_agents}"
+        return f"cde privacy={algo.privacy:g} eta={algo.eta:g} N={n_agents}{liars}"
     xi = f" xi={algo.xi:g}" if algo.algorithm == "ce" else ""
-    return f"{algo.algorithm}-{algo.subroutine} eta={algo.eta:g}{xi} N={n_agents}"
+    return f"{algo.algorithm}-{algo.subroutine} eta={algo.eta:g}{xi} N={n_agents}{liars}"
 
 
 def run_point(
@@ -109,8 +113,10 @@ def run_point(
     )
     audit = audit_votes(config, results[:trials], results[trials:])
     algo = config.algorithm
+    failures = sum(not r.correct for r in results)
+    low, high = proportion_interval(failures, len(results))
     return {
-        "label": point_label(algo, config.n_agents),
+        "label": point_label(algo, config.n_agents, config.attackers, config.attack),
         "algorithm": algo.algorithm,
         "subroutine": algo.local_subroutine,
         "agents": config.n_agents,
@@ -120,7 +126,16 @@ def run_point(
         "dp_epsilon": algo.dp_epsilon,
         "privacy": algo.privacy if algo.reports else None,
         "seed": seed,
+        "attackers": config.attackers,
+        "attack": config.attack,
         "certified_failure": certify_simulation(config).failure,
+        # every trial of the point (audited and training): answers not eps-optimal, or none
+        "failure_rate": {
+            "mean": failures / len(results),
+            "ci95": [low, high],
+            "failures": failures,
+            "trials": len(results),
+        },
         **audit.to_json(),
     }
 
@@ -134,6 +149,7 @@ def print_points(points: Sequence[dict[str, Any]], title: str) -> None:
         "point",
         "M",
         "certified failure",
+        "failure rate (95% CI)",
         "certified e0",
         "hit rate, uniform prior",
         "votes only (95% CI)",
@@ -156,6 +172,7 @@ def print_points(points: Sequence[dict[str, Any]], title: str) -> None:
             p["label"],
             str(p["threshold"]),
             upper(p["certified_failure"]),
+            rate(p["failure_rate"]),
             *privacy_cells(p),
             rate(p["votes_only"]),
             p["votes_only"]["adversary"],
@@ -168,7 +185,9 @@ def print_points(points: Sequence[dict[str, Any]], title: str) -> None:
     out.print(table)
     out.print(
         "certified failure: the probability bound on the best arm voted out by error for the "
-        "point's configuration and N (docs/SUBROUTINES.md, section 3). "
+        "point's configuration and N (docs/SUBROUTINES.md, section 3; cde: on an answer that is "
+        "not eps-optimal, or none, docs/CDE.md), with its attackers; failure rate: measured over "
+        "all the point's trials (audited and training). "
         "certified e0 (cde): whatever its prior, any adversary's odds about one agent's answer are "
         "multiplied by at most e^e0 by its report. hit rate, uniform prior: for cde its corollary "
         "for an adversary with a uniform prior over which arm is best, the prior of these "
@@ -226,8 +245,14 @@ def votes(
     tolerance: ToleranceOption = 0,
     attackers: Annotated[
         int,
-        typer.Option(help="Byzantine agents 0..A-1 (voting against the best arm): not audited."),
+        typer.Option(
+            help="Byzantine agents 0..A-1 (voting against the best arm; cde: reporting an arm "
+            "that is not eps-optimal, as --attack says): not audited, but they count in the "
+            "failure rate."
+        ),
     ] = 0,
+    attack: AttackOption = "fixed",
+    exact_local_error: ExactLocalErrorOption = False,
     pulls: PullsOption = "one",
     stop: StopOption = "all-agents",
     budget: BudgetOption = DEFAULT_BUDGET,
@@ -264,10 +289,11 @@ def votes(
         parse_list("beta", beta, float),
         parse_list("privacy", privacy, float) if privacy is not None else [DEFAULT_PRIVACY],
         parse_list("agents", agents, int),
+        parse_list("attack", attack, str),
     )
     configs: list[SimulationConfig] = []
     seen: set[str] = set()
-    for algo_name, sub, eta_v, xi_v, beta_v, privacy_v, n in grid:
+    for algo_name, sub, eta_v, xi_v, beta_v, privacy_v, n, attack_v in grid:
         config = build_config(
             built.environment,
             built.activation,
@@ -289,14 +315,17 @@ def votes(
             stop,
             budget,
             attackers,
+            attack_v,
+            exact_local_error,
         )
-        label = point_label(config.algorithm, n)
+        label = point_label(config.algorithm, n, config.attackers, config.attack)
         if label not in seen:  # e.g. a list of xi or privacy with DE: one point
             seen.add(label)
             configs.append(config)
     points = []
     for config in configs:
-        sys.stderr.write(f"auditing {point_label(config.algorithm, config.n_agents)}\n")
+        label = point_label(config.algorithm, config.n_agents, config.attackers, config.attack)
+        sys.stderr.write(f"auditing {label}\n")
         points.append(run_point(config, trials, training_trials, seed, engine, workers))
     if as_json:
         document = points[0] if len(points) == 1 else {"points": points}
@@ -313,6 +342,8 @@ def build_config(
     stop: str,
     budget: int,
     attackers: int = 0,
+    attack: str = "fixed",
+    exact_local_error: bool = False,
 ) -> SimulationConfig:
     if algo.algorithm not in AUDITED:
         raise ParameterError("algorithm", algo.algorithm, f"must be one of {', '.join(AUDITED)}")
@@ -326,4 +357,6 @@ def build_config(
         stop=stop,
         budget=budget,
         attackers=attackers,
+        attack=attack if algo.reports else "fixed",  # a sweep's voting points: their one attack
+        exact_local_error=exact_local_error and algo.reports,
     )

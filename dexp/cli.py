@@ -37,7 +37,7 @@ from common.hillel import HILLEL_ALGORITHMS, HillelConfig
 from common.params import REWARD_FAMILIES
 from common.privacy import certified_epsilon, hit_rate_uniform_prior, privacy_statement
 from common.simulation import ENGINES, SimulationConfig, TrialResult, run_trials, summarize
-from common.simulation.config import DEFAULT_BUDGET
+from common.simulation.config import ATTACKS, DEFAULT_BUDGET
 from common.simulation.runner import simulation_warnings
 from common.stats import describe, proportion_interval
 from dexp.admin import AdminError, tickets_app
@@ -50,6 +50,7 @@ from dexp.options import (
     DEFAULT_PROBLEM,
     PRIVACY_HELP,
     ActivationOption,
+    AttackOption,
     BudgetOption,
     DeclareOption,
     DriftOption,
@@ -272,25 +273,26 @@ def _local_run(config: SimulationConfig) -> str:
     if config.exact_local_error:
         return (
             f"{run}; stress mode: the local answer ignores the rewards, each arm that is not "
-            f"eps-optimal with probability eta/(K-1) = {algo.eta / (k - 1):.4g}"
+            f"eps-optimal with probability eta/(K-1) = {algo.eta / (k - 1):.4g}, the eps-optimal "
+            "arms an even share of the rest"
         )
     return run
 
 
 def _reports_here(config: SimulationConfig, certificate: Certificate) -> str:
-    """CDE on a known instance: whether the whole bound applies to the failure rate, or only its
-    wrong-arm part (another arm within eps of the best)."""
+    """CDE on a known instance: the whole bound applies to the failure rate, whatever the number
+    of eps-optimal arms; it says how many there are."""
     best, near = config.attacked_arm, _near_best(config)
+    rate = (
+        "the failure rate (an answer that is not eps-optimal, or none) must stay within the bound"
+    )
     if near:
         arms = ", ".join(str(a) for a in near)
         return (
-            f"Here arm {arms} is within epsilon of the best arm {best}: only the first part "
-            f"applies, a wrong arm accepted with probability at most {upper(certificate.wrong_arm)}."
+            f"Here arm {arms} is within epsilon of the best arm {best} ({len(near) + 1} arms are "
+            f"eps-optimal): {rate}, which holds whatever their number."
         )
-    return (
-        f"Here no other arm is within epsilon of the best arm {best}: the failure rate (a wrong "
-        "arm accepted, or no answer) must stay within the bound."
-    )
+    return f"Here no other arm is within epsilon of the best arm {best}: {rate}."
 
 
 def check_cde_options(algorithm: str, privacy: float | None, exact_local_error: bool) -> None:
@@ -351,9 +353,10 @@ def simulate(
         int,
         typer.Option(
             help="Byzantine agents: agents 0..A-1 vote against the best arm and nothing else "
-            "(cde: report the best arm that is not eps-optimal)."
+            "(cde: report an arm that is not eps-optimal, as --attack says)."
         ),
     ] = 0,
+    attack: AttackOption = "fixed",
     pulls: PullsOption = "one",
     stop: StopOption = "all-agents",
     budget: BudgetOption = DEFAULT_BUDGET,
@@ -401,6 +404,7 @@ def simulate(
     check_at_least("agents", agents, 1)
     check_cde_options(algorithm, privacy, exact_local_error)
     check_choice("declare", declare, REWARD_FAMILIES)
+    check_choice("attack", attack, ATTACKS)
     if algorithm in HILLEL_ALGORITHMS:
         _simulate_hillel(built, name, algorithm, agents, epsilon, delta, horizon, repeats,
                          max_time, trials, seed, as_json, per_trial)  # fmt: skip
@@ -432,6 +436,7 @@ def simulate(
         stop=stop,
         budget=budget,
         attackers=attackers,
+        attack=attack,
         exact_local_error=exact_local_error,
         declare_bernoulli=declare == "bernoulli",
     )
@@ -480,6 +485,7 @@ def simulate(
         "exact_local_error": exact_local_error,
         "tolerance": tolerance,
         "attackers": attackers,
+        "attack": attack,
         "pulls": pulls,
         "every_arm": algo.every_arm,
         "stop": stop,
@@ -614,7 +620,12 @@ def print_simulation(
     if config.attackers:
         last = config.attackers - 1
         who = "agent 0" if last == 0 else f"agents 0-{last}"
-        if algo.reports:
+        if algo.reports and config.attack == "adaptive":
+            byzantine += (
+                f" ({who} wait until an arm that is not eps-optimal has M - "
+                f"{config.attackers} honest reports, then all report it)"
+            )
+        elif algo.reports:
             byzantine += f" ({who} report arm {config.lie_arm} at once)"
         else:
             byzantine += f" ({who} vote against arm {config.attacked_arm} only)"

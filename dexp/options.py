@@ -8,7 +8,7 @@ import typer
 
 from common.environments import PROBLEMS
 from common.simulation import ENGINES
-from common.simulation.config import STOP_RULES
+from common.simulation.config import ATTACKS, STOP_RULES
 
 DEFAULT_PROBLEM = "feraud-1"
 # --eta when none is given: the papers' 0.9 for the voting algorithms; CDE's certificate needs
@@ -70,12 +70,21 @@ PhiOption = Annotated[float, typer.Option(help="SER4: reset probability per step
 ToleranceOption = Annotated[
     int, typer.Option(help="Byzantine agents tolerated f: the vote threshold is M + f.")
 ]
+AttackOption = Annotated[
+    str,
+    typer.Option(
+        help=f"CDE: how the attackers lie, {' | '.join(ATTACKS)} (audit votes: or a list): "
+        "fixed, each reports the best "
+        "arm that is not eps-optimal at once; adaptive, they wait until some such arm has M - A "
+        "honest reports, then all report it (the strongest attack on the certificate)."
+    ),
+]
 ExactLocalErrorOption = Annotated[
     bool,
     typer.Option(
         "--exact-local-error",
         help="CDE stress mode: each local answer ignores the rewards and is each arm that is not "
-        "eps-optimal with probability eta/(K-1), the best arm otherwise (the certificate's worst "
-        "case).",
+        "eps-optimal with probability eta/(K-1), the eps-optimal arms an even share of the rest "
+        "(the certificate's worst case).",
     ),
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Annotated, Any, Literal
 
@@ -665,7 +666,8 @@ async def create_experiment(
     docs/SUBROUTINES.md, section 3); eliminating the other arms then needs M + f honest voters.
     CDE: the threshold is the smallest number of reports that certifies delta with the `agents`
     expected (DEXP_MAX_AGENTS if not given), f liars included (docs/CDE.md)."""
-    config = body.checked_config(settings)
+    # CDE's threshold is a search (up to seconds for hundreds of arms): off the event loop
+    config = await asyncio.to_thread(body.checked_config, settings)
     sigma = None if body.sigma is None else float(body.sigma)
     agents = body.expected_agents(settings)
     created = await store.create(body.id, body.arms, config, sigma, agents, body.rewards)
