@@ -26,8 +26,7 @@ from common.lower_bound import LowerBound, lower_bound
 from common.privacy import audit_votes, certified_epsilon, hit_rate_uniform_prior
 from common.simulation import SimulationConfig, TrialResult, run_trials
 from common.stats import describe, proportion_interval
-from common.subroutines.fixed_budget import samples_per_arm
-from dexp.experiments import CDE_AGENTS, CDE_ETA, EXPERIMENTS
+from dexp.experiments import CDE_AGENTS, EXPERIMENTS
 from dexp.reproduce import build_points
 
 MEASURED = ("cde-p1", "cde-p2", "cde-gauss")
@@ -134,12 +133,13 @@ def main() -> int:
                 cost_rows.append(cost_row(point.series.label, point.config, results, bound))
         cost_rows.sort(key=lambda row: (int(row[1].replace(",", "")), row[0]))
         print(f"### {name}: {exp.description}\n")
-        sigma = None if env.bounded else env.sigma
-        budget = samples_per_arm(exp.epsilon, CDE_ETA, env.n_arms, sigma)
+        cde_config = next(p.config for p in points if p.config.algorithm.reports)
+        budget = cde_config.local_params().pulls  # the T the agents play (exact if Bernoulli)
+        declared = "Bernoulli, exact T" if cde_config.bernoulli else "sub-Gaussian T"
         print(
             f"eps = {exp.epsilon:g}, delta = {exp.delta:g}; eps-optimal arms "
-            f"{list(bound.optimal_arms)}; CDE's local run: {budget} pulls per arm "
-            f"({budget * env.n_arms:,} activations per agent); lower bound "
+            f"{list(bound.optimal_arms)}; CDE's local run ({declared}): {budget} pulls per arm "
+            f"({cde_config.local_budget:,} activations per agent); lower bound "
             f"{bound.activations:,.1f} activations (T(mu) = {bound.characteristic_time:.3g}, "
             f"kl(delta, 1 - delta) = {bound.information:.3g}).\n"
         )
