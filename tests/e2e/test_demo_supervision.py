@@ -140,9 +140,13 @@ def test_a_demo_whose_agent_process_dies_stops_at_once_and_names_it() -> None:
             assert demo.stdout is not None
             summary = demo.stdout.read()
         finally:
-            if demo.poll() is None:
-                demo.kill()
-                demo.wait()
+            if demo.poll() is None:  # Ctrl-C: the demo stops what it started (a kill would not)
+                demo.send_signal(signal.SIGINT)
+                try:
+                    demo.wait(timeout=DEADLINE)
+                except subprocess.TimeoutExpired:
+                    demo.kill()
+                    demo.wait()
     text = "".join(err)
     assert status == DEMO_FAILED, text
     assert "Traceback" not in text
