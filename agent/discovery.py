@@ -148,6 +148,9 @@ class Discovery:
         # enrollment: never asked again by this process (until the experiment is dropped)
         self.limited: dict[str, str] = {}
         self.next_discovery = 0.0
+        # discover() calls so far, in the status line: the retries (and the limits not asked
+        # again) are seen to happen, round after round
+        self.rounds = 0
 
     def start(self) -> str | None:
         """The first round. With a fixed list of which no experiment got all its agents (nor
@@ -177,6 +180,7 @@ class Discovery:
         """Host the experiments to follow that are not fully hosted yet (with `*`, first drop the
         hosted ones the coordinator no longer lists and are gone); their problems, logged if
         `report`."""
+        self.rounds += 1
         self.next_discovery = time.monotonic() + self.settings.discover_seconds
         if self.settings.every_experiment:
             try:

@@ -151,7 +151,7 @@ class AgentService:
         remaining = {e: sorted(h.view.remaining) for e, h in self.discovery.hosted.items()}
         log.info(
             "%d activations, %d votes (%d sent again, %d checks), %d settled messages, "
-            "%d reports, %d resets rate-limited, remaining arms %s",
+            "%d reports, %d resets rate-limited, %d discovery rounds, remaining arms %s",
             self.reader.activations,
             sum(a.votes_sent for a in agents),
             sum(a.votes_resent for a in agents),
@@ -159,6 +159,7 @@ class AgentService:
             sum(a.settled_sent for a in agents),
             sum(a.reports_sent for a in agents),
             sum(a.resets_limited for a in agents),
+            self.discovery.rounds,
             next(iter(remaining.values()))
             if len(remaining) == 1
             else " ".join(f"{e}={arms}" for e, arms in remaining.items()) or "-",

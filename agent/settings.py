@@ -104,8 +104,8 @@ class AgentSettings(SecretFileSettings):
     status_seconds: float = Field(
         60.0,
         ge=0,
-        description="how often the process logs one status line (activations, votes, remaining "
-        "arms) at info; 0: never",
+        description="how often the process logs one status line (activations, votes, discovery "
+        "rounds, remaining arms) at info; 0: never",
     )
 
     @field_validator("coordinator_url")

@@ -29,6 +29,9 @@ ARMS = ["A", "B", "C"]
 MEANS = np.array([0.9, 0.5, 0.1])
 M2 = {"delta": 0.5**1.5, "eta": 0.5}  # DE: M = 2
 PER_EXPERIMENT = 6
+# Every wait is for a condition; this deadline only keeps a hang from blocking the suite (a loaded
+# machine runs the service and the coordinator several times slower).
+DEADLINE = 120.0
 
 
 @contextmanager
@@ -49,18 +52,20 @@ def running(service: AgentService) -> Iterator[AgentService]:
         assert thread.is_alive() and not errors, errors
     finally:
         service.stop()
-        thread.join(timeout=10)
+        thread.join(timeout=DEADLINE)
     assert not thread.is_alive() and not errors, errors
 
 
-def until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+def until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"{what}: not after {timeout:g} s"
         time.sleep(0.05)
 
 
-def feed(redis: RedisCluster, client: httpx.Client, experiment: str, timeout: float = 20.0) -> None:
+def feed(
+    redis: RedisCluster, client: httpx.Client, experiment: str, timeout: float = DEADLINE
+) -> None:
     """Activations for every agent of `experiment` (Bernoulli rewards, MEANS), as the load
     generator writes them, until it is identified; the best arm must be arm 0."""
     rng = np.random.default_rng(3)
@@ -68,7 +73,7 @@ def feed(redis: RedisCluster, client: httpx.Client, experiment: str, timeout: fl
     ids = [a.decode() for a in cast(list[bytes], redis.zrange(keys.agents(experiment), 0, -1))]
     streams = [keys.activations(experiment, a) for a in ids]
     while client.get(f"/v1/experiments/{experiment}/best-arm").json()["status"] == "exploring":
-        assert time.monotonic() < deadline, f"{experiment} not identified"
+        assert time.monotonic() < deadline, f"{experiment} not identified in {timeout:g} s"
         pipe = redis.pipeline(transaction=False)
         for stream in streams:
             pipe.xlen(stream)
@@ -134,7 +139,10 @@ def test_agents_on_the_cluster_recover_a_lost_group_and_drop_a_deleted_experimen
         until(
             lambda: set(service.discovery.hosted) == {"svc-blue"}, "the deleted experiment dropped"
         )
-        time.sleep(0.5)  # a few more rounds of reads and discovery
+        # A few more rounds of discovery (each in a turn of the loop, with its reads): none
+        # brings the deleted experiment's streams back.
+        dropped = service.discovery.rounds
+        until(lambda: service.discovery.rounds >= dropped + 3, "3 discovery rounds after the drop")
         assert not set().union(*keys_on(healthy_cluster, "dexp:{svc-red*").values())
     log = caplog.text
     assert "consumer group missing" in log and "recreating the consumer groups of svc-blue" in log

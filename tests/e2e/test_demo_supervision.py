@@ -35,10 +35,36 @@ from load_generator.settings import LoadSettings
 CONFIG = AlgorithmConfig(delta=0.2, eta=0.5)  # M = 3 on 3 arms
 ARMS = ["arm-0", "arm-1", "arm-2"]
 MEANS = "0.9,0.5,0.1"
+# Every wait is for a condition; this deadline only keeps a hang from blocking the suite (a loaded
+# machine starts and runs the processes several times slower).
+DEADLINE = 120.0
+ROUNDS = re.compile(r"(\d+) discovery rounds")  # an agent process's status line
 
 
 def agents(url: str) -> int:
     return int(httpx.get(f"{url}/v1/experiments/demo", timeout=5).json()["agents"])
+
+
+def enrollments(url: str) -> dict[str, int]:
+    """The coordinator's answers to enrollments (POST /v1/agents) so far, by status code (its
+    /metrics; the labels in any order)."""
+    answers: dict[str, int] = {}
+    for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
+        labels, _, count = line.partition("} ")
+        if labels.startswith("dexp_http_requests_total{") and all(
+            label in labels for label in ('route="/v1/agents"', 'method="POST"')
+        ):
+            code = re.search(r'code="(\d+)"', labels)
+            assert code is not None, line
+            answers[code.group(1)] = int(float(count))
+    return answers
+
+
+def rounds_since_hosting(log: str) -> int:
+    """Discovery rounds an agent process ran after it logged its agents (its status lines after
+    that line: the last one's count less the first one's; 0 before two of them)."""
+    counts = [int(n) for n in ROUNDS.findall(log.rpartition(" agent(s) in demo on ")[2])]
+    return counts[-1] - counts[0] if counts else 0
 
 
 def play(url: str, redis_url: str, seed: int) -> LoadGenerator:
@@ -49,22 +75,23 @@ def play(url: str, redis_url: str, seed: int) -> LoadGenerator:
             problem="",
             means=MEANS,
             seed=seed,
-            max_seconds=60,
+            max_seconds=DEADLINE,
             settle_seconds=0.5,
-            stall_seconds=10,
+            stall_seconds=DEADLINE / 2,
         )
     )
 
 
 def test_a_demo_whose_agent_process_dies_stops_at_once_and_names_it() -> None:
     """`dexp demo` at 40 activations a second (a run of minutes); agent-1 is killed once every
-    agent enrolled. The demo stops on the death itself (its last line names agent-1, not a stall
-    of the run), names agent-1 with its signal and the last lines of its log, keeps the logs, and
-    exits with status 7, without a traceback. No time bound is asserted: the wait's timeout only
-    keeps a hang from blocking the suite."""
+    agent enrolled and agent-1 logged its agents. The demo stops on the death itself (its last
+    line names agent-1, not a stall of the run), names agent-1 with its signal and the last lines
+    of its log, keeps the logs, and exits with status 7, without a traceback. No time bound is
+    asserted: the waits' timeouts only keep a hang from blocking the suite."""
     lines: queue.Queue[str] = queue.Queue()
     err: list[str] = []
     pids: dict[str, int] = {}
+    logs = Path()
     with subprocess.Popen(
         [
             *(sys.executable, "-m", "dexp", "demo", "--means", MEANS),
@@ -82,28 +109,44 @@ def test_a_demo_whose_agent_process_dies_stops_at_once_and_names_it() -> None:
                 err.append(line)
                 lines.put(line)
 
+        def running() -> None:
+            assert demo.poll() is None, "".join(err)
+
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + DEADLINE
             while "enrolled with tickets" not in "".join(err):
-                assert time.monotonic() < deadline and demo.poll() is None, "".join(err)
+                assert time.monotonic() < deadline, (
+                    f"not enrolled in {DEADLINE:g} s: {''.join(err)}"
+                )
+                running()
                 with contextlib.suppress(queue.Empty):
                     line = lines.get(timeout=1)
                     if "pids: " in line:
                         found = re.findall(r"(agent-\d|coordinator|redis) (\d+)", line)
                         pids = {name: int(pid) for name, pid in found}
-            time.sleep(1.0)  # the run is under way
-            assert demo.poll() is None, "".join(err)
+                        logs = Path(line.rpartition("; logs in ")[2].strip())
+            # agent-1 hosts its agents, and said so: the log tail the demo shows has that line
+            wait_until(
+                lambda: " agent(s) in demo on " in (logs / "agent-1.log").read_text(),
+                "agent-1's line 'N agent(s) in demo on ...'",
+                timeout=DEADLINE,
+                alive=running,
+            )
             os.kill(pids["agent-1"], signal.SIGKILL)
-            status = demo.wait(timeout=60)
+            status = demo.wait(timeout=DEADLINE)
             reader.join(timeout=5)
             assert demo.stdout is not None
             summary = demo.stdout.read()
         finally:
-            if demo.poll() is None:
-                demo.kill()
-                demo.wait()
+            if demo.poll() is None:  # Ctrl-C: the demo stops what it started (a kill would not)
+                demo.send_signal(signal.SIGINT)
+                try:
+                    demo.wait(timeout=DEADLINE)
+                except subprocess.TimeoutExpired:
+                    demo.kill()
+                    demo.wait()
     text = "".join(err)
     assert status == DEMO_FAILED, text
     assert "Traceback" not in text
@@ -133,7 +176,8 @@ def test_an_agent_process_at_the_per_client_cap_keeps_its_agents_and_says_so_onc
         seed=4,
         workdir=tmp_path,
         coordinator_env={"DEXP_MAX_AGENTS_PER_CLIENT": "5"},
-        agent_env={"DEXP_DISCOVER_SECONDS": "0.2"},
+        # a status line (its discovery rounds) as often as a round
+        agent_env={"DEXP_DISCOVER_SECONDS": "0.2", "DEXP_STATUS_SECONDS": "0.2"},
     ) as stack:
         url = stack.coordinator_url
 
@@ -141,10 +185,19 @@ def test_an_agent_process_at_the_per_client_cap_keeps_its_agents_and_says_so_onc
             logs = [stack.log_path(n).read_text() for n in ("agent-0", "agent-1")]
             return agents(url) == 5 and all("agent(s) in demo" in log for log in logs)
 
-        wait_until(settled, "5 agents", timeout=30, alive=stack.check_alive)
-        time.sleep(1.5)  # several discovery rounds (0.2 s): none asks again
+        wait_until(settled, "5 agents", timeout=DEADLINE, alive=stack.check_alive)
+        wait_until(  # several discovery rounds after the limit: none asks again (below)
+            lambda: all(
+                rounds_since_hosting(stack.log_path(n).read_text()) >= 5
+                for n in ("agent-0", "agent-1")
+            ),
+            "5 discovery rounds of each agent process after it logged its agents",
+            timeout=DEADLINE,
+            alive=stack.check_alive,
+        )
         assert agents(url) == 5
         stack.check_alive()  # both still run
+        answers = enrollments(url)
         short = 0
         for name in ("agent-0", "agent-1"):
             log = stack.log_path(name).read_text()
@@ -162,6 +215,8 @@ def test_an_agent_process_at_the_per_client_cap_keeps_its_agents_and_says_so_onc
             assert "dexp tickets issue demo --count " in line
             assert "raise DEXP_MAX_AGENTS_PER_CLIENT on the coordinator" in line
         assert short >= 1
+        # Each short process was refused once, and never asked again.
+        assert {code: n for code, n in answers.items() if code != "201"} == {"403": short}, answers
         with play(url, stack.redis_url, seed=4) as generator:
             summary = generator.run()
         assert summary.status == "identified" and summary.correct, summary
@@ -169,7 +224,7 @@ def test_an_agent_process_at_the_per_client_cap_keeps_its_agents_and_says_so_onc
         # A third process gets no agent at all: one line, status 3.
         args, env = stack.specs["agent-0"]
         stack.spawn("agent-2", args, {**env, "AGENTS_PER_REPLICA": "3"})
-        assert stack.named["agent-2"].wait(timeout=30) == 3
+        assert stack.named["agent-2"].wait(timeout=DEADLINE) == 3
         log = stack.log_path("agent-2").read_text()
         assert "Traceback" not in log
         [line] = log.splitlines()
@@ -235,7 +290,7 @@ def test_the_demo_runs_more_agents_than_its_coordinator_admits_per_client(tmp_pa
         processes=2,
         seed=5,
         means=MEANS,
-        max_seconds=60,
+        max_seconds=DEADLINE,
         workdir=tmp_path,
         coordinator_env={
             "DEXP_MAX_AGENTS_PER_CLIENT": "20",
