@@ -6,7 +6,9 @@ that names its reason."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -29,3 +31,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped under CI, where every test must run: {reason}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def commit_in_the_report(record_testsuite_property: Callable[[str, object], None]) -> None:
+    """The commit the suite runs on, a property of the JUnit report (`--junitxml`), so that the
+    times scripts/suite_times.py prints say which code they measured: the short hash, and
+    "+ uncommitted changes" when the tree differs from it."""
+
+    def git(*args: str) -> str:
+        root = Path(__file__).resolve().parent.parent
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown (not a git checkout)"
+    record_testsuite_property(
+        "commit", f"{head} + uncommitted changes" if git("status", "--porcelain") else head
+    )

@@ -172,10 +172,13 @@ def test_a_report_on_an_unknown_arm_is_refused_without_counting() -> None:
     assert state.report("b", 2) is R.COUNTED
 
 
-def test_the_acceptance_keeps_the_epoch() -> None:
-    state = GlobalState(3, threshold=1, epoch=4)
+def test_the_acceptance_keeps_the_epoch_and_moves_the_version_on() -> None:
+    """A state that starts at another epoch and version (as the coordinator's counters may):
+    the eliminations carry its epoch, and the version goes up by one, as report.lua's HINCRBY."""
+    state = GlobalState(3, threshold=1, epoch=4, version=7)
     state.report("a", 1, time=2)
     assert [(e.arm, e.order, e.epoch) for e in state.eliminations] == [(0, 1, 4), (2, 2, 4)]
+    assert state.version == 8
 
 
 # -- GlobalState.exhausted -----------------------------------------------------------------------
