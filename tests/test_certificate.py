@@ -386,6 +386,7 @@ def test_the_largest_agents_at_its_ends() -> None:
         (0.0, "0", "0"),  # not in (0, 1): as it is
         (1.0, "1", "1"),
         (2.5, "2.5", "2.5"),
+        (1.2345, "1.2345", "1.2345"),  # only probabilities below 1 are rounded
         (-0.5, "-0.5", "-0.5"),
         (math.inf, "inf", "inf"),
         (math.nan, "nan", "nan"),
@@ -402,18 +403,18 @@ def test_upper_and_lower_round_to_three_digits_in_their_direction(
 # -- the sentences --------------------------------------------------------------------------------
 def test_the_statement_of_each_voting_case() -> None:
     """The votes certificate's sentence in each case, whole: the number, M, who errs, and when it
-    is the probability of a wrong answer."""
-    de = certify(AlgorithmConfig(eta=0.5), 3, 12)
+    is the probability of a wrong answer. p = (pi^2 / 24) eta; the failure P(Bin(N, p) >= M)."""
+    de = certify(AlgorithmConfig(eta=0.5), 3, 12)  # M = 5, p = 0.2056, P(Bin(12, p) >= 5)
     assert de.statement() == (
-        f"The best arm is voted out by error with probability at most {upper(de.failure)}: it "
-        f"takes 5 of the 12 agents to err, each with probability at most {upper(de.local_error)}."
-        " When no other arm is within epsilon of the best, that is the probability of a wrong "
-        "answer."
+        "The best arm is voted out by error with probability at most 0.0803: it takes 5 of the 12 "
+        "agents to err, each with probability at most 0.206. When no other arm is within epsilon "
+        "of the best, that is the probability of a wrong answer."
     )
     dp = certify(AlgorithmConfig(algorithm="dp-mase", subroutine="se"), 10, 64)
-    assert dp.statement().endswith(
-        "it takes 5 of the 64 agents to err, each with probability at most "
-        f"{upper(dp.local_error)}. That is the probability of a wrong answer."
+    assert dp.statement() == (
+        "The best arm is voted out by error with probability at most 0.999: it takes 5 of the 64 "
+        "agents to err, each with probability at most 0.206. That is the probability of a wrong "
+        "answer."
     )
     ce = certify(AlgorithmConfig(algorithm="ce", xi=0.1), 10, 64)
     assert "it takes 11 of the 64 agents to err and send that vote (xi drops it), each" in (
@@ -421,6 +422,18 @@ def test_the_statement_of_each_voting_case() -> None:
     )
     lying = certify(AlgorithmConfig(tolerance=2), 10, 64)
     assert "it takes 29 of the 62 honest agents (2 may lie) to err, each" in lying.statement()
+    # one honest vote left to take (M + f = 29, f = 28), and M = N: still the sentence of a bound
+    one = certify(AlgorithmConfig(), 10, 64, liars=28)
+    assert (one.honest_votes, one.failure) == (1, certified_failure(64, 29, one.local_error, 28))
+    assert one.statement().startswith(
+        "The best arm is voted out by error with probability at most 1: it takes 1 of the 36 "
+        "honest agents (28 may lie) to err, each with probability at most 0.371."
+    )
+    every = certify(AlgorithmConfig(), 10, 29)  # p = 0.37^29
+    assert every.statement().startswith(
+        "The best arm is voted out by error with probability at most 3.04e-13: it takes 29 of "
+        "the 29 agents to err, each"
+    )
 
 
 def test_the_statement_when_nothing_or_everything_can_be_voted_out() -> None:
@@ -452,18 +465,29 @@ def test_the_statement_when_nothing_or_everything_can_be_voted_out() -> None:
 
 
 def test_the_statements_of_the_baselines_and_of_drift() -> None:
+    # each of 64 agents at delta / 64: p = (pi^2 / 24) 0.05 / 64, and 1 - (1 - p)^64
     alone = certify(AlgorithmConfig(algorithm="independent"), 10, 64)
+    assert (alone.kind, alone.algorithm, alone.delta, alone.agents) == (
+        "independent",
+        "independent",
+        0.05,
+        64,
+    )
+    assert alone.local_error == pytest.approx(math.pi**2 / 24 * 0.05 / 64)
     assert alone.statement() == (
         "Each of the 64 agents identifies alone; the chance that any of them keeps an arm that is "
-        f"not epsilon-optimal is at most {upper(alone.failure)} (each at most "
-        f"{upper(alone.local_error)})."
+        "not epsilon-optimal is at most 0.0204 (each at most 0.000322)."
     )
     central = certify(AlgorithmConfig(algorithm="central"), 10, 64)
+    assert (central.kind, central.algorithm, central.delta) == ("central", "central", 0.05)
+    assert central.failure == central.local_error == pytest.approx(math.pi**2 / 24 * 0.05)
     assert central.statement() == (
         "One run on every reward keeps an arm that is not epsilon-optimal with probability at "
-        f"most {upper(central.failure)}."
+        "most 0.0206."
     )
+    assert central.certifies and central.warning() is None
     drift = certify(AlgorithmConfig(), 10, 64, drifting=True)
+    assert (drift.kind, drift.algorithm, drift.failure, drift.delta) == ("drift", "de", 1.0, 0.05)
     assert drift.statement() == (
         "Nothing below 1 is certified: the rewards drift, and the local confidence bounds hold "
         "for fixed means only."
@@ -472,6 +496,21 @@ def test_the_statements_of_the_baselines_and_of_drift() -> None:
         "certified failure 1 is above delta = 0.05 with 64 agents: nothing certifies it (the "
         "rewards drift)"
     )
+    assert certify(AlgorithmConfig(), 10, 1, drifting=True).warning() == (
+        "certified failure 1 is above delta = 0.05 with 1 agent: nothing certifies it (the "
+        "rewards drift)"
+    )
+
+
+@pytest.mark.parametrize("subroutine", ["kl-lucb", "me", "ser3"])
+def test_one_independent_agent_is_the_central_run(subroutine: str) -> None:
+    """N = 1: the one agent runs at delta, as the central run does, with the same bound. A
+    subroutine whose constant is 1 (kl-lucb, me) certifies delta exactly; the union's rounding
+    up once put it at 0.0501 > 0.05, with a warning that blamed drifting rewards."""
+    alone = certify(AlgorithmConfig(algorithm="independent", subroutine=subroutine), 10, 1)
+    central = certify(AlgorithmConfig(algorithm="central", subroutine=subroutine), 10, 1)
+    assert alone.failure == central.failure == LOCAL_ERROR_FACTORS[subroutine] * 0.05
+    assert alone.certifies and alone.warning() is None
 
 
 # -- the warning's options ------------------------------------------------------------------------
@@ -502,6 +541,40 @@ def test_the_warning_leaves_out_the_fixes_that_do_not_exist() -> None:
         f"threshold of {fix.threshold} votes or agents that err with probability at most "
         f"{lower(fix.local_error)} each (now 0.5) would certify it"
     )
+
+
+def test_a_threshold_of_n_is_a_fix() -> None:
+    """P(Bin(5, 1/2) >= 5) = 1/32 <= 0.05 < P(Bin(5, 1/2) >= 4) = 6/32: the smallest threshold
+    that certifies is N itself, and the warning names it."""
+    cert = Certificate(
+        "votes", certified_failure(5, 3, 0.5), 5, 0.05, "de", local_error=0.5, threshold=3
+    )
+    assert smallest_threshold(5, 0.5, 0.05) == 5
+    warning = cert.warning()
+    assert warning is not None and warning.startswith(
+        "certified failure 0.501 is above delta = 0.05 with 5 agents: a threshold of 5 votes or "
+    )
+
+
+def test_each_search_certifies_at_equality() -> None:
+    """A bound equal to delta certifies (<=, not <): each search, given delta = the bound of a
+    configuration, returns that configuration's value."""
+    delta = certified_failure(40, 12, 0.3)
+    assert smallest_threshold(40, 0.3, delta) == 12
+    assert largest_agents(12, 0.3, delta) == 40
+    assert largest_local_error(40, 12, certified_failure(40, 12, 0.25)) == 0.25
+    # a threshold no agent set reaches certifies even delta = 0, at any local error
+    assert largest_local_error(5, 6, 0.0) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("threshold", "p", "delta"), [(5, 0.2, 0.05), (3, 0.01, 1e-4), (12, 0.3, 1e-3)]
+)
+def test_largest_agents_is_the_largest_by_a_scan(threshold: int, p: float, delta: float) -> None:
+    """The doubling and bisection search against a scan of every N (the tail grows with N)."""
+    scan = [n for n in range(threshold, 3000) if certified_failure(n, threshold, p) <= delta]
+    found = largest_agents(threshold, p, delta)
+    assert type(found) is int and found == max(scan)
 
 
 def test_remedy_with_liars_is_each_search_with_liars() -> None:
@@ -539,15 +612,14 @@ def test_certify_with_no_agent_yet() -> None:
 
 
 def test_the_independent_bound_is_the_union_over_agents_rounded_up() -> None:
+    """1 - (1 - p)^N in exact arithmetic, never below it and at most 2e-8 above it (N p, the
+    union, at N = 1, where it is exact)."""
     algo = AlgorithmConfig(algorithm="independent", delta=0.5)
-    for n in (1, 2, 64):
+    for n in (1, 2, 64, 10_000):
         p = local_error(algo, 10, n)
-        exact = 1 - (1 - p) ** n
+        exact = 1 - (1 - Fraction(p)) ** n
         value = certify(algo, 10, n).failure
-        assert exact <= value <= exact * (1 + 2e-8)
-    # capped at 1
-    big = AlgorithmConfig(algorithm="independent", subroutine="kl-lucb", delta=0.999)
-    assert certify(big, 2, 1).failure <= 1.0
+        assert exact <= Fraction(value) <= exact * Fraction(1 + 2e-8)
 
 
 def test_certify_simulation_passes_its_attackers_and_its_drift() -> None:
