@@ -386,10 +386,11 @@ def certify(
             fixed=fixed,
         )
     if name == "independent":
-        # 1 - (1 - p)^N, rounded up; at most N p (the union), which one agent reaches exactly:
-        # one agent alone is the central run, with its bound.
-        union = -math.expm1(n_agents * math.log1p(-p)) * (1.0 + RELATIVE_MARGIN)
-        failure = min(1.0, n_agents * p, union)
+        # 1 - (1 - p)^N, rounded up; at most N p (the union bound, at most delta: p is a
+        # constant <= 1 times delta / N), which one agent reaches exactly: one agent alone is the
+        # central run, with its bound.
+        exact = -math.expm1(n_agents * math.log1p(-p)) * (1.0 + RELATIVE_MARGIN)
+        failure = min(n_agents * p, exact)
         return Certificate(INDEPENDENT, failure, n_agents, algo.delta, name, p)
     if name == "central":
         return Certificate(CENTRAL, p, n_agents, algo.delta, name, p)
