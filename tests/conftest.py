@@ -39,7 +39,10 @@ def tree_commit() -> str:
 
     def git(*args: str) -> str:
         root = Path(__file__).resolve().parent.parent
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        except OSError:  # no git here (an image without it)
+            return ""
         return done.stdout.strip() if done.returncode == 0 else ""
 
     head = git("rev-parse", "--short", "HEAD") or "unknown (not a git checkout)"
