@@ -306,7 +306,10 @@ class Certificate:
         time."""
         if self.certifies:
             return None
-        head = f"certified failure {upper(self.failure)} is above delta = {self.delta:g} with {self.agents:,} agents"
+        agents = f"{self.agents:,} agent{'' if self.agents == 1 else 's'}"
+        head = (
+            f"certified failure {upper(self.failure)} is above delta = {self.delta:g} with {agents}"
+        )
         if self.kind == REPORTS:
             return f"{head}: {cde_remedy(self)}"
         if self.kind != VOTES or self.threshold is None:
@@ -402,7 +405,11 @@ def certify(
             fixed=fixed,
         )
     if name == "independent":
-        failure = min(1.0, -math.expm1(n_agents * math.log1p(-p)) * (1.0 + RELATIVE_MARGIN))
+        # 1 - (1 - p)^N, rounded up; at most N p (the union bound, at most delta: p is a
+        # constant <= 1 times delta / N), which one agent reaches exactly: one agent alone is the
+        # central run, with its bound.
+        exact = -math.expm1(n_agents * math.log1p(-p)) * (1.0 + RELATIVE_MARGIN)
+        failure = min(n_agents * p, exact)
         return Certificate(INDEPENDENT, failure, n_agents, algo.delta, name, p)
     if name == "central":
         return Certificate(CENTRAL, p, n_agents, algo.delta, name, p)

@@ -4,8 +4,10 @@
     scripts/test --junitxml=suite.xml && python3 scripts/suite_times.py suite.xml [--files]
 
 A part is a folder of tests/ (services, e2e, faults, cluster) or, for the files at the top of
-tests/, the file itself; with --files, every file is a part. Times are pytest's own (setup, call and teardown of each test), so their
-sum is a little below the wall time of the run, which adds collection and start-up.
+tests/, the file itself; with --files, every file is a part. Times are pytest's own (setup, call
+and teardown of each test), so their sum is a little below the wall time of the run, which adds
+collection and start-up. Under the table: the commit the suite ran on (tests/conftest.py records
+it in the report, with "+ uncommitted changes" when the tree differed from it) and when it began.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ def part(classname: str, files: bool = False) -> str:
 def main(path: str, files: bool = False) -> int:
     seconds: dict[str, float] = defaultdict(float)
     tests: dict[str, int] = defaultdict(int)
-    for case in ET.parse(path).getroot().iter("testcase"):
+    root = ET.parse(path).getroot()
+    for case in root.iter("testcase"):
         name = part(case.get("classname", ""), files)
         seconds[name] += float(case.get("time", 0))
         tests[name] += 1
@@ -37,7 +40,21 @@ def main(path: str, files: bool = False) -> int:
     for name, secs in sorted(seconds.items(), key=lambda kv: -kv[1]):
         print(f"{name:<46} {tests[name]:>6} {secs:>8.1f} {secs / total:>6.1%}")
     print(f"{'all':<46} {sum(tests.values()):>6} {total:>8.1f}")
+    print(provenance(root))
     return 0
+
+
+def provenance(root: ET.Element) -> str:
+    """The commit and start of the run, as the report records them."""
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    suite = ET.Element("testsuite") if suite is None else suite
+    commits = {p.get("value") for p in suite.iter("property") if p.get("name") == "commit"}
+    commit = (
+        commits.pop()
+        if len(commits) == 1
+        else "not recorded (a report from before tests/conftest.py recorded it)"
+    )
+    return f"commit {commit}, run {suite.get('timestamp', 'at an unrecorded time')}"
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ that names its reason."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -29,3 +31,40 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped under CI, where every test must run: {reason}"
+
+
+def tree_commit() -> str:
+    """The commit of the tree the tests run from: its short hash, and "+ uncommitted changes"
+    when the tree differs from it (untracked files included: a new test counts)."""
+
+    def git(*args: str) -> str:
+        root = Path(__file__).resolve().parent.parent
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        except OSError:  # no git here (an image without it)
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown (not a git checkout)"
+    return f"{head} + uncommitted changes" if git("status", "--porcelain") else head
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Every run says the commit it ran on, above what it prints (the figures that tests print
+    with -s, for the docs, among them)."""
+    commit = tree_commit()
+    config.stash[COMMIT] = commit
+    return f"commit: {commit}"
+
+
+COMMIT = pytest.StashKey[str]()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def commit_in_the_report(
+    request: pytest.FixtureRequest, record_testsuite_property: Callable[[str, object], None]
+) -> None:
+    """The commit, a property of the JUnit report (`--junitxml`), so that the times
+    scripts/suite_times.py prints say which code they measured."""
+    commit = request.config.stash.get(COMMIT, None) or tree_commit()
+    record_testsuite_property("commit", commit)
