@@ -391,3 +391,98 @@ def test_problem_1_fails_within_its_certificate() -> None:
     failures = sum(not r.correct for r in results)
     assert interval(failures, trials)[0] <= cert.failure
     assert all(r.stopped_by == "global" for r in results)
+
+
+# -- what a service and a simulation say --------------------------------------------------------
+def test_the_certificate_says_what_it_bounds() -> None:
+    """`certify` for CDE: the threshold chosen from N (or the one a service fixed), the liars (the
+    tolerance unless said), both terms and the worst number of eps-optimal arms from
+    `cde.failure`, and the sentence beside them, whole, in each of its forms."""
+    config = AlgorithmConfig("cde", eta=0.1, privacy=0.3)
+    cert = certify(config, 10, 1_024)
+    bound = cde.failure(1_024, 20, 0.1, 0.3, 10)
+    assert (cert.kind, cert.threshold, cert.liars, cert.fixed) == ("reports", 20, 0, False)
+    assert (cert.failure, cert.wrong_arm, cert.no_answer) == (
+        bound.total,
+        bound.wrong_arm,
+        bound.no_answer,
+    )
+    assert (cert.optimal_arms, cert.privacy, cert.arms, cert.local_error) == (6, 0.3, 10, 0.1)
+    assert cert.certifies and cert.warning() is None
+    assert cert.statement() == (
+        "The answer is not epsilon-optimal with probability at most 0.0477, whatever the means: "
+        "an arm that is not epsilon-optimal is accepted with probability at most 0.0477 for any "
+        "number of agents (worst when 6 arms are epsilon-optimal and share the right answers "
+        "evenly), and the honest agents' reports always suffice for an answer."
+    )
+    liars = certify(AlgorithmConfig("cde", eta=0.1, privacy=0.6, tolerance=2), 2, 300)
+    assert liars.liars == 2 and liars.threshold == 66
+    assert liars.statement() == (
+        "The answer is not epsilon-optimal with probability at most 0.0489, whatever the means: "
+        "an arm that is not epsilon-optimal is accepted with probability at most 0.0489 for any "
+        "number of agents, even if 2 of the agents lie (worst when one arm alone is "
+        "epsilon-optimal), and the honest agents' reports always suffice for an answer."
+    )
+    assert certify(AlgorithmConfig("cde", eta=0.1, privacy=0.6, tolerance=2), 2, 300, 0).liars == 0
+    few = certify(config, 10, 120)
+    assert few.statement() == (
+        "The answer is not epsilon-optimal with probability at most 0.091, whatever the means: "
+        "an arm that is not epsilon-optimal is accepted with probability at most 0.0888 for any "
+        "number of agents (worst when 5 arms are epsilon-optimal and share the right answers "
+        "evenly), and the 120 honest agents' reports leave no arm accepted with probability at "
+        "most 0.00217."
+    )
+    assert few.warning() == (
+        "certified failure 0.091 is above delta = 0.05 with 120 agents: at least 174 agents or "
+        "privacy P = 0.341, e0 = 1.54 (now 0.3, e0 = 1.35) would certify it"
+    )
+
+
+def test_a_services_fixed_threshold_waits_for_its_agents() -> None:
+    """A service chose M = 20 for the fleet it expects: with 64 agents enrolled nothing is
+    certified yet and the warning names how many would be, at that threshold; with fewer agents
+    than M, no arm can be accepted and the sentence says so; a configuration whose bad arms are
+    reported as often as the good ones can never certify, and the warning says what to change."""
+    config = AlgorithmConfig("cde", eta=0.1, privacy=0.3)
+    waiting = certify(config, 10, 64, threshold=20)
+    assert waiting.fixed and waiting.threshold == 20 and not waiting.certifies
+    assert waiting.warning() == (
+        "certified failure 1 is above delta = 0.05 with 64 agents: at least 174 agents (at its "
+        "threshold of 20) would certify it"
+    )
+    assert certify(config, 10, 174, threshold=20).certifies
+    assert certify(config, 10, 10, threshold=20).statement() == (
+        "Nothing below 1 is certified: an arm is accepted at 20 reports and there are only 10 "
+        "agents, so no arm can get them; the answer waits for more agents."
+    )
+    assert (
+        certify(config, 10, 1, threshold=20)
+        .statement()
+        .startswith(
+            "Nothing below 1 is certified: an arm is accepted at 20 reports and there is only 1 "
+            "agent,"
+        )
+    )
+    tolerant = AlgorithmConfig("cde", eta=0.1, privacy=0.3, tolerance=2)
+    assert (
+        certify(tolerant, 10, 12, threshold=20)
+        .statement()
+        .startswith(
+            "Nothing below 1 is certified: an arm is accepted at 20 reports and at most 10 of the "
+            "12 agents are honest,"
+        )
+    )
+    hopeless = certify(AlgorithmConfig("cde", eta=0.9, privacy=0.3), 10, 64)
+    assert hopeless.warning() == (
+        "certified failure 1 is above delta = 0.05 with 64 agents: nothing up to a million agents "
+        "certifies it; lower eta"
+    )
+    assert certify(AlgorithmConfig("cde", eta=0.9, privacy=0.3), 10, 64, threshold=9).warning() == (
+        "certified failure 1 is above delta = 0.05 with 64 agents: no number of agents certifies "
+        "it at its threshold of 9 reports; create it again expecting more agents, or with a "
+        "larger privacy P (a larger e0)"
+    )
+    assert certify(config, 10, 1).warning() == (
+        "certified failure 1 is above delta = 0.05 with 1 agent: at least 174 agents would "
+        "certify it"
+    )

@@ -386,7 +386,9 @@ def test_the_largest_agents_at_its_ends() -> None:
         (0.0, "0", "0"),  # not in (0, 1): as it is
         (1.0, "1", "1"),
         (2.5, "2.5", "2.5"),
-        (1.2345, "1.2345", "1.2345"),  # only probabilities below 1 are rounded
+        (1.2345, "1.24", "1.23"),  # above 1 too (e0), to 3 significant digits
+        (123.456, "124", "123"),
+        (13.5, "13.5", "13.5"),
         (-0.5, "-0.5", "-0.5"),
         (math.inf, "inf", "inf"),
         (math.nan, "nan", "nan"),
