@@ -77,7 +77,7 @@ def test_reports_accept_the_first_arm_at_the_threshold_and_the_others_leave(
     client: httpx.Client,
 ) -> None:
     created = create_experiment(client, id="c", arms=ARMS, agents=10, **CDE)
-    assert created["threshold"] == CONFIG.threshold(3, 10) == 5
+    assert created["threshold"] == CONFIG.threshold(3, 10) == 4
     assert created["expected_agents"] == 10
     assert created["reports"] == [0, 0, 0] and created["votes"] == [0, 0, 0]
     # e^e0 = P (K - 1) / (1 - P) = 8 for every prior; the hit rate named with its uniform prior
@@ -93,36 +93,36 @@ def test_reports_accept_the_first_arm_at_the_threshold_and_the_others_leave(
     assert any("at least" in w and "would certify it" in w for w in created["warnings"])
     agents = enroll_agents(client, "c", 10)
     doc = document(client, "c")
-    assert doc["certified_failure"] == certify(CONFIG, 3, 10, threshold=5).failure <= 0.05
+    assert doc["certified_failure"] == certify(CONFIG, 3, 10, threshold=4).failure <= 0.05
     assert not [w for w in doc["warnings"] if w.startswith("certified failure")]
 
     replies = [
         report(client, "c", a.token, arm).json()
-        for a, arm in zip(agents, [0, 0, 1, 0, 0], strict=False)
+        for a, arm in zip(agents, [0, 0, 1, 0], strict=False)
     ]
-    assert [r["outcome"] for r in replies] == ["counted"] * 5
+    assert [r["outcome"] for r in replies] == ["counted"] * 4
     doc = document(client, "c")
-    assert doc["reports"] == [4, 1, 0] and doc["remaining_arms"] == [0, 1, 2]
+    assert doc["reports"] == [3, 1, 0] and doc["remaining_arms"] == [0, 1, 2]
     assert doc["status"] == "exploring"
-    accepted = report(client, "c", agents[5].token, 0).json()
+    accepted = report(client, "c", agents[4].token, 0).json()
     assert accepted == {"outcome": "accepted", "counted": True, "accepted": True}
     doc = document(client, "c")
     assert doc["remaining_arms"] == [0] and doc["status"] == "identified"
-    assert doc["reports"] == [5, 1, 0] and doc["votes"] == [0, 0, 0]
+    assert doc["reports"] == [4, 1, 0] and doc["votes"] == [0, 0, 0]
     assert [(e["arm"], e["votes"], e["order"]) for e in doc["eliminations"]] == [
         (1, 1, 1),
         (2, 0, 2),
     ]
     best = client.get("/v1/experiments/c/best-arm").json()
     assert best["best_arm"] == {"index": 0, "name": "A"}
-    assert best["reports"] == {"A": 5, "B": 1, "C": 0}
+    assert best["reports"] == {"A": 4, "B": 1, "C": 0}
     for field in ("certified_epsilon", "hit_rate_uniform_prior", "privacy_certificate"):
         assert best[field] == doc[field]
     assert best["certified_failure"] == doc["certified_failure"]
-    late = report(client, "c", agents[6].token, 2).json()  # a first report after the answer
+    late = report(client, "c", agents[5].token, 2).json()  # a first report after the answer
     assert late == {"outcome": "decided", "counted": False, "accepted": False}
-    assert document(client, "c")["reports"] == [5, 1, 0]
-    assert (doc := document(client, "c"))["messages"] == 7 and doc["ignored_messages"] == 1
+    assert document(client, "c")["reports"] == [4, 1, 0]
+    assert (doc := document(client, "c"))["messages"] == 6 and doc["ignored_messages"] == 1
 
 
 # The meta hash's fields that any message moves (counters, and the publication they trigger with
@@ -281,10 +281,10 @@ def test_the_threshold_comes_from_the_cap_and_the_certificate_from_the_agents_en
     expected fleet long before it; a tolerance f is in the threshold and the sentence."""
     doc = create_experiment(client, id="cap", arms=ARMS, **CDE)
     threshold = doc["threshold"]
-    assert threshold == CONFIG.threshold(3, 10_000) == 5 and doc["expected_agents"] == 10_000
+    assert threshold == CONFIG.threshold(3, 10_000) == 4 and doc["expected_agents"] == 10_000
     assert doc["certified_failure_at_max_agents"] == certify(CONFIG, 3, 10_000).failure
     bounds = []
-    for count in (4, 2, 10, 20):  # 4 < M: nothing certified; then 6, 16 and 36 agents
+    for count in (3, 3, 10, 20):  # 3 < M: nothing certified; then 6, 16 and 36 agents
         enroll_agents(client, "cap", count)
         doc = document(client, "cap")
         bounds.append(doc["certified_failure"])
@@ -293,19 +293,20 @@ def test_the_threshold_comes_from_the_cap_and_the_certificate_from_the_agents_en
     assert bounds[3] == certify(CONFIG, 3, 10_000).failure <= 0.05  # the fleet's bound
     tolerant = create_experiment(client, id="tol", arms=ARMS, agents=40, tolerance=2, **CDE)
     config = AlgorithmConfig(**tolerant["params"])
-    assert tolerant["threshold"] == config.threshold(3, 40) == 8
+    assert tolerant["threshold"] == config.threshold(3, 40) == 7
     enroll_agents(client, "tol", 40)
     sentence = document(client, "tol")["certificate"]
-    assert sentence.startswith("A wrong answer has probability at most")
-    assert "2 of the 40 agents may lie" in sentence
+    assert sentence.startswith("The answer is not epsilon-optimal with probability at most")
+    assert "for any number of agents, even if 2 of the agents lie" in sentence
 
 
 def test_reports_spent_without_an_answer_read_as_a_tie_that_more_agents_end(
     client: httpx.Client,
 ) -> None:
-    """M = 3 with 6 agents: two reports on each arm leave no arm that can reach 3 (status tied,
-    and what is certified says nothing about the candidates); one more agent reopens it."""
-    create_experiment(client, id="spent", arms=ARMS, agents=6, **CDE)
+    """M = 3 (chosen for 7 agents) with 6 enrolled: two reports on each arm leave no arm that can
+    reach 3 (status tied, and what is certified says nothing about the candidates); one more
+    agent reopens it."""
+    create_experiment(client, id="spent", arms=ARMS, agents=7, **CDE)
     agents = enroll_agents(client, "spent", 6)
     assert document(client, "spent")["threshold"] == 3
     for i, a in enumerate(agents):
@@ -476,7 +477,7 @@ def test_the_default_experiment_can_be_cde(clean_redis: str) -> None:
             return await store.get(DEFAULT_EXPERIMENT)
 
     state = asyncio.run(start())
-    assert state["threshold"] == 5 and state["expected_agents"] == 10
+    assert state["threshold"] == 4 and state["expected_agents"] == 10
     assert state["params"]["algorithm"] == "cde" and state["params"]["privacy"] == 0.8
     with pytest.raises(InvalidDefaultExperiment, match="only CDE"):
         asyncio.run(ensure_default_experiment(None, coordinator_settings(clean_redis, agents=10)))  # type: ignore[arg-type]
@@ -502,10 +503,10 @@ def test_dexp_experiments_creates_and_shows_a_cde_experiment(
     shown = CliRunner().invoke(app, ["experiments", "show", "cli"], env=env)
     assert shown.exit_code == 0, shown.stderr
     text = " ".join(shown.stdout.split())
-    assert "threshold 5 reports accept an arm, one per agent; chosen for 10 agents" in text
+    assert "threshold 4 reports accept an arm, one per agent; chosen for 10 agents" in text
     assert "agents 10 (3 counted reports)" in text
-    assert "reports for each arm (threshold 5)" in text and "2/5" in text
-    failure = certify(CONFIG, 3, 10, threshold=5).failure
+    assert "reports for each arm (threshold 4)" in text and "2/4" in text
+    failure = certify(CONFIG, 3, 10, threshold=4).failure
     assert (
         f"certified failure at most {upper(failure)} with 10 agents (within delta = 0.05)" in text
     )
@@ -559,6 +560,6 @@ def test_reports_and_the_acceptance_are_published_in_batches(clean_redis: str) -
     before, batch = ([0, 0, 0], [0, 1, 2], "exploring"), ([3, 1, 0], [0, 1, 2], "exploring")
     assert asyncio.run(run()) == [
         *[before] * 3,
-        *[batch] * 3,  # the fourth message made a publication; the sixth was the acceptance
-        ([5, 1, 0], [0], "identified"),  # the admin's live view
+        *[batch] * 3,  # the fourth message made a publication; the fifth was the acceptance
+        ([4, 1, 0], [0], "identified"),  # the admin's live view
     ]

@@ -170,16 +170,16 @@ def test_a_new_decision_replaces_the_result_and_a_reopened_tie_has_none(
 
 
 def test_a_cde_result_counts_reports(client: httpx.Client) -> None:
-    # K = 3, eta = 0.1, P = 0.8, delta = 0.05: with N = 10 agents expected, M = 5
+    # K = 3, eta = 0.1, P = 0.8, delta = 0.05: with N = 10 agents expected, M = 4
     cde = {"algorithm": "cde", "eta": 0.1, "delta": 0.05, "privacy": 0.8, "epsilon": 0.5}
     created = create_experiment(client, id="c", arms=ARMS, agents=10, **cde)
-    assert created["threshold"] == 5
+    assert created["threshold"] == 4
     for agent in enroll_agents(client, "c", 6):
         response = client.post("/v1/experiments/c/report", json={"arm": 2}, headers=agent.headers)
         assert response.status_code == 200, response.text
     result = document(client, "c")["result"]
     assert result["status"] == "identified" and result["best_arm"] == {"index": 2, "name": "C"}
-    assert result["reports"] == [0, 0, 5] and result["votes"] == [0, 0, 0]
+    assert result["reports"] == [0, 0, 4] and result["votes"] == [0, 0, 0]
 
 
 def test_the_votes_history_is_published_this_epoch_and_bounded(client: httpx.Client) -> None:
