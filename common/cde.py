@@ -153,7 +153,7 @@ class ReportShares:
 def report_shares(eta: float, privacy: float, n_arms: int) -> ReportShares:
     p, r = report_probabilities(privacy, n_arms)
     return ReportShares(
-        bad=min(1.0, (r + (p - r) * eta / (n_arms - 1)) * (1.0 + RELATIVE_MARGIN)),
+        bad=(r + (p - r) * eta / (n_arms - 1)) * (1.0 + RELATIVE_MARGIN),
         answer=p - r,
         other=r,
         eta=eta,
@@ -255,56 +255,57 @@ def threshold_for(
 
 
 def certifying_threshold(
-    agents: int,
-    delta: float,
-    eta: float,
-    privacy: float,
-    n_arms: int,
-    liars: int = 0,
-    smallest: bool = True,
+    agents: int, delta: float, eta: float, privacy: float, n_arms: int, liars: int = 0
 ) -> int | None:
-    """The smallest threshold we find that certifies delta with N agents, or None. The wrong-arm
-    term falls as M grows (a longer race separates the shares better) and does not depend on N;
-    the no-answer term, cheap to compute, is about 0 up to a knee near N g_s / s and then climbs
-    fast. So the best M is at the knee, or a little above it where the no-answer term is still
-    below delta (a ternary search); if the total is above delta there, no M certifies; else a
-    bisection finds the smallest M that does (`smallest`; without it, the one found first)."""
-    if hopeless(delta, eta, privacy, n_arms):
+    """The smallest threshold that certifies delta with N agents, or None: below the one
+    `_certifying` finds, the bound falls as M grows (the no-answer term is about 0 there), so a
+    bisection."""
+    top = _certifying(agents, delta, eta, privacy, n_arms, liars)
+    if top is None:
         return None
-
-    def total(m: int) -> float:
-        return failure(agents, m, eta, privacy, n_arms, liars).total
-
-    low = _knee(agents, 1e-3 * delta, eta, privacy, n_arms, liars)  # no answer about 0 below
-    top: int | None = low
-    if total(low) > delta:  # the smallest total lies where the no-answer term climbs to delta
-        high = _knee(agents, delta, eta, privacy, n_arms, liars)
-        while high - low > 2:
-            a, b = low + (high - low) // 3, high - (high - low) // 3
-            if total(a) <= total(b):
-                high = b
-            else:
-                low = a
-        best = min(range(low, high + 1), key=lambda m: (total(m), m))
-        top = best if total(best) <= delta else None
-    if top is None or not smallest:
-        return top
     low = liars + 1
     while low < top:
         middle = (low + top) // 2
-        if total(middle) <= delta:
+        if failure(agents, middle, eta, privacy, n_arms, liars).total <= delta:
             top = middle
         else:
             low = middle + 1
     return top
 
 
+def certifies(
+    agents: int, delta: float, eta: float, privacy: float, n_arms: int, liars: int = 0
+) -> bool:
+    """Whether some threshold certifies delta with N agents (what the searches over N and P
+    ask)."""
+    return _certifying(agents, delta, eta, privacy, n_arms, liars) is not None
+
+
+def _certifying(
+    agents: int, delta: float, eta: float, privacy: float, n_arms: int, liars: int
+) -> int | None:
+    """A threshold that certifies delta with N agents, or None if none does. The wrong-arm term
+    falls as M grows (a longer race separates the shares better) and does not depend on N; the
+    no-answer term, cheap to compute, is about 0 up to a knee near N g_s / s and then climbs
+    fast. So if any M certifies, one does at the knee or a little above it, where the no-answer
+    term is still below delta: those few are scanned."""
+    if hopeless(delta, eta, privacy, n_arms):
+        return None
+    low = _knee(agents, 1e-3 * delta, eta, privacy, n_arms, liars)  # no answer about 0 below
+    high = _knee(agents, delta, eta, privacy, n_arms, liars)  # the no-answer term alone is more
+
+    def total(m: int) -> float:
+        return failure(agents, m, eta, privacy, n_arms, liars).total
+
+    return next((m for m in range(low, high + 1) if total(m) <= delta), None)
+
+
 def _knee(agents: int, level: float, eta: float, privacy: float, n_arms: int, liars: int) -> int:
     """The largest threshold M >= f + 1 whose no-answer term with N agents is at most `level`
     (f + 1 if none is): the term grows with M, so a bisection."""
-    honest = max(agents - liars, 0)
-    low, high = liars + 1, max(liars + 1, honest)
-    if no_answer(honest, low, eta, privacy, n_arms, liars) > level:
+    honest = agents - liars
+    low, high = liars + 1, honest
+    if high < low or no_answer(honest, low, eta, privacy, n_arms, liars) > level:
         return low
     while low < high:
         middle = (low + high + 1) // 2
@@ -316,15 +317,12 @@ def _knee(agents: int, level: float, eta: float, privacy: float, n_arms: int, li
 
 
 def hopeless(delta: float, eta: float, privacy: float, n_arms: int) -> bool:
-    """No threshold can certify delta: for some s, each of s eps-optimal arms may be reported no
-    more often than a bad arm (g_s / s <= q_bad). The bad arm then wins the race against them with
-    probability at least 1 / (s + 1) for every M (it is at least as fast and needs no more
-    reports), so the wrong-arm bound is at least (K - s) / (s + 1)."""
+    """No threshold can certify delta: the best arm is the local answer no more often than a bad
+    arm (eta >= (K - 1) / K, which makes g_s <= s q_bad for every s at once), so a bad arm wins
+    its race against it with probability at least 1/2 for every M (it is at least as fast and
+    needs no more reports), and the wrong-arm bound is at least (K - 1) / 2."""
     shares = report_shares(eta, privacy, n_arms)
-    return any(
-        shares.optimal(s) <= s * shares.bad and (n_arms - s) / (s + 1) > delta
-        for s in range(1, n_arms)
-    )
+    return shares.optimal(1) <= shares.bad and (n_arms - 1) / 2 > delta
 
 
 def smallest_agents(
@@ -333,11 +331,9 @@ def smallest_agents(
     """The fewest agents that certify delta (None if none up to `limit`); from there on, any
     number of agents does (the bound never grows with N)."""
 
-    def certifies(n: int) -> bool:
-        found = certifying_threshold(n, delta, eta, privacy, n_arms, liars, smallest=False)
-        return found is not None
-
-    return first_certifying(liars + 1, limit, certifies)
+    return first_certifying(
+        liars + 1, limit, lambda n: certifies(n, delta, eta, privacy, n_arms, liars)
+    )
 
 
 def first_certifying(start: int, limit: int, certifies: Callable[[int], bool]) -> int | None:
@@ -365,17 +361,15 @@ def strongest_privacy(
     bound means a more faithful report, so certifying is monotone in it and a bisection over the
     thousandths above 1/K finds the limit."""
 
-    def certifies(thousandths: int) -> bool:
-        privacy = thousandths / 1000
-        found = certifying_threshold(agents, delta, eta, privacy, n_arms, liars, smallest=False)
-        return found is not None
+    def certifies_at(thousandths: int) -> bool:
+        return certifies(agents, delta, eta, thousandths / 1000, n_arms, liars)
 
     low, high = 1000 // n_arms + 1, 999  # P must be above 1/K
-    if not certifies(high):
+    if not certifies_at(high):
         return None
     while low < high:
         middle = (low + high) // 2
-        if certifies(middle):
+        if certifies_at(middle):
             high = middle
         else:
             low = middle + 1
