@@ -304,7 +304,9 @@ def test_a_cde_experiment_shows_its_reports_and_certified_epsilon(
         "Hit rate under a uniform prior over which arm is best: ≤ 0.8 (one ε-optimal arm)"
     )
     expect(page.locator("#privacy")).not_to_contain_text("Certified privacy ≤")
-    expect(page.locator("#certificate")).to_contain_text("The answer is not epsilon-optimal with probability")
+    expect(page.locator("#certificate")).to_contain_text(
+        "The answer is not epsilon-optimal with probability"
+    )
     params = page.locator("#params")
     expect(params).to_contain_text("P (privacy, CDE)0.8")
     for absent in ("DP ε", "β (beta", "φ (phi", "ξ (xi"):
