@@ -98,18 +98,15 @@ def posterior_bound(prior: float, privacy: float, n_arms: int) -> float:
     data that it believed with probability `prior` before: its odds multiplied by e^e0, for every
     prior (docs/CDE.md, section 2)."""
     odds = report_odds(privacy, n_arms)
-    if prior >= 1.0:
-        return 1.0
-    return prior * odds / (prior * odds + 1.0 - prior)
+    certain = min(1.0, prior)  # a sure belief stays sure
+    return certain * odds / (certain * odds + 1.0 - certain)
 
 
 def hit_rate_uniform_prior(privacy: float, n_arms: int, optimal_arms: int = 1) -> float:
     """The bound on any messages-only adversary's hit rate under a uniform prior over which arms
     are eps-optimal, when s = `optimal_arms` of them are: `posterior_bound` of a blind guess's
     s / K, s e^e0 / (s e^e0 + K - s); `privacy` itself at s = 1. Another prior gives another
-    bound (0.5 on one arm: a hit rate of 0.5 without the report)."""
-    if optimal_arms >= n_arms:
-        return 1.0
+    bound (0.5 on one arm: a hit rate of 0.5 without the report). Every arm eps-optimal: 1."""
     return posterior_bound(optimal_arms / n_arms, privacy, n_arms)
 
 
@@ -119,7 +116,7 @@ def privacy_sentence(privacy: float, n_arms: int) -> str:
     from common.certificate import upper  # common.certificate imports this module
 
     odds = report_odds(privacy, n_arms)
-    two = hit_rate_uniform_prior(privacy, n_arms, 2) if n_arms > 2 else 1.0
+    two = hit_rate_uniform_prior(privacy, n_arms, 2)  # 1 with two arms: both eps-optimal
     return (
         f"e0 = {upper(math.log(odds))}: whatever it believed before, any adversary's odds about "
         f"this agent's answer, hence its rewards, are multiplied by at most e^e0 = {upper(odds)} "
@@ -225,7 +222,7 @@ def failure(
         threshold=threshold,
         wrong_arm=min(1.0, wrong),
         optimal_arms=optimal,
-        no_answer=no_answer(max(agents - liars, 0), threshold, eta, privacy, n_arms, liars),
+        no_answer=no_answer(agents - liars, threshold, eta, privacy, n_arms, liars),
     )
 
 
@@ -242,7 +239,7 @@ def threshold_for(
 
     def total(m: int) -> float:  # not capped at 1, so that bounds above 1 still compare
         wrong = wrong_arm(m, eta, privacy, n_arms, liars)[0]
-        return wrong + no_answer(max(agents - liars, 0), m, eta, privacy, n_arms, liars)
+        return wrong + no_answer(agents - liars, m, eta, privacy, n_arms, liars)
 
     low, high = liars + 1, _knee(agents, 0.5, eta, privacy, n_arms, liars)
     while high - low > 2:  # a ternary search for the smallest failure
@@ -304,10 +301,8 @@ def _knee(agents: int, level: float, eta: float, privacy: float, n_arms: int, li
     """The largest threshold M >= f + 1 whose no-answer term with N agents is at most `level`
     (f + 1 if none is): the term grows with M, so a bisection."""
     honest = agents - liars
-    low, high = liars + 1, honest
-    if high < low or no_answer(honest, low, eta, privacy, n_arms, liars) > level:
-        return low
-    while low < high:
+    low, high = liars + 1, max(liars + 1, honest)
+    while low < high:  # f + 1 when even it is above the level (the term grows with M)
         middle = (low + high + 1) // 2
         if no_answer(honest, middle, eta, privacy, n_arms, liars) <= level:
             low = middle
@@ -392,4 +387,4 @@ def agents_for(
     def certifies(n: int) -> bool:
         return failure(n, threshold, eta, privacy, n_arms, liars).total <= delta
 
-    return first_certifying(max(threshold, liars + 1), limit, certifies)  # fewer send no M
+    return first_certifying(threshold, limit, certifies)  # fewer send no M (M > f)

@@ -486,3 +486,42 @@ def test_a_services_fixed_threshold_waits_for_its_agents() -> None:
         "certified failure 1 is above delta = 0.05 with 1 agent: at least 174 agents would "
         "certify it"
     )
+
+
+def test_the_certificate_counts_the_liars_everywhere_it_says_a_number() -> None:
+    """With f = 2 liars tolerated, what would certify is counted with them (more agents than
+    without); the sentence at N = M honest agents exactly is the ordinary one (they can reach
+    M), and with fewer honest agents than liars it says none is; the algorithm is named."""
+    honest = AlgorithmConfig("cde", eta=0.1, privacy=0.3)
+    tolerant = AlgorithmConfig("cde", eta=0.1, privacy=0.3, tolerance=2)
+    without = certify(honest, 10, 64).warning()
+    with_liars = certify(tolerant, 10, 64).warning()
+    assert without is not None and with_liars is not None
+    fewest = cde.smallest_agents(0.05, 0.1, 0.3, 10, 2)
+    strongest = cde.strongest_privacy(64, 0.05, 0.1, 10, 2)
+    assert fewest is not None and fewest != cde.smallest_agents(0.05, 0.1, 0.3, 10)
+    assert (
+        f"at least {fewest:,} agents" in with_liars and f"privacy P = {strongest:g}" in with_liars
+    )
+    fixed = certify(tolerant, 10, 64, threshold=40).warning()
+    needed = cde.agents_for(40, 0.05, 0.1, 0.3, 10, 2)
+    assert needed == 354 and cde.agents_for(40, 0.05, 0.1, 0.3, 10) == 348
+    assert fixed is not None and "at least 354 agents (at its threshold of 40)" in fixed
+    exactly = certify(honest, 10, 20, threshold=20)
+    assert exactly.statement().startswith("The answer is not epsilon-optimal")
+    assert (
+        certify(tolerant, 10, 3, threshold=20)
+        .statement()
+        .startswith(
+            "Nothing below 1 is certified: an arm is accepted at 20 reports and at most 1 of the 3"
+        )
+    )
+    assert (
+        certify(AlgorithmConfig("cde", eta=0.1, tolerance=3), 10, 2, threshold=20)
+        .statement()
+        .startswith(
+            "Nothing below 1 is certified: an arm is accepted at 20 reports and at most 0 of the 2"
+        )
+    )
+    assert certify(tolerant, 10, 2).threshold == tolerant.threshold(10, 3)
+    assert certify(honest, 10, 64).algorithm == "cde"

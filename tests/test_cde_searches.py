@@ -217,6 +217,7 @@ def test_the_bounds_under_a_prior_at_their_edges() -> None:
     """A certain prior stays certain (1, not more); every arm eps-optimal: a hit for sure; the
     hit rate is the posterior bound of a blind guess's s / K."""
     assert cde.posterior_bound(1.0, 0.6, 10) == 1.0 and cde.posterior_bound(0.0, 0.6, 10) == 0.0
+    assert cde.posterior_bound(1.2, 0.6, 10) == 1.0  # more than sure is sure
     odds = cde.report_odds(0.6, 10)
     assert cde.posterior_bound(0.25, 0.6, 10) == pytest.approx(0.25 * odds / (0.25 * odds + 0.75))
     assert cde.hit_rate_uniform_prior(0.6, 10, 10) == 1.0
@@ -238,3 +239,40 @@ def test_one_randomized_report_keeps_its_answer_with_probability_p() -> None:
     others = [d for d in draws if d != 2]
     assert set(others) == {0, 1, 3}
     assert math.isclose(cde.report_epsilon(0.6, 4), math.log(0.6 * 3 / 0.4))
+
+
+def test_a_faithful_report_certifies_with_one_report() -> None:
+    """Local runs that almost never err (eta = 0.001) and a report that almost never lies
+    (P = 0.999): the first report is the answer (M = 1, or f + 1 with f liars), and one agent
+    is enough: the searches start where they must, at f + 1."""
+    assert cde.certifying_threshold(10, DELTA, 0.001, 0.999, 2) == 1
+    assert cde.certifying_threshold(10, DELTA, 0.001, 0.999, 2, 1) == 2
+    assert cde.certifies(10, DELTA, 0.001, 0.999, 2) and cde.certifies(1, DELTA, 0.001, 0.999, 2)
+    assert not cde.certifies(1, DELTA, 0.001, 0.999, 2, 1)  # one agent, and it may lie
+    assert cde.smallest_agents(DELTA, 0.001, 0.999, 2) == 1
+    # a liar, then three honest (two could split between the arms, K (M - 1) = 2)
+    assert cde.smallest_agents(DELTA, 0.001, 0.999, 2, 1) == 4
+    assert cde.threshold_for(1, DELTA, 0.001, 0.999, 2) == 1
+
+
+def test_the_defaults_have_no_liars() -> None:
+    """Without `liars`, the searches count none: the same answers as liars = 0."""
+    for agents, k, privacy in ((30, 3, 0.75), (90, 5, 0.9)):
+        args = (agents, DELTA, 0.1, privacy, k)
+        assert cde.certifies(*args) == cde.certifies(*args, 0)
+        assert cde.certifying_threshold(*args) == cde.certifying_threshold(*args, 0)
+        assert cde.certifying_threshold(*args) != cde.certifying_threshold(*args, 1)
+
+
+def test_a_race_lost_half_the_time_is_hopeless_only_below_one_half() -> None:
+    """With two arms the race is lost at least half the time: hopeless for delta < 1/2, not at
+    delta = 1/2 itself."""
+    assert cde.hopeless(0.49, 0.6, 0.7, 2) and not cde.hopeless(0.5, 0.6, 0.7, 2)
+
+
+def test_the_privacy_sentence_with_three_arms_names_the_hit_rate_with_two() -> None:
+    from common.certificate import upper
+
+    two = cde.hit_rate_uniform_prior(0.6, 3, 2)
+    assert 0.6 < two < 1.0
+    assert f"(with two, {upper(two)})" in cde.privacy_sentence(0.6, 3)

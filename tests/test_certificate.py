@@ -636,3 +636,13 @@ def test_certify_simulation_passes_its_attackers_and_its_drift() -> None:
         Environment((0.9, 0.5, 0.1), drift=(0.0, 1e-5, 0.0)), AlgorithmConfig(), n_agents=40
     )
     assert certify_simulation(drifting).kind == "drift"
+
+
+@pytest.mark.parametrize(
+    ("x", "up", "down"), [(10.0, "10", "10"), (120.0, "120", "120"), (10.05, "10.1", "10")]
+)
+def test_upper_and_lower_print_numbers_above_ten_without_trailing_zeros(
+    x: float, up: str, down: str
+) -> None:
+    """e0 and e^e0 can be 10 or more: three digits, no trailing zero or point."""
+    assert (upper(x), lower(x)) == (up, down)
