@@ -525,3 +525,15 @@ def test_the_certificate_counts_the_liars_everywhere_it_says_a_number() -> None:
     )
     assert certify(tolerant, 10, 2).threshold == tolerant.threshold(10, 3)
     assert certify(honest, 10, 64).algorithm == "cde"
+
+
+def test_the_remedy_looks_for_agents_up_to_a_million() -> None:
+    """Two arms at P = 0.501 (the report barely better than a coin) need 1,056,879 agents, just
+    past the million the remedy searches: it names only a stronger P, and the search with a
+    limit ten times larger finds that number."""
+    config = AlgorithmConfig("cde", eta=0.1, privacy=0.501)
+    assert certify(config, 2, 1000).warning() == (
+        "certified failure 0.48 is above delta = 0.05 with 1,000 agents: privacy P = 0.533, "
+        "e0 = 0.133 (now 0.501, e0 = 0.00401) would certify it"
+    )
+    assert cde.smallest_agents(0.05, 0.1, 0.501, 2, limit=10**7) == 1_056_879

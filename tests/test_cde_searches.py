@@ -93,6 +93,39 @@ def test_the_knee_is_the_largest_threshold_below_a_level(liars: int) -> None:
     assert cde._knee(liars, 0.5, eta, privacy, k, liars) == liars + 1  # no honest agent
 
 
+def test_the_knee_counts_the_room_the_liars_leave_on_two_arms() -> None:
+    """With two arms the liars' f reports matter to the knee: the n honest reports that do not
+    reach M on the one good arm leave at least n - (M - 1) on the bad one, which is accepted
+    first if they reach M - f. So the knee, by a scan, is above the one that ignores the liars'
+    room (found at these points)."""
+    k, eta, privacy = 2, 0.1, 0.6
+    for liars, agents in ((3, 11), (3, 23), (5, 25), (5, 34)):
+        honest = agents - liars
+        fine = [
+            m
+            for m in range(liars + 1, honest + 1)
+            if cde.no_answer(honest, m, eta, privacy, k, liars) <= 0.3
+        ]
+        blind = [
+            m
+            for m in range(liars + 1, honest + 1)
+            if cde.no_answer(honest, m, eta, privacy, k) <= 0.3
+        ]
+        assert cde._knee(agents, 0.3, eta, privacy, k, liars) == max(fine) == max(blind) + 1
+
+
+def test_honest_reports_beyond_the_room_force_an_answer_or_a_wrong_one() -> None:
+    """K = 2, f = 5 liars, 20 honest reports, M = 11: with one good arm short of 11 the bad arm
+    has at least 10 honest reports, and 6 (M - f) were enough for it to win the race, which the
+    wrong-arm term counts. So the no-answer term is the two-good-arms one alone, not the larger
+    one-good-arm one that a count without the liars' room would take."""
+    eta, privacy = 0.1, 0.6
+    both = cde.report_shares(eta, privacy, 2).optimal(2)
+    term = cde.failure(25, 11, eta, privacy, 2, liars=5).no_answer
+    assert term == cde.none_reach(20, 11, both, 2)
+    assert term < cde.none_reach(20, 11, cde.report_shares(eta, privacy, 2).optimal(1), 1)
+
+
 def test_the_fewest_agents_are_found_by_a_scan() -> None:
     """`smallest_agents` is the first N at which some threshold certifies (then every larger N
     does), and `agents_for` the first at which a given one does, with and without liars; both

@@ -201,9 +201,10 @@ def poisson_none_reach(reports: int, threshold: int, share: float, rivals: int) 
 def test_large_thresholds_take_the_cheaper_bounds() -> None:
     """Past EXACT_LIMIT (s^2 M^2 > 2 x 10^6) `none_reach` takes its Poisson bound and `race` its
     integral; below it, both are exact. The paths are told apart by their values."""
-    big = (4_000, 200, 0.9, 9)  # 81 x 40,000 = 3.24 million
+    big = (1_900, 200, 0.9, 9)  # 81 x 40,000 = 3.24 million; a bound of 0.16, not a rounding
     assert 2 * race_module.EXACT_LIMIT < 9 * 9 * 200 * 200
     assert none_reach(*big) == pytest.approx(poisson_none_reach(*big), rel=1e-6)
+    assert 0.1 < none_reach(*big) < 0.2
     small = (100, 12, 0.9, 9)
     exact = exact_none_reach(100, 12, (0.1,) * 9)
     assert none_reach(*small) == pytest.approx(exact, rel=1e-7)
