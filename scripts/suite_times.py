@@ -5,9 +5,11 @@
 
 A part is a folder of tests/ (services, e2e, faults, cluster) or, for the files at the top of
 tests/, the file itself; with --files, every file is a part. Times are pytest's own (setup, call
-and teardown of each test), so their sum is a little below the wall time of the run, which adds
-collection and start-up. Under the table: the commit the suite ran on (tests/conftest.py records
-it in the report, with "+ uncommitted changes" when the tree differed from it) and when it began.
+and teardown of each test). `scripts/test` runs two workers at once, so their sum is above the
+wall time of the run, which the last line gives (the report's own, collection and start-up
+included). Under the table: the commit the suite ran on (tests/conftest.py records it in the
+report, with "+ uncommitted changes" when the tree differed from it), when it began, and that
+wall time.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ def provenance(root: ET.Element) -> str:
         if len(commits) == 1
         else "not recorded (a report from before tests/conftest.py recorded it)"
     )
-    return f"commit {commit}, run {suite.get('timestamp', 'at an unrecorded time')}"
+    wall = suite.get("time")
+    took = f", {float(wall):.1f} s wall time" if wall is not None else ""
+    return f"commit {commit}, run {suite.get('timestamp', 'at an unrecorded time')}{took}"
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,19 +52,36 @@ def tree_commit() -> str:
 def pytest_report_header(config: pytest.Config) -> str:
     """Every run says the commit it ran on, above what it prints (the figures that tests print
     with -s, for the docs, among them)."""
-    commit = tree_commit()
-    config.stash[COMMIT] = commit
-    return f"commit: {commit}"
+    return f"commit: {config.stash[COMMIT]}"
 
 
 COMMIT = pytest.StashKey[str]()
 
+# Tests that share something outside the process run on one xdist worker, one after the other
+# (`scripts/test` runs two workers with --dist loadgroup): the Docker stacks (fixed compose
+# project names, one swarm) and the Redis Cluster of tests/cluster (started once per worker).
+GROUPS = {"e2e/test_compose": "docker", "e2e/test_swarm": "docker", "cluster/": "cluster"}
 
-@pytest.fixture(scope="session", autouse=True)
-def commit_in_the_report(
-    request: pytest.FixtureRequest, record_testsuite_property: Callable[[str, object], None]
-) -> None:
-    """The commit, a property of the JUnit report (`--junitxml`), so that the times
-    scripts/suite_times.py prints say which code they measured."""
-    commit = request.config.stash.get(COMMIT, None) or tree_commit()
-    record_testsuite_property("commit", commit)
+
+@pytest.hookimpl(trylast=True)  # after junitxml's, which opens the report
+def pytest_configure(config: pytest.Config) -> None:
+    """The commit, also a property of the JUnit report (`--junitxml`), so that the times
+    scripts/suite_times.py prints say which code they measured. The controller writes the report
+    (xdist's workers send it their results), so it records the property itself:
+    `record_testsuite_property` does not reach the report from a worker."""
+    config.stash[COMMIT] = tree_commit()
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller writes the report
+        return
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:
+        xml.add_global_property("commit", config.stash[COMMIT])
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path.as_posix()
+        group = next((g for key, g in GROUPS.items() if f"tests/{key}" in path), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
