@@ -6,7 +6,7 @@ each exchange (deliver the votes decided, settle, reset, re-send after a restart
 generator that yields a Message and receives the coordinator's reply (its JSON body) or has a
 CoordinatorError thrown in (a refusal; a 404, the experiment gone, is never swallowed). `run` drives
 one with a transport the caller injects (`client_transport` for the project's CoordinatorClient);
-tests/test_device_protocol.py drives the same exchanges with recorded replies, here and through
+tests/services/test_device_agreement.py drives the same exchanges with recorded replies, here and through
 sdk/js/src/protocol.ts, and compares every message. The local agent's decisions (its votes, its
 settle) are inputs; what the protocol asks of it (restart after a lost epoch) is a callback.
 """

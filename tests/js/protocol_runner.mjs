@@ -1,5 +1,5 @@
 // Replays tests/device_scenarios/*.json through the built SDK's DeviceProtocol (argv[2]:
-// dist/agent.js), as tests/test_device_protocol.py does through agent/protocol.py: reads
+// dist/agent.js), as tests/services/test_device_agreement.py does through agent/protocol.py: reads
 // {scenarios: [scenario]} on stdin, prints per scenario the list of its steps' outcomes
 // ({sent, returns, record, counters, view, lost}) on stdout.
 import { readFileSync } from "node:fs";

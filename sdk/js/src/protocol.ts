@@ -5,7 +5,7 @@
  * receives the reply's JSON body, or has a CoordinatorError thrown in (a refusal; a 404, the
  * experiment gone, is never swallowed). `run` drives one through a transport the caller injects
  * (`clientTransport` for http.ts's CoordinatorClient), as GrowthBook's SDK takes its fetch;
- * tests/test_device_protocol.py drives both objects with recorded replies and compares every
+ * tests/services/test_device_agreement.py drives both objects with recorded replies and compares every
  * message. The local agent's decisions are inputs; what the protocol asks of it (restart after a
  * lost epoch) is a callback.
  */
