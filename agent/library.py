@@ -39,32 +39,26 @@ changes nothing), and stops. Once an arm is accepted it stops too, reported or n
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from agent.state import Acknowledged, AgentRecord
-from clients.coordinator import CoordinatorClient, CoordinatorError
+from agent.protocol import DeviceProtocol, Exchange, client_transport, next_seq, run
+from agent.state import AgentRecord
+from clients.coordinator import CoordinatorClient
 from common.agent import AgentSpec, LocalAgent
 from common.algorithms import AlgorithmConfig
 from common.params import BERNOULLI_REWARDS, BOUNDED_REWARDS, check_bernoulli_rewards
 
 log = logging.getLogger("dexp.agent")
 
-# Orders acknowledgements and global-state reads within the process: a vote acknowledged before a
-# read was issued must show in that read (requests of one process are sequential). Also taken by
-# the followers' threads (agent/events.py): next() of a count is atomic.
-_sequence = itertools.count(1)
-
-
-def next_seq() -> int:
-    return next(_sequence)
+__all__ = ["Agent", "GlobalView", "next_seq"]
+R = TypeVar("R")
 
 
 @dataclass
@@ -238,10 +232,33 @@ class GlobalView:
         return len(self.remaining) == 1
 
 
+def _delegated(name: str, doc: str) -> Any:
+    """An attribute of the agent's protocol, read and written through the agent."""
+    return property(
+        lambda self: getattr(self.protocol, name),
+        lambda self, value: setattr(self.protocol, name, value),
+        doc=doc,
+    )
+
+
 class Agent:
-    """One agent. `record` holds its credentials and votes (a restarted process passes the saved
-    one); `persist` is called whenever the record changed (the service writes its state file);
-    `reconcile_seconds` is the mean period of the slow check of its votes (see reconcile)."""
+    """One agent: its local algorithm (common.agent.LocalAgent) and its side of the protocol
+    (agent.protocol.DeviceProtocol), whose messages go through `client`. `record` holds its
+    credentials and votes (a restarted process passes the saved one); `persist` is called whenever
+    the record changed (the service writes its state file); `reconcile_seconds` is the mean period
+    of the slow check of its votes (see reconcile)."""
+
+    votes_sent = _delegated("votes_sent", "votes decided and sent by this object")
+    votes_resent = _delegated("votes_resent", "pending or lost votes sent again")
+    resets_limited = _delegated("resets_limited", "DSER4 resets refused (429): local only")
+    checks = _delegated("checks", "GET /v1/agents/me calls (see reconcile)")
+    checked_seq = _delegated("checked_seq", "sequence number taken just before the last check")
+    settled_sent = _delegated("settled_sent", "CE: settled messages sent (see _settle)")
+    reports_sent = _delegated("reports_sent", "CDE: reports sent, again after a restart too")
+    settled_with = _delegated("settled_with", "CE: the global set the settled message found")
+    settled_epoch = _delegated("settled_epoch", "CE: the epoch of that settled message")
+    next_check = _delegated("next_check", "when the slow check of its votes is due")
+    reconcile_seconds = _delegated("reconcile_seconds", "the slow check's mean period")
 
     def __init__(
         self,
@@ -266,23 +283,19 @@ class Agent:
         # Votes already on record (e.g. after a restart): never decided again.
         self.local.voted.update(voted)
         self.local.voted.update(self.record.decided(view.epoch))
-        self.votes_sent = 0  # votes decided and sent by this object
-        self.votes_resent = 0  # pending or lost votes sent again
-        self.resets_limited = 0  # DSER4 resets the coordinator refused (429): local reset only
-        self.checks = 0  # GET /v1/agents/me calls (see reconcile)
-        self.checked_seq = 0  # sequence number taken just before the last of them
-        self.settled_sent = 0  # CE: settled messages sent (see _settle)
-        self.reports_sent = 0  # CDE: reports sent, again after a restart included (see _report)
-        # CE: the global set when the coordinator took this agent's settled message, and its
-        # epoch (None: not settled at the coordinator, as far as this agent knows).
-        self.settled_with: frozenset[int] | None = None
-        self.settled_epoch = -1
-        self._settle_refused = False  # the coordinator refused a settled message (4xx): no more
         # The slow check runs every reconcile_seconds x U(0.5, 1.5), the first one no sooner than
         # one period after the start: the agents of a process spread their checks over time.
-        self.reconcile_seconds = reconcile_seconds
         self._jitter = random.Random()
-        self.next_check = time.monotonic() + reconcile_seconds * (1 + self._jitter.random())
+        self.protocol = DeviceProtocol(
+            view,
+            self.record,
+            persist=lambda: self.persist(),
+            lost_epoch=self._restart_local,
+            jitter=self._jitter.random,
+            reconcile_seconds=reconcile_seconds,
+            next_check=time.monotonic() + reconcile_seconds * (1 + self._jitter.random()),
+        )
+        self._transport = client_transport(client)
 
     @classmethod
     def enroll(
@@ -306,6 +319,9 @@ class Agent:
             reconcile_seconds=reconcile_seconds,
         )
 
+    def _run(self, exchange: Exchange[R]) -> R:
+        return run(exchange, self._transport)
+
     @property
     def reporting(self) -> bool:
         """CDE: this agent sends one report, never a vote."""
@@ -327,46 +343,24 @@ class Agent:
             return [] if self.reported or self.local.done else self.local.select()
         self._sync()
         if self.local.wants_reset():
-            if self.view.config.global_reset and self._global_reset():
-                self.view.refresh(self.client)
+            if self.view.config.global_reset and self._run(self.protocol.reset()):
+                self._run(self.protocol.refresh())
                 self._sync()
             else:
                 self.local.reset(self.view.remaining)
         self._settle()
         return self.local.select()
 
-    def _global_reset(self) -> bool:
-        """DSER4: ask for a new epoch. The coordinator rate-limits agents' resets; refused (429),
-        the agent neither retries nor waits: it resets its own statistics, as SER4 without the
-        global reset would, and carries on."""
-        result = self.client.reset(self.view.experiment, self.token, self.view.epoch)
-        if result is not None and not result.get("pending"):
-            return True
-        if result is not None:  # counted; the reset waits for f + 1 agents: local reset only
-            return False
-        self.resets_limited += 1
-        log.info(
-            "reset agent=%s epoch=%d rate-limited: local statistics reset only",
-            self.agent_id,
-            self.view.epoch,
-        )
-        return False
+    def _restart_local(self) -> None:
+        """The protocol forgot this agent's votes of a lost epoch: the current epoch began with a
+        reset the agent did not see as one (same number), so it restarts as a reset asks."""
+        self.local.voted = set()
+        self.local.voted.update(self.record.decided(self.view.epoch))
+        if not self.reporting:
+            self.local.reset(self.view.remaining)
 
     def _forget_lost_epoch(self) -> None:
-        """Votes of an epoch a failover lost, whose number the coordinator's current epoch has
-        taken again, are not this epoch's: forgotten, never sent again. The current epoch began
-        with a reset the agent did not see as one (same number): it restarts as a reset asks."""
-        if self.record.forget_lost_epoch(self.view.epoch, self.view.epoch_started_at):
-            log.warning(
-                "agent=%s: its votes of a lost epoch %d are dropped (a failover lost that epoch)",
-                self.agent_id,
-                self.view.epoch,
-            )
-            self.local.voted = set()
-            self.local.voted.update(self.record.decided(self.view.epoch))
-            if not self.reporting:
-                self.local.reset(self.view.remaining)
-            self.persist()
+        self.protocol.forget_lost_epoch()
 
     def _sync(self) -> None:
         self._forget_lost_epoch()
@@ -394,40 +388,8 @@ class Agent:
         return votes
 
     def _settle(self) -> None:
-        """CE only: tell the coordinator that this agent settled (its local set holds one arm),
-        once per settle, and again when the coordinator forgot it: an arm left the global set that
-        this agent is not counted against (its vote was dropped, or it never voted), or a reset."""
-        if not self.view.config.vote_drop or self._settle_refused:
-            return
-        view = self.view
-        if not self.local.done or self.local.epoch != view.epoch:
-            self.settled_with = None  # not settled (or restarting): nothing to say
-            return
-        if len(view.remaining) < 2:
-            return  # identified: nothing left to tell
-        if self.settled_with is not None:
-            counted = {
-                v.arm for v in self.record.acknowledged if v.epoch == view.epoch and v.in_voter_set
-            }
-            gone = self.settled_with - view.remaining
-            if self.settled_epoch == view.epoch and gone <= counted:
-                return  # the coordinator still holds the flag
-            self.settled_with = None
-        try:
-            reply = self.client.settled(view.experiment, self.token, view.epoch)
-        except CoordinatorError as exc:  # e.g. a coordinator without the route: carry on
-            self._settle_refused = True
-            log.warning("settled message of agent=%s refused: %s", self.agent_id, exc)
-            return
-        self.settled_sent += 1
-        log.info(
-            "settled agent=%s epoch=%d outcome=%s", self.agent_id, view.epoch, reply["outcome"]
-        )
-        if reply["outcome"] == "settled":
-            self.settled_with = frozenset(int(a) for a in reply["remaining_arms"])
-            self.settled_epoch = int(reply["epoch"])
-        if view.stale(int(reply["version"]), int(reply["epoch"])):
-            view.refresh(self.client)
+        """CE only: tell the coordinator that this agent settled (see DeviceProtocol.settle)."""
+        self._run(self.protocol.settle(self.local.done, self.local.epoch))
 
     def _report(self) -> None:
         """CDE: the report drawn by the local run (at the activation its budget ended) is put on
@@ -436,166 +398,30 @@ class Agent:
             return
         self.record.report = self.local.report
         self.persist()  # drawn: a crash from here on sends this report again, never another
-        self._deliver_report("drawn")
-
-    def _deliver_report(self, kind: str) -> None:
-        """Send the report on record (the client retries until the coordinator answers: a
-        second copy is a duplicate) and record the outcome."""
-        arm = self.record.report
-        assert arm is not None
-        reply = self.client.report(self.view.experiment, self.token, arm)
-        self.record.report_outcome = str(reply["outcome"])
-        self.reports_sent += 1
-        self.persist()
-        log.info("report agent=%s outcome=%s kind=%s", self.agent_id, reply["outcome"], kind)
+        self._run(self.protocol.deliver_report("drawn"))
 
     def _send(self, votes: list[int]) -> None:
-        for arm in votes:
-            epoch = self.view.epoch
-            if self.view.epoch_started_at is not None:
-                self.record.epoch_starts.setdefault(epoch, self.view.epoch_started_at)
-            self.record.pending.append((arm, epoch))
-            self.persist()  # decided: a crash from here on re-sends it, never decides it again
-            self._deliver(arm, epoch, "decided")
-            self.votes_sent += 1
-
-    def _deliver(self, arm: int, epoch: int, kind: str) -> None:
-        """Send one vote (retried until the coordinator answers) and record its acknowledgement."""
-        started = self.record.epoch_starts.get(epoch)
-        reply = self.client.vote(self.view.experiment, self.token, arm, epoch, started)
-        outcome = str(reply["outcome"])
-        record = self.record
-        record.pending = [p for p in record.pending if p != (arm, epoch)]
-        # Kept: this epoch's votes and the previous one's (a failover may bring it back), no more.
-        record.acknowledged = [
-            v
-            for v in record.acknowledged
-            if (v.arm, v.epoch) != (arm, epoch) and v.epoch >= epoch - 1
-        ] + [Acknowledged(arm, epoch, outcome, next_seq(), _int_or_none(reply.get("votes")))]
-        self.persist()
-        if "votes" in reply:
-            self.view.observe_count(arm, int(reply["epoch"]), int(reply["votes"]))
-        log.info(
-            "vote agent=%s arm=%d epoch=%d outcome=%s kind=%s",
-            self.agent_id,
-            arm,
-            epoch,
-            outcome,
-            kind,
-        )
-        if self.view.stale(int(reply["version"]), int(reply["epoch"])):
-            self.view.refresh(self.client)
+        """Votes decided: on record, then sent (with any pending vote of the epoch)."""
+        self.protocol.decide(votes)
+        self._run(self.protocol.deliver_decided())
 
     def resend_pending(self) -> int:
-        """After a restart: send again the votes decided but not known to be acknowledged (the
-        coordinator may or may not have them; a second copy is harmless), and CDE's report if it
-        was not answered (the same report: a second copy is a duplicate). Pending votes of another
-        epoch are dropped: the coordinator would ignore them. The votes sent again."""
-        self._forget_lost_epoch()
-        sent = 0
-        if self.reported and self.record.report_outcome is None:  # CDE: drawn, not answered
-            self._deliver_report("pending")
-        for arm, epoch in list(self.record.pending):
-            if epoch == self.view.epoch:
-                self._deliver(arm, epoch, "pending")
-                sent += 1
-            else:
-                self.record.pending.remove((arm, epoch))
-                self.persist()
-        self.votes_resent += sent
-        return sent
+        """After a restart: send again the votes decided but not known to be acknowledged, and
+        CDE's unanswered report (see DeviceProtocol.resend_pending). The votes sent again."""
+        return self._run(self.protocol.resend_pending())
 
     def check_reason(self, now: float | None = None) -> str | None:
-        """Why this agent should ask the coordinator for its votes now (None: no need). Only while
-        it has acknowledged votes in the current epoch: "regression" (the global (epoch, version)
-        went backwards since its last check), "loss" (another sure sign of lost writes since then,
-        see GlobalView), "count" (an arm still in play has fewer public votes than this agent's own
-        vote's reply showed, in a state read after that reply), "period" (the slow check is due at
-        `now`, a time.monotonic() reading; None: not considered)."""
-        view = self.view
-        acknowledged = [v for v in self.record.acknowledged if v.epoch == view.epoch]
-        if not acknowledged:
-            return None
-        if view.lost_at > self.checked_seq:
-            return "regression" if view.regressed_at > self.checked_seq else "loss"
-        for v in acknowledged:
-            if (
-                v.votes is not None
-                and (v.in_voter_set or v.outcome == "arm_out")
-                and v.seq < view.snapshot_seq
-                and v.arm in view.remaining
-                and v.arm < len(view.votes)
-                and view.votes[v.arm] < v.votes
-            ):
-                return "count"
-        if now is not None and now >= self.next_check:
-            return "period"
-        return None
+        """Why this agent should ask the coordinator for its votes now (DeviceProtocol)."""
+        return self.protocol.check_reason(now)
 
     def missing_votes(self, voted_against: Collection[int], before_seq: int) -> list[int]:
-        """Arms of acknowledged votes the coordinator lacks: votes of the current epoch,
-        acknowledged before the read of `voted_against` (the arms whose voter set holds this agent)
-        was issued (`before_seq`), not among them, that were counted (the coordinator lost them)
-        or that were refused as late while the arm is now back in the global set. Sent again, a
-        vote on an arm still in play is counted, one on an arm gone meanwhile comes back as arm_out
-        and is recorded so."""
-        view = self.view
-        return [
-            v.arm
-            for v in self.record.acknowledged
-            if v.epoch == view.epoch
-            and v.seq < before_seq
-            and (v.in_voter_set or v.arm in view.remaining)
-            and v.arm not in voted_against
-        ]
+        """Arms of acknowledged votes the coordinator lacks (DeviceProtocol.missing_votes)."""
+        return self.protocol.missing_votes(voted_against, before_seq)
 
     def reconcile(self, now: float | None = None) -> int:
-        """If check_reason says so, read this agent's votes from the coordinator and send again the
-        acknowledged ones it lost (see missing_votes); the number sent again."""
-        reason = self.check_reason(now)
-        if reason is None:
-            return 0
-        view = self.view
-        seq = next_seq()
-        self.checked_seq = seq
-        self.next_check = (time.monotonic() if now is None else now) + self.reconcile_seconds * (
-            0.5 + self._jitter.random()
-        )
-        try:
-            me = self.client.me(self.token)
-        except CoordinatorError as exc:  # e.g. a coordinator without GET /v1/agents/me
-            log.warning("check agent=%s of its votes failed: %s", self.agent_id, exc)
-            return 0
-        self.checks += 1
-        started = me.get("epoch_started_at")
-        same_start = started is None or int(started) == view.epoch_started_at
-        if (int(me["epoch"]), int(me["version"])) != (view.epoch, view.version) or not same_start:
-            # the view is behind (or ahead of) what `me` describes: another version, or an epoch
-            # of the same number that began at another time (a failover lost the view's one)
-            view.refresh(self.client)
-            if view.epoch != int(me["epoch"]) or (
-                started is not None and int(started) != view.epoch_started_at
-            ):
-                return 0  # another epoch meanwhile: these votes no longer count
-        self._forget_lost_epoch()
-        voted_against = {int(arm) for arm in me["voted_against"]}
-        for v in self.record.acknowledged:  # present: the count to watch is the current one
-            if v.epoch == view.epoch and v.arm in voted_against and v.arm < len(view.votes):
-                v.votes = None if v.votes is None else min(v.votes, view.votes[v.arm])
-        missing = self.missing_votes(voted_against, seq)
-        if missing and reason in ("count", "period"):  # news: the other agents lost votes too?
-            self.view.note_loss(f"agent {self.agent_id} lost {len(missing)} acknowledged vote(s)")
-            self.checked_seq = self.view.lost_at  # this agent's check is done
-        for arm in missing:
-            log.warning(
-                "vote agent=%s arm=%d was acknowledged but is missing (check: %s)",
-                self.agent_id,
-                arm,
-                reason,
-            )
-            self._deliver(arm, view.epoch, "resent")
-        self.votes_resent += len(missing)
-        return len(missing)
+        """If check_reason says so, read this agent's votes from the coordinator and send again
+        the acknowledged ones it lost (see missing_votes); the number sent again."""
+        return self._run(self.protocol.reconcile(time.monotonic() if now is None else now))
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -1,17 +1,35 @@
-"""The device protocol twice: the same scenarios replayed through the Python SDK (agent/device.py,
-agent/library.py) and the JavaScript one (sdk/js/dist/agent.js under node, driven by
-tests/js/device_driver.mjs), each against the same real coordinator and Redis, through a recording
-proxy (tests/e2e/proxy.py) that also loses replies when told to.
+"""The device protocol, one object per language (agent/protocol.py and sdk/js/src/protocol.ts,
+each a DeviceProtocol without I/O), held to one recording; then the two SDKs' agents around them
+held to each other against a real coordinator.
 
-A scenario is a sequence of protocol events: votes decided (the agent plays arms of fixed rewards
-until it has voted), a reply lost (the coordinator takes the request, the device gets a 502 and
-sends it again), a Redis failover (the experiment's keys restored from an older copy, as
-tests/services/test_device.py does it), an admin reset (a new epoch), a read of the state, a check
-of the agent's own votes (GET /v1/agents/me, due after a sure sign of lost writes, or at a restart),
-a restart from the state file, and the file as a crash left it (a vote decided and not sent, a CDE
-report drawn and not answered). Both SDKs must send the same messages in the same order, keep the
-same record in their state files, count the same, and leave the coordinator counting the same.
-Each scenario also states its outcome, so that the two agreeing on a wrong answer fails too.
+1. Recorded (no coordinator): each scenario of tests/device_scenarios/*.json (a restart, a
+failover that loses votes, a lost reset, an epoch that takes a lost one's number, the deletion,
+refusals, CDE's report) is replayed through the Python DeviceProtocol in-process and through the
+built JavaScript one under node (tests/js/protocol_runner.mjs), with the coordinator's recorded
+replies. At every step both must send exactly the recorded messages (method, path, body), return
+the recorded result, and end with the same record, counters and view: two languages agreeing on
+a wrong answer fail too. A recording: the state the agent starts from (`state`, a GET of the
+experiment), its saved record, when its slow check is due (`next_check`, seconds), and the
+steps: `decide` (votes the local agent decided), an exchange (`deliver_decided`, `settle`,
+`reset`, `resend_pending`, `reconcile`, `refresh`) with its `replies` in order ({"refused":
+status} is a CoordinatorError thrown in), `forget_lost_epoch`, `decided` (the arms it never
+decides again this epoch); each with the messages it `sends` and what it `returns` ({"error":
+status}: the refusal it raised).
+
+2. Live: what the agents around the protocol objects add (when they call which exchange, their
+state files, restarts) replayed through the Python SDK (agent/device.py, agent/library.py) and the
+JavaScript one (sdk/js/dist/agent.js under node, driven by tests/js/device_driver.mjs), each
+against the same real coordinator and Redis, through a recording proxy (tests/e2e/proxy.py) that
+also loses replies when told to. A scenario is a sequence of protocol events: votes decided (the
+agent plays arms of fixed rewards until it has voted), a reply lost (the coordinator takes the
+request, the device gets a 502 and sends it again), a Redis failover (the experiment's keys
+restored from an older copy, as tests/services/test_device.py does it), an admin reset (a new
+epoch), a read of the state, a check of the agent's own votes (GET /v1/agents/me, due after a sure
+sign of lost writes, or at a restart), a restart from the state file, and the file as a crash left
+it (a vote decided and not sent, a CDE report drawn and not answered). Both SDKs must send the same
+messages in the same order, keep the same record in their state files, count the same, and leave
+the coordinator counting the same. Each scenario also states its outcome, so that the two agreeing
+on a wrong answer fails too.
 
 tests/test_js_agreement.py does this for the local algorithm with recorded draws. Here the draws
 do not matter: with fixed rewards, SER3 votes an arm out at the end of a round whatever order it
@@ -21,23 +39,191 @@ played the round in, so both agents vote at the same activations without sharing
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import httpx
 import pytest
 import redis
 
 from agent.device import DeviceAgent
+from agent.library import GlobalView
+from agent.protocol import DeviceProtocol, Exchange
+from agent.state import AgentRecord
+from clients.coordinator import CoordinatorError
 from tests.e2e.proxy import RecordingProxy
+from tests.prerequisites import missing
 
 from .helpers import ThreadedCoordinator, admin_headers, create_experiment
 from .test_device import B_FIRST, FAILOVER_KEYS, copy_keys, play_until, restore_keys
 from .test_js_sdk import Driver, tickets
+
+# -- 1. the protocol objects, with recorded replies --------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDINGS = ROOT / "tests" / "device_scenarios"
+RUNNER = ROOT / "tests" / "js" / "protocol_runner.mjs"
+BUNDLE = ROOT / "sdk" / "js" / "dist" / "agent.js"
+RECONCILE_SECONDS = 30.0  # the runner's too
+
+
+def recordings() -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(RECORDINGS.glob("*.json"))}
+
+
+class Recorded:
+    """The scenario's starting state, as GlobalView.fetch reads it."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+    def experiment(self, experiment: str) -> dict[str, Any]:
+        return self.state
+
+
+def drive(exchange: Exchange[Any], replies: list[Any], sent: list[Any]) -> Any:
+    """`exchange` with the step's recorded replies; the messages it sends go into `sent`."""
+    try:
+        message = next(exchange)
+        while True:
+            sent.append([message.method, message.path, message.body])
+            assert len(sent) <= len(replies), f"no recorded reply for message {len(sent)}"
+            reply = replies[len(sent) - 1]
+            if isinstance(reply, dict) and "refused" in reply:
+                message = exchange.throw(CoordinatorError(reply["refused"], "recorded refusal"))
+            else:
+                message = exchange.send(reply)
+    except StopIteration as stop:
+        return stop.value
+
+
+def python_replay(scenario: dict[str, Any]) -> list[dict[str, Any]]:
+    """The scenario through agent/protocol.py; each step's outcome (the runner's shape)."""
+    view = GlobalView.fetch(Recorded(scenario["state"]), "x")  # type: ignore[arg-type]
+    record = AgentRecord.from_json(scenario["record"])
+    lost = [0]
+
+    def lost_epoch() -> None:
+        lost[0] += 1
+
+    protocol = DeviceProtocol(
+        view,
+        record,
+        persist=lambda: None,
+        lost_epoch=lost_epoch,
+        jitter=lambda: 0.5,
+        reconcile_seconds=RECONCILE_SECONDS,
+        next_check=scenario["next_check"],
+    )
+    outcomes = []
+    for step in scenario["steps"]:
+        sent: list[Any] = []
+        returns: Any = None
+        exchanges = {
+            "resend_pending": protocol.resend_pending,
+            "deliver_decided": protocol.deliver_decided,
+            "reconcile": lambda: protocol.reconcile(step["now"]),  # noqa: B023 - called at once
+            "refresh": protocol.refresh,
+            "settle": lambda: protocol.settle(step["done"], step["local_epoch"]),  # noqa: B023
+            "reset": protocol.reset,
+        }
+        try:
+            if step["do"] == "decide":
+                protocol.decide(step["votes"])
+            elif step["do"] == "forget_lost_epoch":
+                returns = protocol.forget_lost_epoch()
+            elif step["do"] == "decided":
+                returns = sorted(record.decided(view.epoch))
+            else:
+                returns = drive(exchanges[step["do"]](), step.get("replies", []), sent)
+        except CoordinatorError as exc:
+            returns = {"error": exc.status}
+        own = record.to_json()
+        outcomes.append(
+            {
+                "sent": sent,
+                "returns": returns,
+                "record": {k: own.get(k) for k in ("acknowledged", "pending", "epoch_starts")}
+                | {"report": own.get("report")},
+                "counters": {
+                    k: getattr(protocol, k)
+                    for k in (
+                        "votes_sent",
+                        "votes_resent",
+                        "reports_sent",
+                        "settled_sent",
+                        "resets_limited",
+                        "checks",
+                    )
+                },
+                "view": {
+                    "epoch": view.epoch,
+                    "version": view.version,
+                    "remaining": sorted(view.remaining),
+                    "replaced": view.replaced,
+                    "losses": view.losses,
+                },
+                "lost": lost[0],
+            }
+        )
+    return outcomes
+
+
+@pytest.fixture(scope="module")
+def javascript() -> Iterator[dict[str, list[dict[str, Any]]]]:
+    """Every scenario through the built SDK's DeviceProtocol under node, at once."""
+    node = shutil.which("node")
+    if node is None:
+        missing("node (Debian's nodejs) runs the JavaScript protocol")
+    if not BUNDLE.is_file():
+        missing(f"{BUNDLE.relative_to(ROOT)} is not built (cd sdk/js && npm ci && npm run build)")
+    recorded = recordings()
+    done = subprocess.run(
+        [node, str(RUNNER), str(BUNDLE)],
+        input=json.dumps({"scenarios": list(recorded.values())}),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    yield dict(zip(recorded, cast(list[Any], json.loads(done.stdout)), strict=True))
+
+
+@pytest.mark.parametrize("name", list(recordings()))
+def test_both_protocol_objects_send_the_recorded_messages(
+    name: str, javascript: dict[str, list[dict[str, Any]]]
+) -> None:
+    """Step by step: the recorded messages from each language, the recorded result, and the
+    same record, counters and view in both."""
+    scenario = recordings()[name]
+    python, node = python_replay(scenario), javascript[name]
+    assert len(python) == len(node) == len(scenario["steps"])
+    for i, (step, py, js) in enumerate(zip(scenario["steps"], python, node, strict=True)):
+        where = f"{name}, step {i} ({step['do']})"
+        assert py["sent"] == step.get("sends", []), f"{where}: Python sent {py['sent']}"
+        assert js["sent"] == step.get("sends", []), f"{where}: JavaScript sent {js['sent']}"
+        if "returns" in step:
+            assert py["returns"] == step["returns"], f"{where}: Python returned {py['returns']}"
+        assert js == py, f"{where}: the languages differ"
+
+
+def test_every_scenario_kind_is_recorded() -> None:
+    """The protocol's parts the issue names each have their recording."""
+    recorded = recordings()
+    assert {"restart", "failover_loses_votes", "lost_reset", "deletion", "refusals"} <= set(
+        recorded
+    )
+    kinds = {step["do"] for scenario in recorded.values() for step in scenario["steps"]}
+    assert kinds >= {"deliver_decided", "settle", "reset", "resend_pending", "reconcile"}
+
+
+# -- 2. the agents, live ----------------------------------------------------------------------
 
 EXPERIMENT = "device"  # test_device's keys: three arms
 DE = {"arms": ["A", "B", "C"], "eta": 0.5, "delta": 0.1, "epsilon": 0.1}  # M = 4: one agent

@@ -1304,6 +1304,266 @@ var AgentRecord = class _AgentRecord {
   }
 };
 
+// src/protocol.ts
+var ROUTES = {
+  state: ["GET", ""],
+  vote: ["POST", "/votes"],
+  report: ["POST", "/report"],
+  settled: ["POST", "/settled"],
+  reset: ["POST", "/reset"],
+  me: ["GET", "/v1/agents/me"]
+};
+async function run(exchange, transport) {
+  let step = exchange.next();
+  while (!step.done) {
+    let reply;
+    try {
+      reply = await transport(step.value);
+    } catch (err) {
+      if (!(err instanceof CoordinatorError)) throw err;
+      step = exchange.throw(err);
+      continue;
+    }
+    step = exchange.next(reply);
+  }
+  return step.value;
+}
+function clientTransport(client) {
+  return (m) => {
+    const body = m.body ?? {};
+    const token = String(m.token);
+    switch (m.kind) {
+      case "state":
+        return client.experiment(m.experiment);
+      case "me":
+        return client.me(token);
+      case "vote":
+        return client.vote(m.experiment, token, body.arm, body.epoch, body.epoch_started_at ?? null);
+      case "report":
+        return client.report(m.experiment, token, body.arm);
+      case "settled":
+        return client.settled(m.experiment, token, body.epoch);
+      case "reset":
+        return client.reset(m.experiment, token, body.epoch);
+    }
+  };
+}
+var DeviceProtocol = class {
+  constructor(view, record, hooks, reconcileMs, nextCheck) {
+    this.view = view;
+    this.record = record;
+    this.hooks = hooks;
+    this.reconcileMs = reconcileMs;
+    this.nextCheck = nextCheck;
+    this.votesSent = 0;
+    this.votesResent = 0;
+    this.reportsSent = 0;
+    this.settledSent = 0;
+    this.resetsLimited = 0;
+    this.checks = 0;
+    this.checkedSeq = 0;
+    /** CE: the global set when the coordinator took the settled message, and its epoch. */
+    this.settledWith = null;
+    this.settledEpoch = -1;
+    this.settleRefused = false;
+  }
+  /** The message of `kind` (see ROUTES), with this agent's token but for a state read. */
+  message(kind, body = null) {
+    const [method, tail] = ROUTES[kind];
+    const path = kind === "me" ? tail : `/v1/experiments/${this.view.experiment}${tail}`;
+    return { kind, experiment: this.view.experiment, method, path, body, token: kind === "state" ? null : this.record.token };
+  }
+  /** Read the global state again; true if the global set changed. */
+  *refresh() {
+    const seq = nextSeq();
+    const state = yield this.message("state");
+    return this.view.update(state, seq);
+  }
+  /** Votes of an epoch a failover lost, whose number the current epoch took again, forgotten;
+   * the local agent restarts, as the reset that began the current epoch asks. */
+  forgetLostEpoch() {
+    if (!this.record.forgetLostEpoch(this.view.epoch, this.view.epochStartedAt)) return false;
+    this.hooks.lostEpoch();
+    this.hooks.persist();
+    return true;
+  }
+  /** Votes decided: on record as pending (and saved) before they are sent. */
+  decide(votes) {
+    const epoch = this.view.epoch;
+    for (const arm of votes) {
+      if (this.view.epochStartedAt !== null && !this.record.epochStarts.has(epoch)) {
+        this.record.epochStarts.set(epoch, this.view.epochStartedAt);
+      }
+      this.record.pending.push([arm, epoch]);
+    }
+    if (votes.length > 0) this.hooks.persist();
+  }
+  /** Send the pending votes of the current epoch, in order; another epoch's are dropped. */
+  *deliverDecided() {
+    let sent = 0;
+    if (this.record.pending.some(([, e]) => e !== this.view.epoch)) {
+      this.record.pending = this.record.pending.filter(([, e]) => e === this.view.epoch);
+      this.hooks.persist();
+    }
+    for (let next = this.record.pending[0]; next !== void 0; next = this.record.pending[0]) {
+      yield* this.deliver(next[0], next[1]);
+      this.votesSent += 1;
+      sent += 1;
+    }
+    return sent;
+  }
+  /** Send one vote and record its acknowledgement. */
+  *deliver(arm, epoch) {
+    const started = this.record.epochStarts.get(epoch);
+    const body = { arm, epoch };
+    if (started !== void 0) body.epoch_started_at = started;
+    const reply = yield this.message("vote", body);
+    const outcome = String(reply.outcome);
+    const record = this.record;
+    record.pending = record.pending.filter(([a, e]) => a !== arm || e !== epoch);
+    record.acknowledged = record.acknowledged.filter((v) => (v.arm !== arm || v.epoch !== epoch) && v.epoch >= epoch - 1);
+    const votes = reply.votes === void 0 || reply.votes === null ? null : Number(reply.votes);
+    record.acknowledged.push({ arm, epoch, outcome, seq: nextSeq(), votes });
+    this.hooks.persist();
+    if (reply.votes !== void 0) this.view.observeCount(arm, Number(reply.epoch), Number(reply.votes));
+    if (this.view.stale(Number(reply.version), Number(reply.epoch))) yield* this.refresh();
+  }
+  /** CDE: send the report on record (a second copy is a duplicate) and record the answer. */
+  *deliverReport() {
+    const reply = yield this.message("report", { arm: this.record.report });
+    this.record.reportOutcome = String(reply.outcome);
+    this.reportsSent += 1;
+    this.hooks.persist();
+  }
+  /** DSER4: ask for a new epoch; true if it began (the caller reads the state and syncs).
+   * Waiting for more agents, or refused (429, not waited for): false, a local reset only. */
+  *reset() {
+    let reply;
+    try {
+      reply = yield this.message("reset", { epoch: this.view.epoch });
+    } catch (err) {
+      if (!(err instanceof CoordinatorError) || err.status !== 429) throw err;
+      reply = null;
+    }
+    if (reply === null || reply === void 0) {
+      this.resetsLimited += 1;
+      return false;
+    }
+    return !reply.pending;
+  }
+  /** CE only: tell the coordinator this agent settled (`done`), once per settle, again when it
+   * forgot (an arm it is not counted against left, or a reset). */
+  *settle(done, localEpoch) {
+    const view = this.view;
+    if (view.params.algorithm !== "ce" || this.settleRefused) return;
+    if (!done || localEpoch !== view.epoch) {
+      this.settledWith = null;
+      return;
+    }
+    if (view.remaining.size < 2) return;
+    if (this.settledWith !== null) {
+      const counted = new Set(
+        this.record.acknowledged.filter((v) => v.epoch === view.epoch && IN_VOTER_SET.has(v.outcome)).map((v) => v.arm)
+      );
+      const gone = Array.from(this.settledWith).filter((a) => !view.remaining.has(a));
+      if (this.settledEpoch === view.epoch && gone.every((a) => counted.has(a))) return;
+      this.settledWith = null;
+    }
+    let reply;
+    try {
+      reply = yield this.message("settled", { epoch: view.epoch });
+    } catch (err) {
+      if (!(err instanceof CoordinatorError) || err.status === 404) throw err;
+      this.settleRefused = true;
+      return;
+    }
+    this.settledSent += 1;
+    if (reply.outcome === "settled") {
+      this.settledWith = new Set(reply.remaining_arms.map(Number));
+      this.settledEpoch = Number(reply.epoch);
+    }
+    if (view.stale(Number(reply.version), Number(reply.epoch))) yield* this.refresh();
+  }
+  /** After a restart: the votes decided and not seen acknowledged, and CDE's unanswered report,
+   * sent again (a second copy is a duplicate); pending votes of another epoch dropped. */
+  *resendPending() {
+    this.forgetLostEpoch();
+    let sent = 0;
+    if (this.record.report !== null && this.record.reportOutcome === null) yield* this.deliverReport();
+    for (const [arm, epoch] of this.record.pending.slice()) {
+      if (epoch === this.view.epoch) {
+        yield* this.deliver(arm, epoch);
+        sent += 1;
+      } else {
+        this.record.pending = this.record.pending.filter(([a, e]) => a !== arm || e !== epoch);
+        this.hooks.persist();
+      }
+    }
+    this.votesResent += sent;
+    return sent;
+  }
+  /** Why to ask the coordinator for this agent's votes now (agent/protocol.py check_reason);
+   * `now` null: the slow check is not considered. */
+  checkReason(now) {
+    const view = this.view;
+    const acknowledged = this.record.acknowledged.filter((v) => v.epoch === view.epoch);
+    if (acknowledged.length === 0) return null;
+    if (view.lostAt > this.checkedSeq) return view.regressedAt > this.checkedSeq ? "regression" : "loss";
+    for (const v of acknowledged) {
+      if (v.votes !== null && (IN_VOTER_SET.has(v.outcome) || v.outcome === "arm_out") && v.seq < view.snapshotSeq && view.remaining.has(v.arm) && v.arm < view.votes.length && view.votes[v.arm] < v.votes) {
+        return "count";
+      }
+    }
+    return now !== null && now >= this.nextCheck ? "period" : null;
+  }
+  /** Arms of acknowledged votes the coordinator lacks (agent/protocol.py missing_votes). */
+  missingVotes(votedAgainst, beforeSeq) {
+    const view = this.view;
+    return this.record.acknowledged.filter(
+      (v) => v.epoch === view.epoch && v.seq < beforeSeq && (IN_VOTER_SET.has(v.outcome) || view.remaining.has(v.arm)) && !votedAgainst.has(v.arm)
+    ).map((v) => v.arm);
+  }
+  /** If checkReason says so: GET /v1/agents/me, and the acknowledged votes it lacks sent again. */
+  *reconcile(now) {
+    const reason = this.checkReason(now);
+    if (reason === null) return 0;
+    const view = this.view;
+    const seq = nextSeq();
+    this.checkedSeq = seq;
+    this.nextCheck = now + this.reconcileMs * (0.5 + this.hooks.jitter());
+    let me;
+    try {
+      me = yield this.message("me");
+    } catch (err) {
+      if (err instanceof CoordinatorError && err.status !== 404) return 0;
+      throw err;
+    }
+    this.checks += 1;
+    const started = me.epoch_started_at ?? null;
+    const sameStart = started === null || Number(started) === view.epochStartedAt;
+    if (Number(me.epoch) !== view.epoch || Number(me.version) !== view.version || !sameStart) {
+      yield* this.refresh();
+      if (view.epoch !== Number(me.epoch)) return 0;
+      if (started !== null && Number(started) !== view.epochStartedAt) return 0;
+    }
+    this.forgetLostEpoch();
+    const votedAgainst = new Set(me.voted_against.map(Number));
+    for (const v of this.record.acknowledged) {
+      if (v.epoch === view.epoch && votedAgainst.has(v.arm) && v.arm < view.votes.length && v.votes !== null) {
+        v.votes = Math.min(v.votes, view.votes[v.arm]);
+      }
+    }
+    const missing = this.missingVotes(votedAgainst, seq);
+    if (missing.length > 0 && (reason === "count" || reason === "period")) {
+      view.noteLoss();
+      this.checkedSeq = view.lostAt;
+    }
+    for (const arm of missing) yield* this.deliver(arm, view.epoch);
+    this.votesResent += missing.length;
+    return missing.length;
+  }
+};
+
 // src/storage.ts
 var AgentLocked = class extends Error {
   constructor(where) {
@@ -1634,26 +1894,36 @@ var DeviceAgent = class _DeviceAgent {
     /** The experiment was deleted (or deleted and created again). */
     this.gone = false;
     this.closed = false;
-    this.votesSent = 0;
-    this.votesResent = 0;
-    this.reportsSent = 0;
-    this.settledSent = 0;
-    this.resetsLimited = 0;
-    this.checks = 0;
     this.queue = Promise.resolve();
     this.failure = null;
     this.change = null;
     this.waiters = [];
     this.unsubscribe = null;
     this.releaseFollower = null;
-    this.checkedSeq = 0;
-    this.settledWith = null;
-    this.settledEpoch = -1;
-    this.settleRefused = false;
     this.onPageHide = null;
     this.listeners = /* @__PURE__ */ new Set();
     this.reconciling = false;
-    this.nextCheck = Date.now() + reconcileMs * (1 + Math.random());
+    const hooks = { persist: () => this.persist(), lostEpoch: () => this.restartLocal(), jitter: Math.random };
+    this.protocol = new DeviceProtocol(view, record, hooks, reconcileMs, Date.now() + reconcileMs * (1 + Math.random()));
+    this.transport = clientTransport(client);
+  }
+  get votesSent() {
+    return this.protocol.votesSent;
+  }
+  get votesResent() {
+    return this.protocol.votesResent;
+  }
+  get reportsSent() {
+    return this.protocol.reportsSent;
+  }
+  get settledSent() {
+    return this.protocol.settledSent;
+  }
+  get resetsLimited() {
+    return this.protocol.resetsLimited;
+  }
+  get checks() {
+    return this.protocol.checks;
   }
   /** See the module's doc and `enroll`. */
   static async start(options) {
@@ -1715,7 +1985,7 @@ var DeviceAgent = class _DeviceAgent {
       }
       if (agent.resumed) {
         await agent.resendPending();
-        agent.nextCheck = 0;
+        agent.protocol.nextCheck = 0;
       }
       return agent;
     } catch (err) {
@@ -1948,14 +2218,18 @@ var DeviceAgent = class _DeviceAgent {
       });
     }
   }
-  /** Votes of an epoch a failover lost, whose number the current epoch took again, forgotten;
-   * and the local statistics restart, as the reset that began the current epoch asks. */
+  /** Votes of an epoch a failover lost forgotten (the protocol's), the local agent restarted. */
   forgetLostEpoch() {
-    if (this.record.forgetLostEpoch(this.view.epoch, this.view.epochStartedAt)) {
-      this.local.voted = new Set(this.record.decided(this.view.epoch));
-      if (!this.local.reports) this.local.reset(this.view.remaining);
-      this.persist();
-    }
+    this.protocol.forgetLostEpoch();
+  }
+  /** The current epoch began with a reset this agent did not see as one: restart as it asks. */
+  restartLocal() {
+    this.local.voted = new Set(this.record.decided(this.view.epoch));
+    if (!this.local.reports) this.local.reset(this.view.remaining);
+  }
+  /** One exchange of the protocol through the coordinator client. */
+  exchange(exchange) {
+    return run(exchange, this.transport);
   }
   /** Save the record and the local statistics (the whole state: one small JSON document). */
   persist() {
@@ -1963,118 +2237,36 @@ var DeviceAgent = class _DeviceAgent {
   }
   /** Votes decided: on record as pending (and saved) before they are sent. */
   decide(votes) {
-    const epoch = this.view.epoch;
-    for (const arm of votes) {
-      if (this.view.epochStartedAt !== null && !this.record.epochStarts.has(epoch)) {
-        this.record.epochStarts.set(epoch, this.view.epochStartedAt);
-      }
-      this.record.pending.push([arm, epoch]);
-    }
-    if (votes.length > 0) this.persist();
+    this.protocol.decide(votes);
   }
-  /** Send the pending votes (decided, not yet answered) of the current epoch, in order; another
-   * epoch's are dropped (the coordinator would ignore them). */
+  /** Send the pending votes of the current epoch, in order. */
   async deliverDecided() {
-    if (this.record.pending.some(([, e]) => e !== this.view.epoch)) {
-      this.record.pending = this.record.pending.filter(([, e]) => e === this.view.epoch);
-      this.persist();
-    }
-    for (let next = this.record.pending[0]; next !== void 0; next = this.record.pending[0]) {
-      await this.deliver(next[0], next[1]);
-      this.votesSent += 1;
-    }
-  }
-  async deliver(arm, epoch) {
-    const started = this.record.epochStarts.get(epoch) ?? null;
-    const reply = await this.client.vote(this.view.experiment, this.record.token, arm, epoch, started);
-    const outcome = String(reply.outcome);
-    this.record.pending = this.record.pending.filter(([a, e]) => a !== arm || e !== epoch);
-    this.record.acknowledged = this.record.acknowledged.filter((v) => (v.arm !== arm || v.epoch !== epoch) && v.epoch >= epoch - 1);
-    this.record.acknowledged.push({ arm, epoch, outcome, seq: nextSeq(), votes: reply.votes ?? null });
-    this.persist();
-    if (reply.votes !== void 0) this.view.observeCount(arm, Number(reply.epoch), Number(reply.votes));
-    if (this.view.stale(Number(reply.version), Number(reply.epoch))) await this.view.refresh(this.client);
+    await this.exchange(this.protocol.deliverDecided());
   }
   async deliverReport() {
-    const reply = await this.client.report(this.view.experiment, this.record.token, this.record.report);
-    this.record.reportOutcome = String(reply.outcome);
-    this.reportsSent += 1;
-    this.persist();
+    await this.exchange(this.protocol.deliverReport());
   }
   /** DSER4: ask for a new epoch; refused (429) or waiting for more agents, reset locally only. */
   async reset() {
-    if (this.view.globalReset) {
-      const reply = await this.client.reset(this.view.experiment, this.record.token, this.view.epoch);
-      if (reply !== null && !reply.pending) {
-        await this.view.refresh(this.client);
-        this.syncLocal();
-        return;
-      }
-      if (reply === null) this.resetsLimited += 1;
+    if (this.view.globalReset && await this.exchange(this.protocol.reset())) {
+      await this.exchange(this.protocol.refresh());
+      this.syncLocal();
+      return;
     }
     this.local.reset(this.view.remaining);
   }
   /** CE only: tell the coordinator this agent settled, once per settle, again when it forgot. */
   async settle() {
-    if (this.view.params.algorithm !== "ce" || this.settleRefused) return;
-    const view = this.view;
-    if (!this.local.done || this.local.epoch !== view.epoch) {
-      this.settledWith = null;
-      return;
-    }
-    if (view.remaining.size < 2) return;
-    if (this.settledWith !== null) {
-      const counted = new Set(
-        this.record.acknowledged.filter((v) => v.epoch === view.epoch && IN_VOTER_SET.has(v.outcome)).map((v) => v.arm)
-      );
-      const gone = Array.from(this.settledWith).filter((a) => !view.remaining.has(a));
-      if (this.settledEpoch === view.epoch && gone.every((a) => counted.has(a))) return;
-      this.settledWith = null;
-    }
-    let reply;
-    try {
-      reply = await this.client.settled(view.experiment, this.record.token, view.epoch);
-    } catch (err) {
-      if (!(err instanceof CoordinatorError) || err.status === 404) throw err;
-      this.settleRefused = true;
-      return;
-    }
-    this.settledSent += 1;
-    if (reply.outcome === "settled") {
-      this.settledWith = new Set(reply.remaining_arms.map(Number));
-      this.settledEpoch = Number(reply.epoch);
-    }
-    if (view.stale(Number(reply.version), Number(reply.epoch))) await view.refresh(this.client);
+    await this.exchange(this.protocol.settle(this.local.done, this.local.epoch));
   }
   /** After a restart: the votes decided and not seen acknowledged, and CDE's unanswered report,
    * sent again (a second copy is a duplicate, harmless). Pending votes of another epoch dropped. */
   resendPending() {
-    return this.run(async () => {
-      this.forgetLostEpoch();
-      if (this.reported && this.record.reportOutcome === null) await this.deliverReport();
-      for (const [arm, epoch] of this.record.pending.slice()) {
-        if (epoch === this.view.epoch) {
-          await this.deliver(arm, epoch);
-          this.votesResent += 1;
-        } else {
-          this.record.pending = this.record.pending.filter(([a, e]) => a !== arm || e !== epoch);
-          this.persist();
-        }
-      }
-    });
+    return this.run(() => this.exchange(this.protocol.resendPending()));
   }
-  /** Why to ask the coordinator for this agent's votes now (agent/library.py check_reason). */
+  /** Why to ask the coordinator for this agent's votes now (protocol.ts checkReason). */
   checkReason(now) {
-    const view = this.view;
-    const acknowledged = this.record.acknowledged.filter((v) => v.epoch === view.epoch);
-    if (acknowledged.length === 0) return null;
-    if (view.lostAt > this.checkedSeq) return view.regressedAt > this.checkedSeq ? "regression" : "loss";
-    for (const v of acknowledged) {
-      if (v.votes !== null && (IN_VOTER_SET.has(v.outcome) || v.outcome === "arm_out") && v.seq < view.snapshotSeq && view.remaining.has(v.arm) && v.arm < view.votes.length && view.votes[v.arm] < v.votes) {
-        return "count";
-      }
-    }
-    return now >= this.nextCheck ? "period" : null;
+    return this.protocol.checkReason(now);
   }
   /** The check of its own votes, queued if due (choose is where a settled agent still comes). */
   reconcileSoon() {
@@ -2090,43 +2282,7 @@ var DeviceAgent = class _DeviceAgent {
   }
   /** If checkReason says so: GET /v1/agents/me, and the acknowledged votes it lacks sent again. */
   async reconcile(now) {
-    const reason = this.checkReason(now);
-    if (reason === null) return;
-    const view = this.view;
-    const seq = nextSeq();
-    this.checkedSeq = seq;
-    this.nextCheck = now + this.reconcileMs * (0.5 + Math.random());
-    let me;
-    try {
-      me = await this.client.me(this.record.token);
-    } catch (err) {
-      if (err instanceof CoordinatorError && err.status !== 404) return;
-      throw err;
-    }
-    this.checks += 1;
-    const started = me.epoch_started_at ?? null;
-    const sameStart = started === null || Number(started) === view.epochStartedAt;
-    if (Number(me.epoch) !== view.epoch || Number(me.version) !== view.version || !sameStart) {
-      await view.refresh(this.client);
-      if (view.epoch !== Number(me.epoch)) return;
-      if (started !== null && Number(started) !== view.epochStartedAt) return;
-    }
-    this.forgetLostEpoch();
-    const votedAgainst = new Set(me.voted_against.map(Number));
-    for (const v of this.record.acknowledged) {
-      if (v.epoch === view.epoch && votedAgainst.has(v.arm) && v.arm < view.votes.length && v.votes !== null) {
-        v.votes = Math.min(v.votes, view.votes[v.arm]);
-      }
-    }
-    const missing = this.record.acknowledged.filter(
-      (v) => v.epoch === view.epoch && v.seq < seq && (IN_VOTER_SET.has(v.outcome) || view.remaining.has(v.arm)) && !votedAgainst.has(v.arm)
-    ).map((v) => v.arm);
-    if (missing.length > 0 && (reason === "count" || reason === "period")) {
-      view.noteLoss();
-      this.checkedSeq = view.lostAt;
-    }
-    for (const arm of missing) await this.deliver(arm, view.epoch);
-    this.votesResent += missing.length;
+    await this.exchange(this.protocol.reconcile(now));
   }
 };
 async function enrollWith(client, view, ticket, where) {
@@ -2154,6 +2310,7 @@ function enroll(options) {
 }
 export {
   AgentLocked,
+  AgentRecord,
   ArmSelection,
   BrowserStore,
   ClientClosed,
@@ -2162,6 +2319,7 @@ export {
   DEFAULT_PARAMS,
   DPSuccessiveElimination,
   DeviceAgent,
+  DeviceProtocol,
   EnrollmentRefused,
   ExperimentGone,
   FileStore,
@@ -2184,6 +2342,7 @@ export {
   VERSION,
   agentSpec,
   checkParams,
+  clientTransport,
   coordinatorUrls,
   corruptedLocalConfidence,
   cryptoDraws,
@@ -2202,6 +2361,7 @@ export {
   randomize,
   replayDraws,
   reportProbabilities,
+  run,
   samplesPerArm,
   shareFollower,
   stitchedRadius,

@@ -20,9 +20,10 @@
 import { type AgentState, LocalAgent } from "./agent.js";
 import { cryptoDraws, type Draws } from "./draws.js";
 import { subroutineClass } from "./subroutines.js";
-import { type Change, type GlobalSetFollower, nextSeq, shareFollower } from "./follower.js";
+import { type Change, type GlobalSetFollower, shareFollower } from "./follower.js";
 import { CoordinatorClient, CoordinatorError } from "./http.js";
-import { AgentRecord, IN_VOTER_SET } from "./record.js";
+import { clientTransport, DeviceProtocol, type Exchange, run, type Transport } from "./protocol.js";
+import { AgentRecord } from "./record.js";
 import { defaultStore, MemoryStore, type StateStore } from "./storage.js";
 import { GlobalView, type Status } from "./view.js";
 
@@ -75,23 +76,15 @@ export class DeviceAgent {
   /** The experiment was deleted (or deleted and created again). */
   gone = false;
   closed = false;
-  votesSent = 0;
-  votesResent = 0;
-  reportsSent = 0;
-  settledSent = 0;
-  resetsLimited = 0;
-  checks = 0;
+  /** Its side of the protocol (protocol.ts): what it sends, given the coordinator's replies. */
+  readonly protocol: DeviceProtocol;
+  private readonly transport: Transport;
   private queue: Promise<unknown> = Promise.resolve();
   private failure: unknown = null;
   private change: Change | null = null;
   private waiters: (() => void)[] = [];
   private unsubscribe: (() => void) | null = null;
   private releaseFollower: (() => void) | null = null;
-  private checkedSeq = 0;
-  private nextCheck: number;
-  private settledWith: Set<number> | null = null;
-  private settledEpoch = -1;
-  private settleRefused = false;
   private onPageHide: (() => void) | null = null;
 
   private constructor(
@@ -102,7 +95,33 @@ export class DeviceAgent {
     readonly store: StateStore,
     readonly reconcileMs: number,
   ) {
-    this.nextCheck = Date.now() + reconcileMs * (1 + Math.random());
+    const hooks = { persist: () => this.persist(), lostEpoch: () => this.restartLocal(), jitter: Math.random };
+    this.protocol = new DeviceProtocol(view, record, hooks, reconcileMs, Date.now() + reconcileMs * (1 + Math.random()));
+    this.transport = clientTransport(client);
+  }
+
+  get votesSent(): number {
+    return this.protocol.votesSent;
+  }
+
+  get votesResent(): number {
+    return this.protocol.votesResent;
+  }
+
+  get reportsSent(): number {
+    return this.protocol.reportsSent;
+  }
+
+  get settledSent(): number {
+    return this.protocol.settledSent;
+  }
+
+  get resetsLimited(): number {
+    return this.protocol.resetsLimited;
+  }
+
+  get checks(): number {
+    return this.protocol.checks;
   }
 
   /** See the module's doc and `enroll`. */
@@ -166,7 +185,7 @@ export class DeviceAgent {
       }
       if (agent.resumed) {
         await agent.resendPending();
-        agent.nextCheck = 0; // its acknowledged votes checked at the first call
+        agent.protocol.nextCheck = 0; // its acknowledged votes checked at the first call
       }
       return agent;
     } catch (err) {
@@ -430,14 +449,20 @@ export class DeviceAgent {
     }
   }
 
-  /** Votes of an epoch a failover lost, whose number the current epoch took again, forgotten;
-   * and the local statistics restart, as the reset that began the current epoch asks. */
+  /** Votes of an epoch a failover lost forgotten (the protocol's), the local agent restarted. */
   private forgetLostEpoch(): void {
-    if (this.record.forgetLostEpoch(this.view.epoch, this.view.epochStartedAt)) {
-      this.local.voted = new Set(this.record.decided(this.view.epoch));
-      if (!this.local.reports) this.local.reset(this.view.remaining);
-      this.persist();
-    }
+    this.protocol.forgetLostEpoch();
+  }
+
+  /** The current epoch began with a reset this agent did not see as one: restart as it asks. */
+  private restartLocal(): void {
+    this.local.voted = new Set(this.record.decided(this.view.epoch));
+    if (!this.local.reports) this.local.reset(this.view.remaining);
+  }
+
+  /** One exchange of the protocol through the coordinator client. */
+  private exchange<R>(exchange: Exchange<R>): Promise<R> {
+    return run(exchange, this.transport);
   }
 
   /** Save the record and the local statistics (the whole state: one small JSON document). */
@@ -447,132 +472,42 @@ export class DeviceAgent {
 
   /** Votes decided: on record as pending (and saved) before they are sent. */
   private decide(votes: number[]): void {
-    const epoch = this.view.epoch;
-    for (const arm of votes) {
-      if (this.view.epochStartedAt !== null && !this.record.epochStarts.has(epoch)) {
-        this.record.epochStarts.set(epoch, this.view.epochStartedAt);
-      }
-      this.record.pending.push([arm, epoch]);
-    }
-    if (votes.length > 0) this.persist();
+    this.protocol.decide(votes);
   }
 
-  /** Send the pending votes (decided, not yet answered) of the current epoch, in order; another
-   * epoch's are dropped (the coordinator would ignore them). */
+  /** Send the pending votes of the current epoch, in order. */
   private async deliverDecided(): Promise<void> {
-    if (this.record.pending.some(([, e]) => e !== this.view.epoch)) {
-      this.record.pending = this.record.pending.filter(([, e]) => e === this.view.epoch);
-      this.persist();
-    }
-    for (let next = this.record.pending[0]; next !== undefined; next = this.record.pending[0]) {
-      await this.deliver(next[0], next[1]);
-      this.votesSent += 1;
-    }
-  }
-
-  private async deliver(arm: number, epoch: number): Promise<void> {
-    const started = this.record.epochStarts.get(epoch) ?? null;
-    const reply = await this.client.vote(this.view.experiment, this.record.token, arm, epoch, started);
-    const outcome = String(reply.outcome);
-    this.record.pending = this.record.pending.filter(([a, e]) => a !== arm || e !== epoch);
-    this.record.acknowledged = this.record.acknowledged.filter((v) => (v.arm !== arm || v.epoch !== epoch) && v.epoch >= epoch - 1);
-    this.record.acknowledged.push({ arm, epoch, outcome, seq: nextSeq(), votes: reply.votes ?? null });
-    this.persist();
-    if (reply.votes !== undefined) this.view.observeCount(arm, Number(reply.epoch), Number(reply.votes));
-    if (this.view.stale(Number(reply.version), Number(reply.epoch))) await this.view.refresh(this.client);
+    await this.exchange(this.protocol.deliverDecided());
   }
 
   private async deliverReport(): Promise<void> {
-    const reply = await this.client.report(this.view.experiment, this.record.token, this.record.report as number);
-    this.record.reportOutcome = String(reply.outcome);
-    this.reportsSent += 1;
-    this.persist();
+    await this.exchange(this.protocol.deliverReport());
   }
 
   /** DSER4: ask for a new epoch; refused (429) or waiting for more agents, reset locally only. */
   private async reset(): Promise<void> {
-    if (this.view.globalReset) {
-      const reply = await this.client.reset(this.view.experiment, this.record.token, this.view.epoch);
-      if (reply !== null && !reply.pending) {
-        await this.view.refresh(this.client);
-        this.syncLocal();
-        return;
-      }
-      if (reply === null) this.resetsLimited += 1;
+    if (this.view.globalReset && (await this.exchange(this.protocol.reset()))) {
+      await this.exchange(this.protocol.refresh());
+      this.syncLocal();
+      return;
     }
     this.local.reset(this.view.remaining);
   }
 
   /** CE only: tell the coordinator this agent settled, once per settle, again when it forgot. */
   private async settle(): Promise<void> {
-    if (this.view.params.algorithm !== "ce" || this.settleRefused) return;
-    const view = this.view;
-    if (!this.local.done || this.local.epoch !== view.epoch) {
-      this.settledWith = null;
-      return;
-    }
-    if (view.remaining.size < 2) return;
-    if (this.settledWith !== null) {
-      const counted = new Set(
-        this.record.acknowledged.filter((v) => v.epoch === view.epoch && IN_VOTER_SET.has(v.outcome)).map((v) => v.arm),
-      );
-      const gone = Array.from(this.settledWith).filter((a) => !view.remaining.has(a));
-      if (this.settledEpoch === view.epoch && gone.every((a) => counted.has(a))) return;
-      this.settledWith = null;
-    }
-    let reply;
-    try {
-      reply = await this.client.settled(view.experiment, this.record.token, view.epoch);
-    } catch (err) {
-      if (!(err instanceof CoordinatorError) || err.status === 404) throw err;
-      this.settleRefused = true;
-      return;
-    }
-    this.settledSent += 1;
-    if (reply.outcome === "settled") {
-      this.settledWith = new Set(reply.remaining_arms.map(Number));
-      this.settledEpoch = Number(reply.epoch);
-    }
-    if (view.stale(Number(reply.version), Number(reply.epoch))) await view.refresh(this.client);
+    await this.exchange(this.protocol.settle(this.local.done, this.local.epoch));
   }
 
   /** After a restart: the votes decided and not seen acknowledged, and CDE's unanswered report,
    * sent again (a second copy is a duplicate, harmless). Pending votes of another epoch dropped. */
-  private resendPending(): Promise<void> {
-    return this.run(async () => {
-      this.forgetLostEpoch();
-      if (this.reported && this.record.reportOutcome === null) await this.deliverReport();
-      for (const [arm, epoch] of this.record.pending.slice()) {
-        if (epoch === this.view.epoch) {
-          await this.deliver(arm, epoch);
-          this.votesResent += 1;
-        } else {
-          this.record.pending = this.record.pending.filter(([a, e]) => a !== arm || e !== epoch);
-          this.persist();
-        }
-      }
-    });
+  private resendPending(): Promise<number> {
+    return this.run(() => this.exchange(this.protocol.resendPending()));
   }
 
-  /** Why to ask the coordinator for this agent's votes now (agent/library.py check_reason). */
+  /** Why to ask the coordinator for this agent's votes now (protocol.ts checkReason). */
   private checkReason(now: number): string | null {
-    const view = this.view;
-    const acknowledged = this.record.acknowledged.filter((v) => v.epoch === view.epoch);
-    if (acknowledged.length === 0) return null;
-    if (view.lostAt > this.checkedSeq) return view.regressedAt > this.checkedSeq ? "regression" : "loss";
-    for (const v of acknowledged) {
-      if (
-        v.votes !== null &&
-        (IN_VOTER_SET.has(v.outcome) || v.outcome === "arm_out") &&
-        v.seq < view.snapshotSeq &&
-        view.remaining.has(v.arm) &&
-        v.arm < view.votes.length &&
-        view.votes[v.arm] < v.votes
-      ) {
-        return "count";
-      }
-    }
-    return now >= this.nextCheck ? "period" : null;
+    return this.protocol.checkReason(now);
   }
 
   /** The check of its own votes, queued if due (choose is where a settled agent still comes). */
@@ -592,51 +527,7 @@ export class DeviceAgent {
 
   /** If checkReason says so: GET /v1/agents/me, and the acknowledged votes it lacks sent again. */
   private async reconcile(now: number): Promise<void> {
-    const reason = this.checkReason(now);
-    if (reason === null) return;
-    const view = this.view;
-    const seq = nextSeq();
-    this.checkedSeq = seq;
-    this.nextCheck = now + this.reconcileMs * (0.5 + Math.random());
-    let me;
-    try {
-      me = await this.client.me(this.record.token);
-    } catch (err) {
-      if (err instanceof CoordinatorError && err.status !== 404) return;
-      throw err;
-    }
-    this.checks += 1;
-    // another version, or an epoch of the same number begun at another time (a failover lost the
-    // view's): the view is read again first, so a lost epoch's votes are forgotten, not re-sent
-    const started = me.epoch_started_at ?? null;
-    const sameStart = started === null || Number(started) === view.epochStartedAt;
-    if (Number(me.epoch) !== view.epoch || Number(me.version) !== view.version || !sameStart) {
-      await view.refresh(this.client);
-      if (view.epoch !== Number(me.epoch)) return;
-      if (started !== null && Number(started) !== view.epochStartedAt) return;
-    }
-    this.forgetLostEpoch();
-    const votedAgainst = new Set<number>(me.voted_against.map(Number));
-    for (const v of this.record.acknowledged) {
-      if (v.epoch === view.epoch && votedAgainst.has(v.arm) && v.arm < view.votes.length && v.votes !== null) {
-        v.votes = Math.min(v.votes, view.votes[v.arm]);
-      }
-    }
-    const missing = this.record.acknowledged
-      .filter(
-        (v) =>
-          v.epoch === view.epoch &&
-          v.seq < seq &&
-          (IN_VOTER_SET.has(v.outcome) || view.remaining.has(v.arm)) &&
-          !votedAgainst.has(v.arm),
-      )
-      .map((v) => v.arm);
-    if (missing.length > 0 && (reason === "count" || reason === "period")) {
-      view.noteLoss();
-      this.checkedSeq = view.lostAt;
-    }
-    for (const arm of missing) await this.deliver(arm, view.epoch);
-    this.votesResent += missing.length;
+    await this.exchange(this.protocol.reconcile(now));
   }
 }
 

@@ -20,6 +20,7 @@
 import { LocalAgent } from "./agent.js";
 import { type Draws } from "./draws.js";
 import { CoordinatorClient } from "./http.js";
+import { DeviceProtocol } from "./protocol.js";
 import { AgentRecord } from "./record.js";
 import { type StateStore } from "./storage.js";
 import { GlobalView, type Status } from "./view.js";
@@ -69,25 +70,23 @@ export declare class DeviceAgent {
     /** The experiment was deleted (or deleted and created again). */
     gone: boolean;
     closed: boolean;
-    votesSent: number;
-    votesResent: number;
-    reportsSent: number;
-    settledSent: number;
-    resetsLimited: number;
-    checks: number;
+    /** Its side of the protocol (protocol.ts): what it sends, given the coordinator's replies. */
+    readonly protocol: DeviceProtocol;
+    private readonly transport;
     private queue;
     private failure;
     private change;
     private waiters;
     private unsubscribe;
     private releaseFollower;
-    private checkedSeq;
-    private nextCheck;
-    private settledWith;
-    private settledEpoch;
-    private settleRefused;
     private onPageHide;
     private constructor();
+    get votesSent(): number;
+    get votesResent(): number;
+    get reportsSent(): number;
+    get settledSent(): number;
+    get resetsLimited(): number;
+    get checks(): number;
     /** See the module's doc and `enroll`. */
     static start(options: EnrollOptions): Promise<DeviceAgent>;
     private follow;
@@ -141,17 +140,18 @@ export declare class DeviceAgent {
     private background;
     private catchUp;
     private syncLocal;
-    /** Votes of an epoch a failover lost, whose number the current epoch took again, forgotten;
-     * and the local statistics restart, as the reset that began the current epoch asks. */
+    /** Votes of an epoch a failover lost forgotten (the protocol's), the local agent restarted. */
     private forgetLostEpoch;
+    /** The current epoch began with a reset this agent did not see as one: restart as it asks. */
+    private restartLocal;
+    /** One exchange of the protocol through the coordinator client. */
+    private exchange;
     /** Save the record and the local statistics (the whole state: one small JSON document). */
     private persist;
     /** Votes decided: on record as pending (and saved) before they are sent. */
     private decide;
-    /** Send the pending votes (decided, not yet answered) of the current epoch, in order; another
-     * epoch's are dropped (the coordinator would ignore them). */
+    /** Send the pending votes of the current epoch, in order. */
     private deliverDecided;
-    private deliver;
     private deliverReport;
     /** DSER4: ask for a new epoch; refused (429) or waiting for more agents, reset locally only. */
     private reset;
@@ -160,7 +160,7 @@ export declare class DeviceAgent {
     /** After a restart: the votes decided and not seen acknowledged, and CDE's unanswered report,
      * sent again (a second copy is a duplicate, harmless). Pending votes of another epoch dropped. */
     private resendPending;
-    /** Why to ask the coordinator for this agent's votes now (agent/library.py check_reason). */
+    /** Why to ask the coordinator for this agent's votes now (protocol.ts checkReason). */
     private checkReason;
     /** The check of its own votes, queued if due (choose is where a settled agent still comes). */
     private reconcileSoon;

@@ -16,3 +16,6 @@ export { AgentLocked, BrowserStore, FileStore, MemoryStore, defaultStore } from 
 export type { SavedAgent, StateStore } from "./storage.js";
 export { GlobalView, agentSpec, corruptedLocalConfidence } from "./view.js";
 export type { Status } from "./view.js";
+export { AgentRecord } from "./record.js";
+export { DeviceProtocol, clientTransport, run } from "./protocol.js";
+export type { Exchange, Message, ProtocolHooks, Transport } from "./protocol.js";
