@@ -338,7 +338,8 @@ class ExperimentReads:
         self, exp: str, state: ExperimentState, status: Status
     ) -> ExperimentState:
         decided = replace(state, status=status)
-        return replace(decided, result=await self._result(exp, decided))
+        result = await self._result(exp, decided)
+        return decided if result is None else replace(decided, result=result)
 
     async def _result(self, exp: str, state: ExperimentState) -> dict[str, Any] | None:
         """The result of a decided state (None while exploring): the one kept for this decision,

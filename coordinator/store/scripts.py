@@ -9,6 +9,7 @@ publish.lua) define local functions only; they are prepended to the scripts that
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,7 @@ class Script:
         self._arity = len(inputs.names())
         self._optional = len(inputs.optional)
 
-    async def __call__(self, **given: Any) -> Any:
+    def __call__(self, **given: Any) -> Awaitable[Any]:
         inputs = self.inputs
         if len(given) != self._arity:
             raise _wrong(inputs, given)
@@ -199,7 +200,7 @@ class Script:
         for _ in range(self._optional):  # the optional ones are the last
             if args[-1] is None:
                 args.pop()
-        return await self._run(keys=keys, args=args)
+        return self._run(keys=keys, args=args)
 
 
 def _wrong(inputs: ScriptInputs, given: dict[str, Any]) -> TypeError:

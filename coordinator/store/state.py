@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from common.algorithms import AlgorithmConfig
@@ -100,6 +100,15 @@ class Elimination:
     time: int
     order: int
 
+    def document(self) -> dict[str, Any]:
+        return {
+            "arm": self.arm,
+            "name": self.name,
+            "votes": self.votes,
+            "time": self.time,
+            "order": self.order,
+        }
+
 
 @dataclass(frozen=True)
 class Tags:
@@ -169,16 +178,31 @@ class ExperimentState:
 
     def document(self) -> dict[str, Any]:
         """The fields of GET /v1/experiments/{id} this state has (the API adds the warnings and
-        the certificate's): the design, the votes and the counters, flat."""
-        design = asdict(self.design)
+        the certificate's): the design, the votes and the counters, flat (written out: asdict
+        copies deeply, and this is every full read's)."""
+        design, counters = self.design, self.counters
         document: dict[str, Any] = {
             "id": self.id,
-            **design,
+            "arms": design.arms,
+            "params": design.params,
+            "sigma": design.sigma,
+            "rewards": design.rewards,
+            "pulls_per_arm": design.pulls_per_arm,
+            "threshold": design.threshold,
             "remaining_arms": self.remaining_arms,
             "votes": self.votes,
             "reports": self.reports,
-            "eliminations": [asdict(e) for e in self.eliminations],
-            **asdict(self.counters),
+            "expected_agents": design.expected_agents,
+            "eliminations": [e.document() for e in self.eliminations],
+            "messages": counters.messages,
+            "ignored_messages": counters.ignored_messages,
+            "epoch_messages": counters.epoch_messages,
+            "version": counters.version,
+            "epoch": counters.epoch,
+            "epoch_started_at": counters.epoch_started_at,
+            "agents": counters.agents,
+            "settled_agents": counters.settled_agents,
+            "created_at": counters.created_at,
             "status": self.status,
             "load_generator": self.load_generator,
             "result": self.result,
