@@ -28,7 +28,7 @@ cores, so "votes per server CPU-second" is printed too: the rate one fully busy 
 the repository, first on sys.path.)
 
 The vote path is: uvicorn (uvloop, httptools) -> coordinator.fast_path (a plain valid vote skips
-FastAPI's routing, dependencies and models) -> one EVALSHA of coordinator/lua/vote.lua, which also
+FastAPI's routing, dependencies and models) -> one EVALSHA of coordinator/store/lua/vote.lua, which also
 checks the token's digest, over connections held for it (hiredis packs and parses).
 """
 

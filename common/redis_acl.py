@@ -3,7 +3,7 @@
 One Redis holds every service's data, and each service logs in as its own user, allowed exactly
 the commands it sends, on the keys (common/redis_keys.py) and pub/sub channels it uses:
 
-- coordinator: every dexp key (`dexp:*`) and channel, with the commands of coordinator/store.py
+- coordinator: every dexp key (`dexp:*`) and channel, with the commands of coordinator/store/
   and its Lua scripts, and none that administers the server (FLUSHALL, CONFIG, KEYS, ACL, ...);
 - load-generator: writes the agents' activation streams, reads the experiment's agent list, holds
   the experiment's lease (load_generator/lease.py: its scripts run SET, GET, DEL, TYPE, PTTL);
@@ -112,7 +112,7 @@ USERS: dict[str, RedisUser] = {
             "client|id",
             "client|tracking",
             "client|setname",
-            # coordinator/store.py and coordinator/lua/*.lua (tests/e2e/test_redis_acl.py reads
+            # coordinator/store/ and coordinator/store/lua/*.lua (tests/e2e/test_redis_acl.py reads
             # the scripts and checks that each command they call is here)
             "del",
             "exists",

@@ -29,14 +29,14 @@ EXPERIMENT_INDEX = f"{PREFIX}:experiment-index"
 def meta(exp: str) -> str:
     """Hash: config JSON, threshold, n_arms, version, epoch, messages, ignored, created_at, and
     the current epoch's epoch_messages (messages since the epoch began) and epoch_started_at (unix
-    ms: creation or the last reset). What the public sees change (coordinator/lua/changes.lua):
+    ms: creation or the last reset). What the public sees change (coordinator/store/lua/changes.lua):
     revision and revised_at (the document's changes that its counters may not show: the ETag),
     event_id (the last announced change of the public state: the SSE event id) and tied (the tie
     status last announced, 1 or 0). `algorithm` (experiments created since CDE): what the scripts
     check so that a vote never counts in a CDE experiment, nor a report in a voting one. `result`:
     the decided experiment's result, kept by the first coordinator that read the decision
-    (coordinator/lua/result.lua); `p_history`: the published total votes over this epoch
-    (coordinator/lua/publish.lua)."""
+    (coordinator/store/lua/result.lua); `p_history`: the published total votes over this epoch
+    (coordinator/store/lua/publish.lua)."""
     return f"{PREFIX}:{{{exp}}}:meta"
 
 
@@ -59,7 +59,7 @@ def settled(exp: str) -> str:
 
 def reporters(exp: str) -> str:
     """Set of the agent ids that sent their CDE report, whatever its arm: one report per agent and
-    experiment (coordinator/lua/report.lua). Which arm an agent reported is not kept: only the
+    experiment (coordinator/store/lua/report.lua). Which arm an agent reported is not kept: only the
     counts (report_counts)."""
     return f"{PREFIX}:{{{exp}}}:reporters"
 

@@ -208,7 +208,7 @@ class GlobalState:
             self.ignored += 1
             return outcome
         self.voters[arm].add(agent)
-        # it votes: whatever it said, it has not settled (coordinator/lua/vote.lua does the same)
+        # it votes: whatever it said, it has not settled (coordinator/store/lua/vote.lua does the same)
         self.settled.discard(agent)
         if outcome is VoteOutcome.ELIMINATED:
             self.remaining.discard(arm)

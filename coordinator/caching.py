@@ -6,7 +6,7 @@ devices poll. Each answer carries `ETag: "<tag>"` and `Cache-Control: public, ma
 `If-None-Match` names the current tag gets `304 Not Modified` with no body.
 
 The tag is a digest of what determines the document: the meta hash's REVISION_FIELDS
-(coordinator/store.py: the publication of the votes, lua/publish.lua, and the revision every other
+(coordinator/store/: the publication of the votes, lua/publish.lua, and the revision every other
 script that changes the document moves, lua/changes.lua) and, for "state", the load generator's
 lease, which its own process rewrites. A vote moves the tag only with its batch's publication. A
 revision whose publication is due (store.due_at: a batch complete, an elimination's tick come) is

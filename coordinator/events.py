@@ -57,7 +57,7 @@ from redis.exceptions import RedisError
 from common import redis_keys as keys
 from coordinator.errors import NotFound, Overloaded, RateLimited
 from coordinator.redis_client import AnyRedis
-from coordinator.store import ExperimentStore
+from coordinator.store import ExperimentState, ExperimentStore
 
 log = logging.getLogger("dexp.coordinator.events")
 LISTEN_SECONDS = 5.0  # a blocked read of the pub/sub connection wakes this often (health checks)
@@ -85,15 +85,15 @@ class State:
         return b"id: " + self.event_id.encode() + b"\nevent: state\ndata: " + self.data + b"\n\n"
 
 
-def public_state(exp: str, state: dict[str, Any]) -> bytes:
+def public_state(exp: str, state: ExperimentState) -> bytes:
     """What an event says: only what anonymous readers of GET /v1/experiments/{id} may read."""
-    remaining: list[int] = state["remaining_arms"]
-    status = state["status"]
+    remaining = state.remaining_arms
+    status = state.status
     document = {
         "experiment": exp,
-        "version": state["version"],
-        "epoch": state["epoch"],
-        "epoch_started_at": state["epoch_started_at"],
+        "version": state.version,
+        "epoch": state.epoch,
+        "epoch_started_at": state.counters.epoch_started_at,
         "status": status,
         "remaining_arms": remaining,
         "candidates": remaining if status == "tied" else [],
@@ -342,22 +342,22 @@ class Hub:
             state = await self.store.get_with_status(topic.exp)
         except NotFound:
             return self._deleted(topic)
-        if not state["remaining_arms"]:  # deleted between the reads of one get
+        if not state.remaining_arms:  # deleted between the reads of one get
             return self._deleted(topic)
         if topic.created_at is None:
-            topic.created_at = state["created_at"]
-        elif state["created_at"] != topic.created_at:
+            topic.created_at = state.created_at
+        elif state.created_at != topic.created_at:
             return self._deleted(topic)  # deleted and created again: another experiment
-        self._read_when_due(topic, state["publication_due_at"])
-        tied = state["status"] == "tied"
-        if tied != state["announced_tied"]:
+        self._read_when_due(topic, state.tags.publication_due_at)
+        tied = state.status == "tied"
+        if tied != state.tags.announced_tied:
             # announced here, or already by another coordinator: either way its 's' follows,
             # and the read it triggers sends the state with the id of the announcement
-            code, _ = await self.store.announce_status(topic.exp, tied, state["created_at"])
+            code, _ = await self.store.announce_status(topic.exp, tied, state.created_at)
             if code == -1:
                 self._deleted(topic)
             return
-        latest = State(state["event_id"], public_state(topic.exp, state))
+        latest = State(state.tags.event_id, public_state(topic.exp, state))
         if topic.latest == latest:
             return
         topic.latest = latest

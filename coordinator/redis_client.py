@@ -5,7 +5,7 @@ node's URL: it discovers the others with CLUSTER SLOTS). It sends each command t
 its key's slot, follows MOVED and ASK redirections, and on a connection error (a master killed)
 reads the topology again and retries, so that after a failover the promoted replica serves the
 slots. Everything the coordinator sends keeps to one slot per script or transaction
-(coordinator/store.py), which is what a cluster requires.
+(coordinator/store/), which is what a cluster requires.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _drop_keys_option(redis: RedisCluster) -> None:
     """redis-py's async cluster transaction (8.1) hands each command's `keys` option, a hint for
     its client-side cache that every other path removes first, to the command's response callback,
     and most callbacks take no such option: SMEMBERS or HGETALL inside MULTI/EXEC raised TypeError
-    (coordinator/store.py's reads of an experiment are such transactions). Each callback now
+    (coordinator/store/ reads an experiment in such transactions). Each callback now
     drops it first; elsewhere it is already gone, so nothing else changes."""
     callbacks = redis.response_callbacks
     for name, callback in list(callbacks.items()):

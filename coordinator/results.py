@@ -11,7 +11,10 @@ replaces it. Pure functions: the store does the I/O.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coordinator.store.state import ExperimentState
 
 # The points of the votes history a publication keeps (lua/publish.lua, HISTORY_POINTS).
 HISTORY_POINTS = 120
@@ -24,8 +27,8 @@ def decision(status: str, epoch: int, version: int, agents: int) -> str:
     return f"{key}:{agents}" if status == "tied" else key
 
 
-def decision_of(state: dict[str, Any]) -> str:
-    return decision(state["status"], state["epoch"], state["version"], state["agents"])
+def decision_of(state: ExperimentState) -> str:
+    return decision(state.status or "", state.epoch, state.version, state.agents)
 
 
 def kept(raw: object, key: str) -> dict[str, Any] | None:
@@ -48,20 +51,20 @@ def redis_ms(clock: str | None) -> int | None:
     return int(seconds) * 1000 + int(micros or 0) // 1000
 
 
-def result_of(state: dict[str, Any], key: str, now: int) -> dict[str, Any]:
+def result_of(state: ExperimentState, key: str, now: int) -> dict[str, Any]:
     """The result of a decided state. Decided at: the last elimination for an identified
     experiment (the one that left one arm); for a tie, the publication that showed it (no message
     marks a tie: it is the verdict on the voter sets a publication made public), else `now`. The
     load generator's figures are those of its lease at the first read of the decision (it renews
     them about every 0.2 s), if it fed this epoch."""
-    status = state["status"]
-    arms, remaining = state["arms"], state["remaining_arms"]
-    eliminations = state["eliminations"]
-    last = eliminations[-1]["time"] if eliminations else None
+    status = state.status
+    arms, remaining = state.arms, state.remaining_arms
+    eliminations = state.eliminations
+    last = eliminations[-1].time if eliminations else None
     if status == "identified":
         decided_at = last if last is not None else now
     else:
-        published = state.get("published_ms")
+        published = state.tags.published_ms
         decided_at = max(t for t in (published, last, 0) if t is not None) or now
     refs = [{"index": a, "name": arms[a]} for a in remaining]
     return {
@@ -70,28 +73,28 @@ def result_of(state: dict[str, Any], key: str, now: int) -> dict[str, Any]:
         "best_arm": refs[0] if status == "identified" and refs else None,
         "candidates": refs if status == "tied" else [],
         "decided_at": decided_at,
-        "duration_ms": max(0, decided_at - state["created_at"]),
-        "epoch": state["epoch"],
-        "version": state["version"],
-        "agents": state["agents"],
-        "messages": state["messages"],
-        "votes": state["votes"],
-        "reports": state["reports"],
+        "duration_ms": max(0, decided_at - state.created_at),
+        "epoch": state.epoch,
+        "version": state.version,
+        "agents": state.agents,
+        "messages": state.counters.messages,
+        "votes": state.votes,
+        "reports": state.reports,
         "load_generator": run_figures(state),
     }
 
 
-def run_figures(state: dict[str, Any]) -> dict[str, Any] | None:
+def run_figures(state: ExperimentState) -> dict[str, Any] | None:
     """The figures of the load generator's lease, if its run feeds this epoch."""
-    lg = state.get("load_generator")
-    if lg is None or lg.get("activations") is None or lg.get("epoch") not in (None, state["epoch"]):
+    lg = state.load_generator
+    if lg is None or lg.get("activations") is None or lg.get("epoch") not in (None, state.epoch):
         return None
     return {
         name: lg[name] for name in ("run", "activations", "activations_per_second", "updated_at")
     }
 
 
-def refreshed(result: dict[str, Any], state: dict[str, Any]) -> dict[str, Any] | None:
+def refreshed(result: dict[str, Any], state: ExperimentState) -> dict[str, Any] | None:
     """The result with newer figures of the run that fed the decision, while it still renews its
     lease (its last renewals carry the activations the agents processed up to the decision, and
     the rate then); None when there is nothing newer, or the lease is another run's (a run started

@@ -106,7 +106,7 @@ class Settings(SecretFileSettings):
     # With a tolerance f > 0, a DSER4 reset needs f + 1 distinct agents' requests within this
     # window (f liars must not reset alone); with f = 0 any agent's request resets, as the papers'.
     reset_quorum_seconds: float = Field(60.0, gt=0, le=86_400)
-    # What anyone reads of the votes is published in batches (coordinator/lua/publish.lua): once
+    # What anyone reads of the votes is published in batches (coordinator/store/lua/publish.lua): once
     # this many messages came since the last publication, so that a reader who polls cannot time
     # one device's vote; an elimination at the next tick of the cadence even with fewer.
     publish_batch: int = Field(10, ge=1, le=10_000)

@@ -1,6 +1,6 @@
 """CDE's report rule (common/votes.py): the pure `decide_report`, `reports_exhausted` (no answer
 will come) and the `GlobalState.report` / `GlobalState.exhausted` that apply them.
-coordinator/lua/report.lua is the same rule in Redis: tests/services/test_report_script.py replays
+coordinator/store/lua/report.lua is the same rule in Redis: tests/services/test_report_script.py replays
 random sequences through both."""
 
 from __future__ import annotations

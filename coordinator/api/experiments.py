@@ -45,7 +45,7 @@ from coordinator.caching import (
 )
 from coordinator.errors import Forbidden, Invalid, RateLimited
 from coordinator.settings import Settings
-from coordinator.store import Status
+from coordinator.store import ExperimentState, Status
 
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
 # The subroutines an experiment may name (`dexp subroutines`), as an enum of the OpenAPI schema.
@@ -545,17 +545,17 @@ class ResetResult(BaseModel):
     needed: int = Field(1, description="requests that make a reset: f + 1")
 
 
-def certificate_of(state: dict[str, Any], agents: int | None = None) -> Certificate:
+def certificate_of(state: ExperimentState, agents: int | None = None) -> Certificate:
     """What the experiment certifies with `agents` agents (default: those enrolled), when at most
     f (its tolerance) of them lie. CDE's threshold is the one it was created with (chosen from
     the agents expected), whatever the agents enrolled."""
-    config = AlgorithmConfig(**state["params"])
-    enrolled = int(state["agents"]) if agents is None else agents
-    fixed = int(state["threshold"]) if config.reports else None
-    return certify(config, len(state["arms"]), enrolled, threshold=fixed)
+    config = state.design.config
+    enrolled = state.agents if agents is None else agents
+    fixed = state.threshold if config.reports else None
+    return certify(config, len(state.arms), enrolled, threshold=fixed)
 
 
-def certified_fields(state: dict[str, Any], settings: Settings) -> dict[str, Any]:
+def certified_fields(state: ExperimentState, settings: Settings) -> dict[str, Any]:
     """The certificate's fields of both documents: the bound with the agents enrolled, and with
     as many as the cap lets in; CDE's privacy."""
     certificate = certificate_of(state)
@@ -565,7 +565,7 @@ def certified_fields(state: dict[str, Any], settings: Settings) -> dict[str, Any
         "certified_agents": certificate.agents,
         "certified_failure_at_max_agents": certificate_of(state, cap).failure if cap else None,
         "certificate": certificate.statement(),
-        **privacy_fields(AlgorithmConfig(**state["params"]), len(state["arms"])),
+        **privacy_fields(state.design.config, len(state.arms)),
     }
 
 
@@ -581,10 +581,10 @@ def privacy_fields(config: AlgorithmConfig, n_arms: int) -> dict[str, Any]:
     }
 
 
-def warnings_of(state: dict[str, Any]) -> list[str]:
+def warnings_of(state: ExperimentState) -> list[str]:
     """What the experiment risks with the agents enrolled now, without being invalid."""
-    agents, threshold = state["agents"], state["threshold"]
-    config = AlgorithmConfig(**state["params"])
+    agents, threshold = state.agents, state.threshold
+    config = state.design.config
     warnings = []
     if config.reports:
         if agents < threshold:
@@ -598,8 +598,8 @@ def warnings_of(state: dict[str, Any]) -> list[str]:
             "voters: no arm can be eliminated until enough agents enroll"
         )
     else:
-        if state.get("status") != "identified":  # identified: it did not end tied
-            warnings += config.warnings(len(state["arms"]), agents)  # ties possible
+        if state.status != "identified":  # identified: it did not end tied
+            warnings += config.warnings(len(state.arms), agents)  # ties possible
         expected = agents * (1 - config.vote_drop)
         if config.vote_drop and expected < threshold:
             warnings.append(
@@ -619,27 +619,27 @@ def warnings_of(state: dict[str, Any]) -> list[str]:
     return [*warnings, uncertified] if uncertified else warnings
 
 
-def _public(state: dict[str, Any], settings: Settings) -> ExperimentPublic:
+def _public(state: ExperimentState, settings: Settings) -> ExperimentPublic:
     return ExperimentPublic(
-        **state, warnings=warnings_of(state), **certified_fields(state, settings)
+        **state.document(), warnings=warnings_of(state), **certified_fields(state, settings)
     )
 
 
-def certified(state: dict[str, Any]) -> str:
+def certified(state: ExperimentState) -> str:
     """What a tie certifies (common.votes.tie_certificate), with this experiment's f, M, number
     of agents and certified failure. CDE: its reports are spent without an answer."""
     certificate = certificate_of(state)
-    if state["reports"] is not None:
+    if state.reports is not None:
         return reports_spent(state, certificate)
     return tie_certificate(
         certificate.honest_votes, certificate.agents, certificate.failure, certificate.liars
     )
 
 
-def reports_spent(state: dict[str, Any], certificate: Certificate) -> str:
+def reports_spent(state: ExperimentState, certificate: Certificate) -> str:
     """CDE's tie: no arm can reach the threshold with the reports the agents enrolled can still
     send. Nothing is certified about the candidates: the wrong answer the certificate counts."""
-    reports, agents, m = state["reports"], state["agents"], state["threshold"]
+    reports, agents, m = state.reports or [], state.agents, state.threshold
     sent = sum(reports)
     return (
         f"No answer with these agents: an arm is accepted at {m} reports, {sent} of the "
@@ -699,7 +699,7 @@ def cacheable(description: str) -> dict[int | str, dict[str, Any]]:
 
 def conditional(
     kind: str,
-    state: dict[str, Any],
+    state: ExperimentState,
     if_none_match: str | None,
     settings: Settings,
     response: Response,
@@ -707,8 +707,8 @@ def conditional(
     """The document's cache headers on `response`; a 304 if If-None-Match names its tag (a
     conditional request coordinator.caching.ConditionalReads did not answer: the document
     changed, or its tag came from a read newer than the revision that middleware read)."""
-    lease = state["lease"] if kind == "state" else b""
-    headers = cache_headers(etag(kind, state["revision"], lease), settings.cache_max_age_seconds)
+    lease = state.tags.lease if kind == "state" else b""
+    headers = cache_headers(etag(kind, state.tags.revision, lease), settings.cache_max_age_seconds)
     matched = matching(if_none_match, headers["ETag"])
     if matched is not None:
         return not_modified(matched, headers)
@@ -742,15 +742,17 @@ async def get_experiment(
 async def voters(experiment: ExperimentId, store: StoreDep) -> Voters:
     """Admin token. The voter set of each arm and each agent's vote vector, this epoch."""
     state = await store.get(experiment, voters=True)
+    live = state.live
+    assert live is not None  # read with its voters
     by_agent: dict[str, list[int]] = {}
-    for arm, ids in enumerate(state["voters"]):
+    for arm, ids in enumerate(live.voters):
         for agent in ids:
             by_agent.setdefault(agent, []).append(arm)
     return Voters(
         experiment=experiment,
-        epoch=state["epoch"],
-        version=state["version"],
-        voters=state["voters"],
+        epoch=state.epoch,
+        version=state.version,
+        voters=live.voters,
         by_agent=dict(sorted(by_agent.items())),
     )
 
@@ -817,9 +819,9 @@ async def best_arm(
     unchanged = conditional("best-arm", state, if_none_match, settings, response)
     if unchanged is not None:
         return unchanged
-    arms = state["arms"]
-    remaining = [ArmRef(index=a, name=arms[a]) for a in state["remaining_arms"]]
-    status: Status = state["status"]
+    arms = state.arms
+    remaining = [ArmRef(index=a, name=arms[a]) for a in state.remaining_arms]
+    status = state.status
     return BestArm(
         experiment=experiment,
         status=status,
@@ -827,12 +829,12 @@ async def best_arm(
         remaining_arms=remaining,
         candidates=remaining if status == "tied" else [],
         certified=certified(state) if status == "tied" else None,
-        votes={arms[a]: v for a, v in enumerate(state["votes"])},
+        votes={arms[a]: v for a, v in enumerate(state.votes)},
         reports=None
-        if state["reports"] is None
-        else {arms[a]: n for a, n in enumerate(state["reports"])},
-        version=state["version"],
-        epoch=state["epoch"],
+        if state.reports is None
+        else {arms[a]: n for a, n in enumerate(state.reports)},
+        version=state.version,
+        epoch=state.epoch,
         **certified_fields(state, settings),
     )
 
@@ -849,21 +851,23 @@ async def suspects(experiment: ExperimentId, store: StoreDep) -> Suspects:
     with the fewest votes). Votes of the current epoch only. A suspect is not proven to lie: an
     honest agent errs with probability up to eta, and a lying agent may vote like an honest one."""
     state = await store.get_with_status(experiment, voters=True)
-    remaining, votes = state["remaining_arms"], state["votes"]
+    live = state.live
+    assert live is not None  # read with its voters
+    remaining, votes = state.remaining_arms, state.votes
     reference = min(remaining, key=lambda arm: (votes[arm], arm))
     voted: dict[str, list[int]] = {}
-    for arm, voters in enumerate(state["voters"]):
+    for arm, voters in enumerate(live.voters):
         for agent in voters:
             voted.setdefault(agent, []).append(arm)
     return Suspects(
         experiment=experiment,
-        status=state["status"],
-        reference_arm=ArmRef(index=reference, name=state["arms"][reference]),
+        status=state.status,
+        reference_arm=ArmRef(index=reference, name=state.arms[reference]),
         suspects=[
             Suspect(agent_id=agent, votes=len(voted[agent]), voted_against=voted[agent])
-            for agent in sorted(state["voters"][reference])
+            for agent in sorted(live.voters[reference])
         ],
-        tolerance=int(state["params"].get("tolerance", 0)),
+        tolerance=state.design.tolerance,
     )
 
 

@@ -84,7 +84,10 @@ def script_commands(text: str) -> set[str]:
 def test_each_lua_script_calls_only_what_its_user_may() -> None:
     """A script's commands are checked against its caller's user: each command the coordinator's
     and the load generator's scripts call is one their user allows."""
-    lua = {p.name: script_commands(p.read_text()) for p in (ROOT / "coordinator/lua").glob("*.lua")}
+    lua = {
+        p.name: script_commands(p.read_text())
+        for p in (ROOT / "coordinator/store/lua").glob("*.lua")
+    }
     assert len(lua) >= 5 and all(lua.values())
     for name, commands in lua.items():
         assert commands <= set(acl.USERS[acl.COORDINATOR].commands), name

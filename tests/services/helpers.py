@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from common.params import corrupted_local_confidence
 from coordinator.app import create_app
 from coordinator.server import uvicorn_config
 from coordinator.settings import Settings
-from coordinator.store import ExperimentStore
+from coordinator.store import ExperimentState, ExperimentStore
 
 RedisState = Callable[[], dict[str, Any]]  # a fixture: the full Redis state now
 
@@ -284,6 +284,13 @@ async def open_store(url: str, max_connections: int = 16) -> AsyncIterator[Exper
         yield ExperimentStore(client)
     finally:
         await client.aclose()
+
+
+def flat(state: ExperimentState) -> dict[str, Any]:
+    """Every field of a state read from the store, by name: its document, its tags and, read with
+    its voters, the voter sets (a test compares them all, or keeps them with a reply)."""
+    live = {} if state.live is None else asdict(state.live)
+    return {**state.document(), **asdict(state.tags), **live}
 
 
 def snapshot(url: str) -> dict[str, Any]:

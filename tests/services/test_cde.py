@@ -35,7 +35,7 @@ from common.errors import ParameterError
 from common.simulation import SimulationConfig
 from common.subroutines.fixed_budget import samples_per_arm
 from coordinator.app import InvalidDefaultExperiment, ensure_default_experiment
-from coordinator.store import Limits
+from coordinator.store import ExperimentState, Limits
 from dexp.cli import app
 from load_generator.generator import LoadGenerator, format_summary
 from load_generator.settings import LoadSettings
@@ -471,14 +471,14 @@ def test_the_default_experiment_can_be_cde(clean_redis: str) -> None:
     (the demo's way): its threshold chosen from DEXP_AGENTS, its privacy stored with it."""
     settings = coordinator_settings(clean_redis, arms="A,B,C", agents=10, **CDE)
 
-    async def start() -> dict[str, Any]:
+    async def start() -> ExperimentState:
         async with open_store(clean_redis) as store:
             await ensure_default_experiment(store, settings)
             return await store.get(DEFAULT_EXPERIMENT)
 
-    state = asyncio.run(start())
-    assert state["threshold"] == 4 and state["expected_agents"] == 10
-    assert state["params"]["algorithm"] == "cde" and state["params"]["privacy"] == 0.8
+    design = asyncio.run(start()).design
+    assert design.threshold == 4 and design.expected_agents == 10
+    assert design.params["algorithm"] == "cde" and design.params["privacy"] == 0.8
     with pytest.raises(InvalidDefaultExperiment, match="only CDE"):
         asyncio.run(ensure_default_experiment(None, coordinator_settings(clean_redis, agents=10)))  # type: ignore[arg-type]
 
@@ -552,9 +552,9 @@ def test_reports_and_the_acceptance_are_published_in_batches(clean_redis: str) -
             for token, arm in zip(tokens, (0, 0, 1, 0, 0, 0), strict=True):
                 await store.report("batch", token, arm)
                 public = await store.get_with_status("batch")
-                seen.append((public["reports"], public["remaining_arms"], public["status"]))
+                seen.append((public.reports, public.remaining_arms, public.status))
             live = await store.get_with_status("batch", voters=True)
-            seen.append((live["reports"], live["remaining_arms"], live["status"]))
+            seen.append((live.reports, live.remaining_arms, live.status))
             return seen
 
     before, batch = ([0, 0, 0], [0, 1, 2], "exploring"), ([3, 1, 0], [0, 1, 2], "exploring")

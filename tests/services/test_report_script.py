@@ -1,4 +1,4 @@
-"""The report Lua script (coordinator/lua/report.lua) through ExperimentStore on a real Redis:
+"""The report Lua script (coordinator/store/lua/report.lua) through ExperimentStore on a real Redis:
 CDE's rule of common/votes.py (`decide_report`, `GlobalState.report`, `reports_exhausted`), atomic.
 
 Random sequences of reports (repeats, several agents, reports after the answer, arms out of range,
@@ -23,7 +23,7 @@ from common.votes import GlobalState, ReportOutcome
 from coordinator.errors import Invalid, Unauthorized
 from coordinator.store import Enrollment, ExperimentStore
 
-from .helpers import open_store
+from .helpers import flat, open_store
 
 # Any CDE configuration: the threshold it chooses from the agents expected is replaced by the
 # case's own (the meta hash's `threshold`, which report.lua reads), so the cases do not depend on
@@ -96,7 +96,7 @@ def test_report_script_agrees_with_global_state(clean_redis: str, seed: int) -> 
             for a, arm in sequence:
                 token = f"{agents[0].agent_id}.forged" if a == FORGED else agents[a].token
                 outcome = await send(store, exp, token, arm)
-                state = await store.get_with_status(exp, voters=True)
+                state = flat(await store.get_with_status(exp, voters=True))
                 reporters = await store.redis.smembers(keys.reporters(exp))
                 state["reporters"] = sorted(r.decode() for r in reporters)
                 seen.append({"outcome": outcome, **state})
@@ -173,7 +173,7 @@ def test_concurrent_reports_accept_one_arm_once(clean_redis: str) -> None:
                     for agent, arm in [*zip(agents, arms, strict=True)] * 2
                 ]
                 results = await asyncio.gather(*calls)
-            state = await store.get_with_status("many", voters=True)
+            state = flat(await store.get_with_status("many", voters=True))
             reporters = await store.redis.scard(keys.reporters("many"))
             return Counter(str(r.outcome) for r in results), state, reporters
 

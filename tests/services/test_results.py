@@ -113,7 +113,7 @@ def test_the_result_is_kept_at_the_decision_and_outlives_the_load_generator(
 
     async def fresh_reader() -> dict[str, Any]:  # another coordinator: the kept result, too
         async with open_store(clean_redis) as other:
-            return dict(await other.get_with_status("r"))
+            return (await other.get_with_status("r")).document()
 
     assert asyncio.run(fresh_reader())["result"]["decided_at"] == last
     store.close()

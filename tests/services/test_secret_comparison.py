@@ -5,7 +5,7 @@ than a string comparison), so the test checks what makes it true: every check of
 secret (the admin token, the open-enrollment secret, an agent token) goes through
 `hmac.compare_digest`, with the presented value (or its SHA-256 digest) and the expected one, also
 when the two differ only in their last character. The vote's Lua script compares digests with a
-plain `~=` (coordinator/lua/vote.lua says why that is safe); the test checks its precondition:
+plain `~=` (coordinator/store/lua/vote.lua says why that is safe); the test checks its precondition:
 Redis receives the token's SHA-256 digest, never the token or its secret part."""
 
 from __future__ import annotations

@@ -343,7 +343,7 @@ def test_an_experiment_takes_at_most_max_agents_from_all_clients(clean_redis: st
                 await store.enroll("cap", "10.0.0.2")
             with pytest.raises(Forbidden, match=r"'cap' is full: .* 5 agents"):
                 await store.enroll("cap", "10.0.0.3")
-            assert (await store.get("cap"))["agents"] == 5
+            assert (await store.get("cap")).agents == 5
             store.limits = Limits(enroll_rate=1.0, enroll_burst=2)
             await store.create("fast", ARMS, config_for_threshold(2))
             await store.enroll("fast", "10.0.0.1")

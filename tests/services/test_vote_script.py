@@ -21,9 +21,15 @@ from redis.asyncio.client import PubSub
 from common import redis_keys as keys
 from common.votes import GlobalState, VoteOutcome
 from coordinator.errors import Forbidden, Invalid, NotFound, RateLimited, Unauthorized
-from coordinator.store import Enrollment, ExperimentStore, Limits
+from coordinator.store import (
+    Enrollment,
+    ExperimentReads,
+    ExperimentState,
+    ExperimentStore,
+    Limits,
+)
 
-from .helpers import ce_config_for_threshold, config_for_threshold, open_store, snapshot
+from .helpers import ce_config_for_threshold, config_for_threshold, flat, open_store, snapshot
 from .workers import send_votes
 
 T = TypeVar("T")
@@ -46,7 +52,7 @@ async def setup(
     """Create `exp` with M = threshold and `n_arms` arms; enroll `n_agents` (id, token, index)."""
     arms = [f"arm{i}" for i in range(n_arms)]
     state = await store.create(exp, arms, config_for_threshold(threshold))
-    assert state["threshold"] == threshold
+    assert state.threshold == threshold
     return [await store.enroll(exp) for _ in range(n_agents)]
 
 
@@ -67,11 +73,11 @@ def test_second_vote_by_the_same_agent_is_ignored(clean_redis: str) -> None:
         other = await store.vote(EXP, b.token, 1, 0)
         assert (other.outcome, other.votes) == (VoteOutcome.COUNTED, 2)
         state = await store.get(EXP, voters=True)
-        assert state["voters"][1] == sorted([a.agent_id, b.agent_id])
-        assert state["votes"] == [0, 2, 0]
-        assert (state["messages"], state["ignored_messages"]) == (3, 1)
-        assert state["remaining_arms"] == [0, 1, 2]
-        assert state["version"] == 0
+        assert state.live.voters[1] == sorted([a.agent_id, b.agent_id])
+        assert state.votes == [0, 2, 0]
+        assert (state.counters.messages, state.counters.ignored_messages) == (3, 1)
+        assert state.remaining_arms == [0, 1, 2]
+        assert state.version == 0
 
     run(clean_redis, body)
 
@@ -84,7 +90,7 @@ def test_threshold_of_distinct_votes_eliminates_and_publishes(clean_redis: str) 
         assert (await next_message(pubsub))["type"] == "subscribe"
         outcomes = [(await store.vote(EXP, agent.token, 2, 0)).outcome for agent in agents[:3]]
         assert outcomes == [VoteOutcome.COUNTED] * 3
-        assert (await store.get(EXP, voters=True))["remaining_arms"] == [0, 1, 2]
+        assert (await store.get(EXP, voters=True)).remaining_arms == [0, 1, 2]
         last = await store.vote(EXP, agents[3].token, 2, 0)
         assert (last.outcome, last.eliminated, last.votes, last.version) == (
             VoteOutcome.ELIMINATED,
@@ -97,11 +103,11 @@ def test_threshold_of_distinct_votes_eliminates_and_publishes(clean_redis: str) 
         assert await pubsub.get_message(timeout=0) is None  # published once
         await pubsub.aclose()
         state = await store.get(EXP, voters=True)
-        assert state["remaining_arms"] == [0, 1]
-        assert [(e["arm"], e["name"], e["votes"], e["order"]) for e in state["eliminations"]] == [
+        assert state.remaining_arms == [0, 1]
+        assert [(e.arm, e.name, e.votes, e.order) for e in state.eliminations] == [
             (2, "arm2", 4, 1)
         ]
-        assert state["version"] == 1
+        assert state.version == 1
 
     run(clean_redis, body)
 
@@ -121,11 +127,11 @@ def test_the_last_arm_never_leaves(clean_redis: str) -> None:
                 0,
             )
         state = await store.get(EXP, voters=True)
-        assert state["remaining_arms"] == [1]
-        assert state["votes"] == [2, 0] and state["voters"][1] == []
-        assert len(state["eliminations"]) == 1
-        assert state["version"] == 1
-        assert (state["messages"], state["ignored_messages"]) == (5, 3)
+        assert state.remaining_arms == [1]
+        assert state.votes == [2, 0] and state.live.voters[1] == []
+        assert len(state.eliminations) == 1
+        assert state.version == 1
+        assert (state.counters.messages, state.counters.ignored_messages) == (5, 3)
 
     run(clean_redis, body)
 
@@ -144,9 +150,9 @@ def test_a_vote_on_an_eliminated_arm_is_a_message_and_changes_nothing(clean_redi
             1,
         )
         after = await store.get(EXP, voters=True)
-        assert after["messages"] == before["messages"] + 1 == 3
-        assert after["ignored_messages"] == before["ignored_messages"] + 1 == 1
-        changed = {k for k in before if before[k] != after[k]}
+        assert after.counters.messages == before.counters.messages + 1 == 3
+        assert after.counters.ignored_messages == before.counters.ignored_messages + 1 == 1
+        changed = {k for k in flat(before) if flat(before)[k] != flat(after)[k]}
         # "revision": what the ETag is made of, the message counters among them; published_ms:
         # when the publication that carries them was taken (a clock in ms: the same within one)
         assert changed - {"published_ms"} == {
@@ -155,8 +161,8 @@ def test_a_vote_on_an_eliminated_arm_is_a_message_and_changes_nothing(clean_redi
             "epoch_messages",
             "revision",
         }
-        assert after["published_ms"] >= before["published_ms"]
-        assert after["revision"][1:3] == before["revision"][1:3]  # no revision of the document
+        assert after.tags.published_ms >= before.tags.published_ms
+        assert after.tags.revision[1:3] == before.tags.revision[1:3]  # no revision of the document
 
     run(clean_redis, body)
 
@@ -175,8 +181,8 @@ def test_a_stale_epoch_is_ignored(clean_redis: str) -> None:
         future = await store.vote(EXP, b.token, 0, 7)
         assert future.outcome == "stale_epoch"
         state = await store.get(EXP, voters=True)
-        assert state["votes"] == [0, 0, 0]
-        assert (state["messages"], state["ignored_messages"]) == (2, 2)
+        assert state.votes == [0, 0, 0]
+        assert (state.counters.messages, state.counters.ignored_messages) == (2, 2)
         current = await store.vote(EXP, a.token, 0, 1)
         assert current.outcome == VoteOutcome.COUNTED
 
@@ -192,16 +198,19 @@ def test_reset_clears_votes_restores_arms_and_is_conditional_on_the_epoch(
         await store.vote(EXP, b.token, 0, 0)
         await store.vote(EXP, a.token, 1, 0)
         state = await store.get(EXP, voters=True)
-        assert (state["remaining_arms"], state["votes"], state["version"]) == ([1, 2], [2, 1, 0], 1)
+        assert (state.remaining_arms, state.votes, state.version) == ([1, 2], [2, 1, 0], 1)
 
         assert (await store.reset(EXP, 0))[:3] == (True, 2, 1)
         state = await store.get(EXP, voters=True)
-        assert state["remaining_arms"] == [0, 1, 2]
-        assert state["votes"] == [0, 0, 0]
-        assert state["voters"] == [[], [], []]
-        assert state["eliminations"] == []
-        assert (state["version"], state["epoch"]) == (2, 1)
-        assert (state["messages"], state["ignored_messages"]) == (3, 0)  # messages are history
+        assert state.remaining_arms == [0, 1, 2]
+        assert state.votes == [0, 0, 0]
+        assert state.live.voters == [[], [], []]
+        assert state.eliminations == []
+        assert (state.version, state.epoch) == (2, 1)
+        assert (state.counters.messages, state.counters.ignored_messages) == (
+            3,
+            0,
+        )  # messages are history
 
         # a second agent answering the same epoch-0 reset makes no second epoch
         assert (await store.reset(EXP, 0))[:3] == (False, 2, 1)
@@ -210,7 +219,7 @@ def test_reset_clears_votes_restores_arms_and_is_conditional_on_the_epoch(
         assert (await store.vote(EXP, b.token, 0, 1)).outcome == VoteOutcome.ELIMINATED
         # the administrative reset is unconditional
         assert (await store.reset(EXP, None))[:3] == (True, 4, 2)
-        assert (await store.get(EXP, voters=True))["remaining_arms"] == [0, 1, 2]
+        assert (await store.get(EXP, voters=True)).remaining_arms == [0, 1, 2]
 
     run(clean_redis, body)
 
@@ -271,8 +280,8 @@ def test_votes_survive_a_script_flush_and_killed_connections(clean_redis: str) -
 
     assert run(clean_redis, body) == ["counted", "counted", "counted", "duplicate"]
     state = run(clean_redis, lambda store: store.get(EXP, voters=True))
-    assert state["votes"] == [3, 0, 0]
-    assert (state["messages"], state["ignored_messages"]) == (4, 1)
+    assert state.votes == [3, 0, 0]
+    assert (state.counters.messages, state.counters.ignored_messages) == (4, 1)
 
 
 # -- concurrency -------------------------------------------------------------------------------
@@ -303,11 +312,11 @@ def test_concurrent_votes_on_one_arm_count_exactly_and_eliminate_once(clean_redi
     assert outcomes["eliminated"] == 1
     assert outcomes["duplicate"] + outcomes["arm_out"] == 2 * n_agents - threshold
     state = run(clean_redis, lambda store: store.get(EXP, voters=True))
-    assert state["remaining_arms"] == [1, 2, 3]
-    assert state["votes"][0] == threshold
-    assert len(state["eliminations"]) == 1 and state["eliminations"][0]["votes"] == threshold
-    assert (state["messages"], state["ignored_messages"]) == (400, 400 - threshold)
-    assert state["version"] == 1
+    assert state.remaining_arms == [1, 2, 3]
+    assert state.votes[0] == threshold
+    assert len(state.eliminations) == 1 and state.eliminations[0].votes == threshold
+    assert (state.counters.messages, state.counters.ignored_messages) == (400, 400 - threshold)
+    assert state.version == 1
 
 
 def test_concurrent_duplicates_count_each_agent_once(clean_redis: str) -> None:
@@ -323,8 +332,8 @@ def test_concurrent_duplicates_count_each_agent_once(clean_redis: str) -> None:
 
     assert run(clean_redis, body) == {"counted": 200, "duplicate": 400}
     state = run(clean_redis, lambda store: store.get(EXP, voters=True))
-    assert state["votes"] == [0, 0, 200]
-    assert (state["messages"], state["ignored_messages"]) == (600, 400)
+    assert state.votes == [0, 0, 200]
+    assert (state.counters.messages, state.counters.ignored_messages) == (600, 400)
 
 
 @pytest.mark.parametrize(("executor", "workers"), [("threads", 4), ("processes", 3)])
@@ -352,11 +361,11 @@ def test_votes_from_several_os_threads_or_processes(
     assert outcomes["counted"] == (threshold - 1) + (threshold - 1)
     assert sum(outcomes.values()) == len(votes)
     state = run(clean_redis, lambda store: store.get(EXP, voters=True))
-    assert state["remaining_arms"] == [1, 2]
-    assert state["votes"] == [threshold, threshold - 1, 0]
-    assert [e["arm"] for e in state["eliminations"]] == [0]
-    assert state["messages"] == len(votes)
-    assert state["ignored_messages"] == len(votes) - (2 * threshold - 1)
+    assert state.remaining_arms == [1, 2]
+    assert state.votes == [threshold, threshold - 1, 0]
+    assert [e.arm for e in state.eliminations] == [0]
+    assert state.counters.messages == len(votes)
+    assert state.counters.ignored_messages == len(votes) - (2 * threshold - 1)
 
 
 # -- the Lua script agrees with common.votes ---------------------------------------------------
@@ -395,14 +404,14 @@ def test_store_agrees_with_global_state(clean_redis: str, seed: int) -> None:
     state = got["state"]
 
     assert got["outcomes"] == expected_outcomes
-    assert state["remaining_arms"] == sorted(reference.remaining)
-    assert state["voters"] == [sorted(reference.voters[arm]) for arm in range(n_arms)]
-    assert [(e["arm"], e["votes"], e["order"]) for e in state["eliminations"]] == [
+    assert state.remaining_arms == sorted(reference.remaining)
+    assert state.live.voters == [sorted(reference.voters[arm]) for arm in range(n_arms)]
+    assert [(e.arm, e.votes, e.order) for e in state.eliminations] == [
         (e.arm, e.votes, e.order) for e in reference.eliminations
     ]
-    assert state["messages"] == reference.messages == len(sequence)
-    assert state["ignored_messages"] == reference.ignored
-    assert state["version"] == reference.version
+    assert state.counters.messages == reference.messages == len(sequence)
+    assert state.counters.ignored_messages == reference.ignored
+    assert state.version == reference.version
 
 
 # -- settled messages (CE) and ties agree with common.votes -------------------------------------
@@ -473,7 +482,7 @@ def test_store_agrees_with_global_state_on_settled_messages_and_ties(
             else:
                 outcome = str((await store.vote(exp, agents[a].token, arm, 0)).outcome)
             state = await store.get_with_status(exp, voters=True)
-            seen.append({"outcome": outcome, **state})
+            seen.append({"outcome": outcome, **flat(state)})
         return [a.agent_id for a in agents], seen
 
     ids, seen = run(clean_redis, body)
@@ -521,15 +530,15 @@ def test_a_reset_clears_the_settled_agents_and_a_stale_settled_message_is_ignore
         assert (first.outcome, first.added, first.remaining) == ("settled", True, [0, 1, 2])
         again = await store.settle(EXP, a.token, 0)
         assert (again.outcome, again.added) == ("settled", False)
-        assert (await store.get(EXP, voters=True))["settled"] == [a.agent_id]
+        assert (await store.get(EXP, voters=True)).live.settled == [a.agent_id]
         assert (await store.reset(EXP, None))[:3] == (True, 1, 1)
         state = await store.get(EXP, voters=True)
-        assert state["settled"] == [] and state["settled_agents"] == 0
+        assert state.live.settled == [] and state.counters.settled_agents == 0
         stale = await store.settle(EXP, b.token, 0)
         assert (stale.outcome, stale.added, stale.epoch) == ("stale_epoch", False, 1)
         state = await store.get(EXP, voters=True)
-        assert state["settled"] == []
-        assert (state["messages"], state["ignored_messages"]) == (3, 1)
+        assert state.live.settled == []
+        assert (state.counters.messages, state.counters.ignored_messages) == (3, 1)
 
     run(clean_redis, body)
 
@@ -569,26 +578,31 @@ def test_an_identification_between_the_two_reads_of_a_status_is_identified(
     publication, is `identified`. The interleaving is made deterministic: the last vote is
     applied inside the second read."""
 
-    class Interleaved(ExperimentStore):
+    class InterleavedReads(ExperimentReads):
         between: Callable[[], Awaitable[object]] | None = None
 
-        async def get(self, exp: str, voters: bool = False) -> dict[str, Any]:
+        async def get(self, exp: str, voters: bool = False) -> ExperimentState:
             if voters and self.between is not None:
                 between, self.between = self.between, None
                 await between()
             return await super().get(exp, voters=voters)
 
+    class Interleaved(ExperimentStore):
+        reads_class = InterleavedReads
+
     async def body(store: ExperimentStore) -> None:
         interleaved = Interleaved(store.redis, store.limits)
+        reads = interleaved.reads
+        assert isinstance(reads, InterleavedReads)
         # M = 2, 2 arms, 2 agents: counters alone cannot rule a tie out once arm 1 has a vote
         a, b = await setup(interleaved, threshold=2, n_arms=2, n_agents=2)
         await interleaved.vote(EXP, a.token, 1, 0)
-        interleaved.between = lambda: interleaved.vote(EXP, b.token, 1, 0)
+        reads.between = lambda: interleaved.vote(EXP, b.token, 1, 0)
         state = await interleaved.get_with_status(EXP)
-        assert interleaved.between is None, "the voter sets were not read: no interleaving"
-        assert (state["remaining_arms"], state["status"]) == ([0, 1], "exploring")
+        assert reads.between is None, "the voter sets were not read: no interleaving"
+        assert (state.remaining_arms, state.status) == ([0, 1], "exploring")
         state = await interleaved.get_with_status(EXP)
-        assert (state["remaining_arms"], state["status"]) == ([0], "identified")
+        assert (state.remaining_arms, state.status) == ([0], "identified")
 
     run(clean_redis, body)
 
@@ -606,17 +620,17 @@ def test_settled_claims_under_a_tolerance_and_a_vote_after_settling(clean_redis:
         for agent in (x, y):
             assert (await store.settle(EXP, agent.token, 0)).added
         state = await store.get_with_status(EXP)
-        assert state["settled_agents"] == 2
+        assert state.counters.settled_agents == 2
         # believed, the 2 claims would leave 2 agents that can vote: under 3, tied; f = 1 of
         # them may lie, so every arm can still reach 3
-        assert state["status"] == "exploring"
+        assert state.status == "exploring"
         assert (await store.settle(EXP, z.token, 0)).added  # 3 claims: at most 1 lies
-        assert (await store.get_with_status(EXP))["status"] == "tied"
+        assert (await store.get_with_status(EXP)).status == "tied"
         # z votes after saying it settled: its claim is withdrawn, the tie reopens
         assert (await store.vote(EXP, z.token, 0, 0)).counted
         state = await store.get_with_status(EXP, voters=True)
-        assert sorted(state["settled"]) == sorted([x.agent_id, y.agent_id])
-        assert state["status"] == "exploring"
+        assert sorted(state.live.settled) == sorted([x.agent_id, y.agent_id])
+        assert state.status == "exploring"
 
 
 def test_with_a_tolerance_one_agent_cannot_reset_a_dser4_experiment_alone(
@@ -638,11 +652,11 @@ def test_with_a_tolerance_one_agent_cannot_reset_a_dser4_experiment_alone(
             outcome = await store.reset(EXP, 0, x.agent_id, quorum=2)
             assert (outcome.reset, outcome.pending, outcome.requests) == (False, True, 1)
         state = await store.get(EXP)
-        assert (state["epoch"], state["votes"]) == (0, [0, 0, 1])  # nothing cleared
+        assert (state.epoch, state.votes) == (0, [0, 0, 1])  # nothing cleared
         outcome = await store.reset(EXP, 0, y.agent_id, quorum=2)  # a second agent: f + 1
         assert (outcome.reset, outcome.epoch, outcome.requests) == (True, 1, 2)
         state = await store.get(EXP)
-        assert (state["epoch"], state["votes"]) == (1, [0, 0, 0])
+        assert (state.epoch, state.votes) == (1, [0, 0, 0])
         # the requests were cleared with the epoch: the next reset needs two agents again
         assert (await store.reset(EXP, 1, y.agent_id, quorum=2)).pending
         # without a tolerance (quorum 1) one agent's request resets at once
@@ -677,12 +691,16 @@ def test_a_vote_that_names_another_start_of_its_epoch_is_stale(clean_redis: str)
 
     async def body(store: ExperimentStore) -> None:
         a, b = await setup(store, threshold=3, n_agents=2)
-        started = (await store.get(EXP))["epoch_started_at"]
+        started = (await store.get(EXP)).counters.epoch_started_at
         stale = await store.vote(EXP, a.token, 1, 0, epoch_started_at=started - 1)
         assert (stale.outcome, stale.counted) == ("stale_epoch", False)
         assert (await store.vote(EXP, a.token, 1, 0, epoch_started_at=started)).counted
         assert (await store.vote(EXP, b.token, 1, 0)).counted
         state = await store.get(EXP)
-        assert (state["votes"][1], state["messages"], state["ignored_messages"]) == (2, 3, 1)
+        assert (state.votes[1], state.counters.messages, state.counters.ignored_messages) == (
+            2,
+            3,
+            1,
+        )
 
     run(clean_redis, body)

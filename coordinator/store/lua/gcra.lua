@@ -1,4 +1,4 @@
--- Rate limiting, prepended by coordinator/store.py to the scripts that use it (vote, settled, enroll,
+-- Rate limiting, prepended by the store (scripts.py) to the scripts that use it (vote, settled, enroll,
 -- reset).
 -- GCRA, the generic cell rate algorithm: a token bucket of `burst` tokens refilled at `rate` per
 -- second, kept as one number per client, the theoretical arrival time (TAT) of its next request in

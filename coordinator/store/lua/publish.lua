@@ -52,7 +52,7 @@ end
 local function due(meta, now, batch, cadence)
   local m = redis.call('HMGET', meta, 'messages', 'p_messages', 'version', 'p_version',
     'changed_at', 'p_votes')
-  if not m[6] then return false end  -- published by a reader (store.py), who has the voter sets
+  if not m[6] then return false end  -- published by a reader (reads.py), who has the voter sets
   if tonumber(m[1]) - tonumber(m[2] or 0) >= batch then return true end
   if m[3] == m[4] then return false end
   if cadence <= 0 then return true end

@@ -1,4 +1,4 @@
--- What the public sees change, prepended by coordinator/store.py to the scripts that change an
+-- What the public sees change, prepended by the store (scripts.py) to the scripts that change an
 -- experiment (create, vote, settled, enroll, reset, announce).
 -- revise(meta): the experiment's document (GET /v1/experiments/{id} and .../best-arm) changed in a
 --   way its counters (version, epoch, messages, ignored) may not show: a counted vote, a settled

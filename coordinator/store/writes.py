@@ -1,0 +1,343 @@
+"""The writes of an experiment: its creation and deletion, and the scripts that apply the agents'
+messages (votes, CDE reports, settled messages) and resets, one atomic round trip each."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from common import redis_keys as keys
+from common.algorithms import AlgorithmConfig
+from common.errors import ParameterError
+from common.params import BOUNDED_REWARDS, check_reward_family
+from common.votes import ReportOutcome, VoteOutcome
+from coordinator.errors import Conflict, CoordinatorError, Forbidden, Invalid, NotFound, RateLimited
+from coordinator.store.core import (
+    SERVICE_ALGORITHMS,
+    ReportResult,
+    ResetOutcome,
+    SettleResult,
+    StoreCore,
+    VoteResult,
+    agent_of,
+    digest,
+    now_ms,
+    text,
+)
+from coordinator.store.reads import ExperimentReads
+from coordinator.store.state import ExperimentState
+
+# A vote where agents report (CDE), or a report where they vote: refused (403), nothing changed.
+WRONG_MESSAGE = {
+    "not_voting": "experiment {exp!r} is CDE: its agents do not vote, each sends one report "
+    "(POST /v1/experiments/{exp}/report)",
+    "not_reporting": "experiment {exp!r} is not CDE: its agents vote (POST "
+    "/v1/experiments/{exp}/votes); reports are CDE's one message per agent",
+}
+DELETE_CHUNK = 1000  # activation streams per DEL when an experiment is deleted
+
+Refusal = Callable[[str, str], Awaitable[CoordinatorError]]
+
+
+class ScriptWrites:
+    """Creation, deletion, and the agents' messages and resets (lua/*.lua through the scripts'
+    table). `refusal` says why a token was refused (Enrollments.refusal)."""
+
+    def __init__(self, core: StoreCore, reads: ExperimentReads, refusal: Refusal) -> None:
+        self.core = core
+        self.redis = core.redis
+        self.reads = reads
+        self.refusal = refusal
+
+    async def create(
+        self,
+        exp: str,
+        arms: list[str],
+        config: AlgorithmConfig,
+        sigma: float | None = None,
+        agents: int | None = None,
+        rewards: str = BOUNDED_REWARDS,
+    ) -> ExperimentState:
+        """`agents`: CDE's expected fleet N, from which its threshold is chosen (required for
+        CDE, refused for the others). `rewards`: bounded or bernoulli (with sigma None). CDE's T,
+        computed here once (a search of up to a few seconds for a tiny eps, in a thread), is
+        stored with the experiment: the agents play the T it was created with."""
+        if config.algorithm not in SERVICE_ALGORITHMS:
+            raise Invalid(
+                f"algorithm={config.algorithm!r} is invalid: the services run "
+                f"{', '.join(SERVICE_ALGORITHMS)}"
+            )
+        if (agents is not None) != config.reports:
+            raise Invalid(
+                "agents: CDE chooses its threshold from the agents expected, and only CDE does"
+            )
+        try:  # CDE's is a search: off the event loop (the API's check already cached it)
+            threshold = await asyncio.to_thread(config.threshold, len(arms), agents)
+        except ParameterError as exc:
+            raise Invalid(str(exc)) from None
+        if config.algorithm == "dp-mase" and sigma is not None:
+            raise Invalid("sigma: DP-MASE needs rewards in [0, 1]")
+        try:
+            bernoulli = check_reward_family(rewards, sigma)
+        except ParameterError as exc:
+            raise Invalid(str(exc)) from None
+        document: dict[str, Any] = {"arms": arms, "params": asdict(config), "sigma": sigma}
+        if bernoulli:
+            document["rewards"] = rewards
+        if agents is not None:
+            document["expected_agents"] = agents
+        if config.reports:
+            document["pulls_per_arm"] = await asyncio.to_thread(
+                config.pulls_per_arm, len(arms), sigma, bernoulli
+            )
+        created = await self.core.scripts.create(
+            meta_key=keys.meta(exp),
+            remaining_key=keys.remaining(exp),
+            eliminations_key=keys.eliminations(exp),
+            config=json.dumps(document),
+            threshold=int(threshold or 0),
+            n_arms=len(arms),
+            created_at=now_ms(),
+            changes_channel=keys.changes(exp),
+            algorithm=config.algorithm,
+        )
+        if not created:
+            raise Conflict(f"experiment {exp!r} already exists")
+        self.core.on_change(exp)
+        await self.redis.zadd(keys.EXPERIMENT_INDEX, {exp: 0})
+        return await self.reads.get_with_status(exp)
+
+    async def delete(self, exp: str) -> None:
+        """Delete the experiment: its keys (one slot) at once, with the read of its agents, then
+        its agents' activation streams, then its entry in the index. The streams are named from
+        the agents (each agent's stream, and the name it had before the shard tag): on a cluster
+        they live in other slots, on other nodes, and a read of the agents in the same transaction
+        as the deletion misses no agent (an enrollment after it finds no experiment)."""
+        n_arms = int((await self.core.meta(exp))["n_arms"])
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zrange(keys.agents(exp), 0, -1)
+            pipe.delete(*experiment_keys(exp, n_arms))
+            members = (await pipe.execute())[0]
+        agents = [text(a) for a in members]
+        streams = [keys.activations(exp, a) for a in agents]
+        streams += [keys.legacy_activations(exp, a) for a in agents]
+        self.core.on_change(exp)
+        await self.redis.publish(keys.changes(exp), "d")  # the event streams end
+        for start in range(0, len(streams), DELETE_CHUNK):
+            # On a cluster redis-py splits a DEL per slot: one per shard of the chunk.
+            await self.redis.delete(*streams[start : start + DELETE_CHUNK])
+        await self.redis.zrem(keys.EXPERIMENT_INDEX, exp)
+
+    async def vote(
+        self, exp: str, token: str, arm: int, epoch: int, epoch_started_at: int | None = None
+    ) -> VoteResult:
+        """Apply the vote of the agent whose bearer token is `token`: one round trip to Redis.
+        `epoch_started_at` (if given) must be the epoch's start too: else stale_epoch."""
+        core = self.core
+        reply = await core.scripts.vote(
+            meta_key=keys.meta(exp),
+            remaining_key=keys.remaining(exp),
+            voters_key=keys.voters(exp, arm),
+            eliminations_key=keys.eliminations(exp),
+            credentials_key=keys.credentials(exp),
+            vote_rate_key=keys.vote_rate(exp),
+            settled_key=keys.settled(exp),
+            agent_id=agent_of(token),
+            arm_index=arm,
+            agent_epoch=epoch,
+            now_ms=now_ms(),
+            token_digest=digest(token),
+            vote_rate=core.vote_rate,
+            vote_burst=core.limits.vote_burst,
+            changes_channel=keys.changes(exp),
+            agent_epoch_started_at="" if epoch_started_at is None else epoch_started_at,
+            publish_batch=core.publish_batch,
+            publish_cadence_ms=core.publish_cadence_ms,
+        )
+        outcome = text(reply[0])
+        await self._refuse(outcome, reply, exp, token, arm, "votes too fast: at most {} votes")
+        core.on_change(exp)  # a message: at least its counters moved
+        result = VoteResult(
+            VoteOutcome(outcome) if outcome in VoteOutcome._value2member_map_ else outcome,
+            int(reply[1]),
+            int(reply[2]),
+            int(reply[3]),
+        )
+        if result.eliminated:
+            await self.redis.publish(keys.events(exp), result.version)
+        return result
+
+    async def report(self, exp: str, token: str, arm: int) -> ReportResult:
+        """Apply the CDE report of the agent whose bearer token is `token`: one round trip to
+        Redis (lua/report.lua). Its first report counts; any later one is a duplicate."""
+        core = self.core
+        reply = await core.scripts.report(
+            meta_key=keys.meta(exp),
+            remaining_key=keys.remaining(exp),
+            reporters_key=keys.reporters(exp),
+            report_counts_key=keys.report_counts(exp),
+            eliminations_key=keys.eliminations(exp),
+            credentials_key=keys.credentials(exp),
+            vote_rate_key=keys.vote_rate(exp),
+            agent_id=agent_of(token),
+            arm_index=arm,
+            now_ms=now_ms(),
+            token_digest=digest(token),
+            vote_rate=core.vote_rate,
+            vote_burst=core.limits.vote_burst,
+            changes_channel=keys.changes(exp),
+            publish_batch=core.publish_batch,
+            publish_cadence_ms=core.publish_cadence_ms,
+        )
+        outcome = text(reply[0])
+        await self._refuse(
+            outcome, reply, exp, token, arm, "sends too fast: at most {} votes and reports"
+        )
+        core.on_change(exp)
+        result = ReportResult(ReportOutcome(outcome))
+        if result.accepted:
+            await self.redis.publish(keys.events(exp), int(reply[1]))
+        return result
+
+    async def _refuse(
+        self, outcome: str, reply: Sequence[Any], exp: str, token: str, arm: int, fast: str
+    ) -> None:
+        """Raise the refusal a vote's or a report's script answered (it changed nothing), if it
+        did: `fast` says what a rate-limited agent does, its `{}` the rate."""
+        if outcome == "no_experiment":
+            raise NotFound(f"experiment {exp!r} does not exist")
+        if outcome == "unauthorized":
+            raise await self.refusal(token, exp)
+        if outcome in WRONG_MESSAGE:
+            raise Forbidden(WRONG_MESSAGE[outcome].format(exp=exp))
+        if outcome == "bad_arm":
+            raise Invalid(f"arm={arm} is invalid: must be in [0, {int(reply[1]) - 1}]")
+        if outcome == "rate_limited":
+            wait = int(reply[1]) / 1000
+            limits = self.core.limits
+            raise RateLimited(
+                f"agent {agent_of(token)} {fast.format(f'{limits.vote_rate:g}')} per second "
+                f"(burst {limits.vote_burst}); retry in {wait:.2f} s",
+                wait,
+            )
+
+    async def settle(self, exp: str, token: str, epoch: int) -> SettleResult:
+        """Apply the "settled" message of the agent whose bearer token is `token` (CE): one round
+        trip to Redis (lua/settled.lua). A message of another epoch is counted and ignored."""
+        core = self.core
+        agent = agent_of(token)
+        reply = await core.scripts.settled(
+            meta_key=keys.meta(exp),
+            settled_key=keys.settled(exp),
+            remaining_key=keys.remaining(exp),
+            credentials_key=keys.credentials(exp),
+            vote_rate_key=keys.vote_rate(exp),
+            agent_id=agent,
+            agent_epoch=epoch,
+            token_digest=digest(token),
+            vote_rate=core.vote_rate,
+            vote_burst=core.limits.vote_burst,
+            changes_channel=keys.changes(exp),
+        )
+        outcome = text(reply[0])
+        if outcome == "no_experiment":
+            raise NotFound(f"experiment {exp!r} does not exist")
+        if outcome == "unauthorized":
+            raise await self.refusal(token, exp)
+        if outcome == "not_ce":
+            raise Forbidden(
+                f"experiment {exp!r} is not CE: settled messages are for CE, which drops votes; "
+                "under the other algorithms every vote is sent and an agent's settling shows in them"
+            )
+        if outcome == "rate_limited":
+            wait = int(reply[1]) / 1000
+            limits = core.limits
+            raise RateLimited(
+                f"agent {agent} sends too fast: at most {limits.vote_rate:g} votes and settled "
+                f"messages per second (burst {limits.vote_burst}); retry in {wait:.2f} s",
+                wait,
+            )
+        core.on_change(exp)
+        return SettleResult(
+            outcome,
+            bool(int(reply[3])),
+            int(reply[1]),
+            int(reply[2]),
+            sorted(int(text(a)) for a in reply[4]),
+        )
+
+    async def reset(
+        self, exp: str, epoch: int | None, agent: str = "", quorum: int = 1
+    ) -> ResetOutcome:
+        """A new epoch. By an agent (DSER4): only if still in `epoch`, rate-limited per agent and
+        per experiment (RateLimited), and with a tolerance f (`quorum` f + 1) only once f + 1
+        distinct agents asked within DEXP_RESET_QUORUM_SECONDS (else `pending`); by the admin
+        (`agent` ''): unconditional, unlimited."""
+        n_arms = int((await self.core.meta(exp))["n_arms"])
+        limits = self.core.limits
+        reply = await self.core.scripts.reset(
+            meta_key=keys.meta(exp),
+            remaining_key=keys.remaining(exp),
+            eliminations_key=keys.eliminations(exp),
+            reset_rate_key=keys.reset_rate(exp),
+            resets_key=keys.resets(exp),
+            settled_key=keys.settled(exp),
+            reset_requests_key=keys.reset_requests(exp),
+            voters_keys=[keys.voters(exp, arm) for arm in range(n_arms)],
+            caller_epoch="" if epoch is None else epoch,
+            agent_id=agent,
+            agent_reset_rate=repr(float(limits.reset_rate)),
+            agent_reset_burst=limits.reset_burst,
+            experiment_reset_rate=repr(float(limits.experiment_reset_rate)),
+            experiment_reset_burst=limits.experiment_reset_burst,
+            changes_channel=keys.changes(exp),
+            quorum=quorum,
+            quorum_window_ms=int(limits.reset_quorum_seconds * 1000),
+        )
+        code = int(reply[0])
+        if code == -1:
+            raise NotFound(f"experiment {exp!r} does not exist")
+        if code == -3:
+            raise Forbidden(
+                f"experiment {exp!r} is CDE, which is never reset: each agent reports once per "
+                "experiment, and a new epoch would let it report again (two reports are only "
+                "2 e0-private, not e0: its certified epsilon); delete it and create a new one"
+            )
+        if code == -2:
+            wait = int(reply[1]) / 1000
+            raise RateLimited(
+                f"resets too fast: at most {limits.reset_rate:g} per second per agent (burst "
+                f"{limits.reset_burst}) and {limits.experiment_reset_rate:g} per second per "
+                f"experiment (burst {limits.experiment_reset_burst}); retry in {wait:.2f} s",
+                wait,
+            )
+        if code == 1:
+            self.core.on_change(exp)
+            await self.redis.publish(keys.events(exp), int(reply[1]))
+        return ResetOutcome(code == 1, int(reply[1]), int(reply[2]), code == 2, int(reply[3]))
+
+
+def experiment_keys(exp: str, n_arms: int) -> list[str]:
+    """Every key of the experiment, all in its hash slot (the streams are not: see delete)."""
+    return [
+        keys.meta(exp),
+        keys.remaining(exp),
+        keys.eliminations(exp),
+        keys.agents(exp),
+        keys.agent_seq(exp),
+        keys.credentials(exp),  # every agent's token stops working with the experiment
+        keys.vote_rate(exp),
+        keys.enroll_rate(exp),
+        keys.enrollers(exp),
+        keys.tickets(exp),
+        keys.reset_rate(exp),
+        keys.resets(exp),
+        keys.settled(exp),
+        keys.load_generator(exp),
+        keys.reporters(exp),
+        keys.report_counts(exp),
+        *[keys.voters(exp, arm) for arm in range(n_arms)],
+    ]
