@@ -20,7 +20,7 @@ from common.algorithms import AlgorithmConfig
 from coordinator import dashboard, sdk
 from coordinator.api import agents, events, experiments, tickets
 from coordinator.api.deps import Problem, problems
-from coordinator.api.experiments import ExperimentCreate
+from coordinator.api.models import ExperimentCreate
 from coordinator.caching import ConditionalReads, RevisionCache
 from coordinator.compression import GZip
 from coordinator.cors import CORS, parse_origins
