@@ -491,41 +491,29 @@ class ExperimentStore:
         """The state: config, threshold, global set, votes per arm, eliminations, counters (of
         every epoch, and of this one: epoch_messages, epoch_started_at), and the live figures of
         the load generator feeding it (None if none: see load_generator_figures), in one round
-        trip (two when a publication is due). Without `voters`, the votes, global set,
+        trip (two when a publication is due; with `voters`, one more first: the arms). Without `voters`, the votes, global set,
         eliminations and counters are the last publication (lua/publish.lua), as anyone may
         read them; with `voters` (the admin's view only), they are live, with the agent ids that
         voted against each arm."""
-        meta = await self._meta(exp)
-        if not voters:
-            await self._publish_if_due(exp, meta)
+        if voters:  # the voter sets: one SMEMBERS per arm, so the arms first
+            meta = await self._meta(exp)
+            replies = await self._read(exp, json.loads(meta["config"]))
+        else:  # the public read: its own meta tells whether a publication is due
+            replies = await self._read(exp)
+            meta = self._read_meta(exp, replies[0])
+            if await self._publish_if_due(exp, meta):  # the read may predate the publication
+                replies = await self._read(exp)
+                meta = self._read_meta(exp, replies[0])
         document = json.loads(meta["config"])
         arms: list[str] = document["arms"]
         reporting = document["params"].get("algorithm") == "cde"
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hgetall(keys.meta(exp))
-            pipe.zcard(keys.agents(exp))
-            if voters and reporting:
-                pipe.hgetall(keys.report_counts(exp))
-            if voters:
-                pipe.smembers(keys.settled(exp))
-                pipe.smembers(keys.remaining(exp))
-                pipe.lrange(keys.eliminations(exp), 0, -1)
-                for arm in range(len(arms)):
-                    pipe.smembers(keys.voters(exp, arm))
-            else:
-                pipe.scard(keys.settled(exp))
-                # the published eliminations: the first p_eliminations of the list (read below)
-                pipe.lrange(keys.eliminations(exp), 0, len(arms))
-            pipe.get(keys.load_generator(exp))
-            # The lease is written by a process without admin rights: it may be anything, even a
-            # key of another type (WRONGTYPE), which must not fail the read of the experiment.
-            replies = await pipe.execute(raise_on_error=False)
         lease = replies.pop()
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
         live_reports = replies.pop(2) if voters and reporting else {}
-        meta = {_s(k): _s(v) for k, v in replies[0].items()} or meta
+        if voters:
+            meta = {_s(k): _s(v) for k, v in replies[0].items()} or meta
         n_agents, settled = int(replies[1]), replies[2]
         if voters:
             remaining = sorted(int(_s(a)) for a in replies[3])
@@ -587,7 +575,40 @@ class ExperimentStore:
             state["settled"] = sorted(_s(a) for a in settled)
         return state
 
-    async def _publish_if_due(self, exp: str, meta: dict[str, str]) -> None:
+    @staticmethod
+    def _read_meta(exp: str, reply: Any) -> dict[str, str]:
+        """The meta hash as `_read` read it; NotFound if the experiment does not exist."""
+        if isinstance(reply, Exception):
+            raise reply
+        if not reply:
+            raise NotFound(f"experiment {exp!r} does not exist")
+        return {_s(k): _s(v) for k, v in reply.items()}
+
+    async def _read(self, exp: str, document: dict[str, Any] | None = None) -> list[Any]:
+        """The replies `get` makes the state of, in one transaction (the lease last, as read):
+        given the config `document`, the live voter sets (the admin's view) too."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(keys.meta(exp))
+            pipe.zcard(keys.agents(exp))
+            if document is not None and document["params"].get("algorithm") == "cde":
+                pipe.hgetall(keys.report_counts(exp))
+            if document is not None:
+                pipe.smembers(keys.settled(exp))
+                pipe.smembers(keys.remaining(exp))
+                pipe.lrange(keys.eliminations(exp), 0, -1)
+                for arm in range(len(document["arms"])):
+                    pipe.smembers(keys.voters(exp, arm))
+            else:
+                pipe.scard(keys.settled(exp))
+                # the published eliminations: the first p_eliminations of the list (read in get;
+                # the list holds at most one per arm)
+                pipe.lrange(keys.eliminations(exp), 0, -1)
+            pipe.get(keys.load_generator(exp))
+            # The lease is written by a process without admin rights: it may be anything, even a
+            # key of another type (WRONGTYPE), which must not fail the read of the experiment.
+            return list(await pipe.execute(raise_on_error=False))
+
+    async def _publish_if_due(self, exp: str, meta: dict[str, str]) -> bool:
         """Take the publication that is due, if one is (lua/published.lua decides again, atomically):
         before a public read, so that an elimination shows at its cadence's tick even when no vote
         comes after it. An experiment never published (created before publications) gets its
@@ -595,7 +616,7 @@ class ExperimentStore:
         batch, cadence = self._publication
         now = _now_ms()
         if "p_votes" in meta and not publication_due(meta, now, batch, cadence):
-            return
+            return False
         experiment_keys = [keys.meta(exp), keys.remaining(exp), keys.eliminations(exp)]
         if "p_votes" not in meta:
             experiment_keys += [keys.voters(exp, arm) for arm in range(int(meta["n_arms"]))]
@@ -604,6 +625,7 @@ class ExperimentStore:
         )
         if int(taken) == 1:
             self.on_change(exp)
+        return True
 
     async def revision(
         self, exp: str, lease: bool
