@@ -11,10 +11,11 @@ full read's CPU: benchmarks/bench_reads.py). Otherwise the request goes on to th
 200 is kept under the ETag it carries (the route reads again: its own read is the reference).
 
 Kept: the last 200 of each (experiment, document), while they total at most MAX_BYTES (the oldest
-dropped first). A read that fails (no such experiment, Redis down) goes on to the route, which
-answers the error. A request whose If-None-Match names the current tag goes on too (the route
-answers 304): coordinator.caching.ConditionalReads answers those before, from the revision alone,
-and lets one through only when its revision is not the current one.
+dropped first). A read of an experiment that does not exist goes on to the route, which answers
+its 404; a read that Redis fails is answered 503 here, as the route would (one timeout, not two).
+A request whose If-None-Match names the current tag goes on too (the route answers 304):
+coordinator.caching.ConditionalReads answers those before, from the revision alone, and lets one
+through only when its revision is not the current one.
 
 The step sits inside gzip (coordinator/edge.py): what it keeps and sends is the uncompressed form,
 compressed on its way out for a client that accepts gzip, as the route's own answer is.
@@ -27,9 +28,9 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from coordinator.asgi import ASGIApp, Exchange, Message, Send, Step, header
+from coordinator.asgi import ASGIApp, Exchange, Message, Send, Step, header, send_problem
 from coordinator.caching import CACHEABLE, etag, matching
-from coordinator.errors import CoordinatorError
+from coordinator.errors import CoordinatorError, StoreUnavailable
 
 MAX_BYTES = 32 * 1024 * 1024  # the documents one process keeps, in all
 
@@ -60,8 +61,12 @@ class RenderedDocuments(Step):
         key = (match.group(1), "best-arm" if match.group(2) else "state")
         try:
             state = await scope["app"].state.store.get_with_status(key[0])
-        except (CoordinatorError, RedisError):
-            return False  # the route reads again and answers the error
+        except CoordinatorError:
+            return False  # the route reads again and answers it (404)
+        except RedisError as exc:  # as app.py's handler answers it: one timeout, not two
+            error = StoreUnavailable.of(exc)
+            await send_problem(ex.send, error.status, error.message, error.headers())
+            return True
         lease = state["lease"] if key[1] == "state" else b""
         tag = etag(key[1], state["revision"], lease)
         condition = header(scope, b"if-none-match")
