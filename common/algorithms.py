@@ -268,3 +268,8 @@ class AlgorithmConfig:
         if threshold is None:
             return []
         return [w for w in (tie_warning(n_agents, threshold),) if w]
+
+
+# The defaults of every configuration field, written once (the dataclass above): the coordinator's
+# settings (DEXP_ALGORITHM, DEXP_EPSILON, ...) and the API's ExperimentCreate read them from here.
+DEFAULTS = AlgorithmConfig()

@@ -20,20 +20,15 @@ from common.algorithms import AlgorithmConfig
 from coordinator import dashboard, sdk
 from coordinator.api import agents, events, experiments, tickets
 from coordinator.api.deps import Problem, problems
-from coordinator.api.experiments import ExperimentCreate
-from coordinator.caching import ConditionalReads, RevisionCache
-from coordinator.compression import GZip
-from coordinator.cors import CORS, parse_origins
-from coordinator.edges import BodyLimit
+from coordinator.api.models import ExperimentCreate
+from coordinator.caching import RevisionCache
+from coordinator.edge import Edge
 from coordinator.errors import Conflict, CoordinatorError, StoreUnavailable
 from coordinator.events import EVENTS_CLIENT, Hub
-from coordinator.fast_path import VoteFastPath
-from coordinator.gate import CredentialGate
-from coordinator.metrics import RequestMetrics, StoreFigures, instrument
+from coordinator.metrics import StoreFigures, instrument
 from coordinator.redis_client import RedisCluster, client, connect
 from coordinator.settings import Settings, get_settings
 from coordinator.store import ExperimentStore, Limits
-from coordinator.throttle import CredentialThrottle
 
 log = logging.getLogger("dexp.coordinator")
 
@@ -149,25 +144,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(dashboard.router)  # GET /dashboard: static page over the public GET routes
     app.state.sdk = sdk.Build.find(settings.sdk_dir)  # the JavaScript SDK's build, or None
     app.include_router(sdk.router)  # GET /sdk/agent.js: the SDK, for pages to import
-    # Starlette runs the last-added middleware first. From the outside in: CORS (on every answer
-    # of the device's routes, errors included), 304s from the revision alone, the body limit, the
-    # vote fast path, gzip (after the fast path: a vote's answer is small), the credential gate.
-    app.add_middleware(CredentialGate)  # credentials checked before any body is read
-    if settings.gzip_min_bytes:
-        app.add_middleware(GZip, min_bytes=settings.gzip_min_bytes)
-    app.add_middleware(VoteFastPath)  # plain valid votes skip FastAPI's machinery (see the module)
-    # A body over DEXP_MAX_BODY_BYTES is refused before anything reads it.
-    app.add_middleware(
-        BodyLimit, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout_seconds
-    )
-    app.add_middleware(ConditionalReads, max_age=settings.cache_max_age_seconds)  # reads no body
-    # before any credential is checked: an address that failed too many is refused at once
-    app.add_middleware(CredentialThrottle, limit=settings.auth_failure_limit)
-    origins = parse_origins(settings.cors_origins)
-    if origins:
-        app.add_middleware(CORS, origins=origins)
-    # outermost: every answer counted by route template and status, whichever layer gave it
-    app.add_middleware(RequestMetrics, routes=lambda: app.router.routes)
+    # The edge, one middleware: metrics, CORS, throttle, 304s, body limit, vote fast path, gzip,
+    # rendered documents, credential gate, in that order (the table of coordinator/edge.py).
+    app.add_middleware(Edge, settings=settings, routes=lambda: app.router.routes)
 
     @app.exception_handler(CoordinatorError)
     async def domain_error(_: Request, exc: CoordinatorError) -> JSONResponse:

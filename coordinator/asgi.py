@@ -1,12 +1,14 @@
-"""The few ASGI pieces the coordinator's middlewares share: types and a JSON problem response.
+"""The few ASGI pieces the edge's steps share: types, a step, and a JSON problem response.
 
-Middlewares answer outside FastAPI's exception handlers, so they send their errors themselves, in
-the same shape as every other error: `{"detail": "..."}` with a 4xx or 503 status.
+The steps of coordinator/edge.py answer outside FastAPI's exception handlers, so they send their
+errors themselves, in the same shape as every other error: `{"detail": "..."}` with a 4xx or 503
+status.
 """
 
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
@@ -17,6 +19,36 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class Exchange:
+    """One HTTP request crossing the edge: its scope, and the `receive` and `send` the next step
+    and finally the app get (a step that read the body replays it; one that watches or rewrites
+    the answer wraps `send`)."""
+
+    __slots__ = ("receive", "scope", "send")
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+
+
+class Step(ABC):
+    """A step of the edge (coordinator/edge.py runs them in order, in one middleware): `run`
+    answers the request itself (True) or lets it go on (False), with `ex.receive` or `ex.send`
+    replaced if it must. Called as an ASGI app, a step is a middleware around `app` on its own."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    @abstractmethod
+    async def run(self, ex: Exchange) -> bool: ...
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ex = Exchange(scope, receive, send)
+        if scope["type"] != "http" or not await self.run(ex):
+            await self.app(ex.scope, ex.receive, ex.send)
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:

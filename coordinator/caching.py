@@ -49,7 +49,7 @@ from redis.exceptions import RedisError, ResponseError
 from starlette.responses import Response
 
 from common import redis_keys as keys
-from coordinator.asgi import ASGIApp, Receive, Scope, Send, header
+from coordinator.asgi import ASGIApp, Exchange, Step, header
 from coordinator.store import PUBLICATION_FIELDS, REVISION_FIELDS, ExperimentStore, lease_bytes
 
 log = logging.getLogger("dexp.coordinator.caching")
@@ -293,23 +293,24 @@ class RevisionCache:
                 await self.task
 
 
-class ConditionalReads:
+class ConditionalReads(Step):
     """304 for a GET of a cacheable document whose If-None-Match names its current tag, from its
     revision alone; any other request goes on unchanged."""
 
     def __init__(self, app: ASGIApp, max_age: int) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_age = max_age
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "GET":
-            return await self.app(scope, receive, send)
+    async def run(self, ex: Exchange) -> bool:
+        scope = ex.scope
+        if scope["method"] != "GET":
+            return False
         match = CACHEABLE.fullmatch(scope["path"])
         if match is None:
-            return await self.app(scope, receive, send)
+            return False
         condition = header(scope, b"if-none-match")
         if condition is None:
-            return await self.app(scope, receive, send)
+            return False
         kind = "best-arm" if match.group(2) else "state"
         state = scope["app"].state
         try:
@@ -324,7 +325,7 @@ class ConditionalReads:
                     (k.lower().encode(), v.encode())
                     for k, v in cache_headers(matched, self.max_age).items()
                 ]
-                await send({"type": "http.response.start", "status": 304, "headers": headers})
-                await send({"type": "http.response.body", "body": b""})
-                return
-        await self.app(scope, receive, send)
+                await ex.send({"type": "http.response.start", "status": 304, "headers": headers})
+                await ex.send({"type": "http.response.body", "body": b""})
+                return True
+        return False

@@ -20,11 +20,13 @@ coordinator serves. No credentials mode: tokens travel in Authorization, not coo
 
 from __future__ import annotations
 
+import functools
 import re
 
+from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 
-from coordinator.asgi import ASGIApp, Receive, Scope, Send, header
+from coordinator.asgi import ASGIApp, Exchange, Step, header
 
 EXPERIMENT = r"/v1/experiments/[A-Za-z0-9_-]{1,64}"
 # (path pattern, the methods a device uses on it)
@@ -64,11 +66,12 @@ def methods_of(path: str) -> tuple[str, ...] | None:
     return None
 
 
-class CORS:
-    """Starlette's CORSMiddleware on the device's routes, with each route's methods."""
+class CORS(Step):
+    """Starlette's CORSMiddleware on the device's routes, with each route's methods: its preflight
+    answer, or its headers added to the answer on its way out."""
 
     def __init__(self, app: ASGIApp, origins: frozenset[str]) -> None:
-        self.app = app
+        super().__init__(app)
         self.origins = origins
         self.any = "*" in origins
         self.answering = {
@@ -83,13 +86,24 @@ class CORS:
             for methods in {methods for _, methods in ROUTES}
         }
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        methods = methods_of(scope["path"]) if scope["type"] == "http" else None
+    async def run(self, ex: Exchange) -> bool:
+        scope = ex.scope
+        methods = methods_of(scope["path"])
         if methods is None:
-            return await self.app(scope, receive, send)
+            return False
         requested = header(scope, b"access-control-request-method")
         if scope["method"] == "OPTIONS" and requested is not None:
             origin = (header(scope, b"origin") or b"").decode("latin-1")
             if not (self.any or origin in self.origins) or requested.decode() not in methods:
-                return await self.app(scope, receive, send)  # 405, no CORS header
-        await self.answering[methods](scope, receive, send)
+                return False  # 405, no CORS header
+        cors = self.answering[methods]
+        headers = Headers(scope=scope)  # CORSMiddleware.__call__'s own steps, from here
+        if (
+            headers.get("origin") is not None
+            and scope["method"] == "OPTIONS"
+            and "access-control-request-method" in headers
+        ):
+            await cors.preflight_response(request_headers=headers)(scope, ex.receive, ex.send)
+            return True
+        ex.send = functools.partial(cors.send, send=ex.send, request_headers=headers)
+        return False

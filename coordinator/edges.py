@@ -13,7 +13,7 @@ holds a connection that long at most (the audit held them 30 s and more, the vot
 the body before it checks the token). Every body is read whole here, counted and timed, before any
 route or the fast path sees it: never more than `max_bytes` of it, as the limit already allowed.
 
-It is one of the outermost of app.py's middlewares. The headers have a limit of their own in the HTTP
+It is a step of the edge (coordinator/edge.py), before the vote fast path and the credential gate. The headers have a limit of their own in the HTTP
 protocol (coordinator/server.py).
 """
 
@@ -21,22 +21,20 @@ from __future__ import annotations
 
 import asyncio
 
-from coordinator.asgi import ASGIApp, Receive, Scope, Send, replay, send_problem
+from coordinator.asgi import ASGIApp, Exchange, Receive, Send, Step, replay, send_problem
 
 
-class BodyLimit:
+class BodyLimit(Step):
     """413 for a request body over `max_bytes` (settings.max_body_bytes), on every route."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, timeout: float = 10.0) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_bytes = max_bytes
         self.timeout = timeout
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+    async def run(self, ex: Exchange) -> bool:
         length = coding = None
-        for name, value in scope["headers"]:
+        for name, value in ex.scope["headers"]:
             if name == b"content-length" and length is None:
                 length = value
             elif name == b"transfer-encoding":
@@ -47,24 +45,28 @@ class BodyLimit:
             and length.isdigit()
             and (len(length) > 18 or int(length) > self.max_bytes)
         ):
-            return await self.refuse(send)
+            await self.refuse(ex.send)
+            return True
         if coding is None and (length is None or length == b"0"):
-            return await self.app(scope, receive, send)  # no body at all
+            return False  # no body at all
         try:
             async with asyncio.timeout(self.timeout):
-                body = await self.counted(receive)
+                body = await self.counted(ex.receive)
         except TimeoutError:
-            return await send_problem(
-                send,
+            await send_problem(
+                ex.send,
                 408,
                 f"the request body did not arrive within {self.timeout:g} s",
                 {"Connection": "close"},
             )
+            return True
         if body is None:  # the client went away: nobody to answer
-            return
+            return True
         if isinstance(body, int):
-            return await self.refuse(send)
-        await self.app(scope, replay(body, receive), send)
+            await self.refuse(ex.send)
+            return True
+        ex.receive = replay(body, ex.receive)
+        return False
 
     async def counted(self, receive: Receive) -> bytes | int | None:
         """The body, read whole and counted as it streams in (Content-Length or chunked): past the

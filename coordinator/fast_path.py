@@ -1,8 +1,9 @@
-"""The vote endpoint's fast path: an ASGI middleware that answers a plain, valid vote itself.
+"""The vote endpoint's fast path: a step of the edge (coordinator/edge.py) that answers a plain,
+valid vote itself.
 
 A vote is the one request that arrives thousands of times a second, and FastAPI's per-request work
 (routing through every route, dependency solving, body and response models) cost more than the vote.
-This middleware recognises `POST /v1/experiments/{id}/votes` with a bearer token and a JSON body of
+This step recognises `POST /v1/experiments/{id}/votes` with a bearer token and a JSON body of
 exactly the shape VoteCreate accepts ({"arm": int >= 0, "epoch": int >= 0}, epoch optional, nothing
 else), applies it and answers with the same bytes the route would. Every other request, including
 every vote it does not recognise as plain, goes on unchanged to the FastAPI app, whose route and
@@ -20,7 +21,7 @@ import re
 from redis.exceptions import RedisError
 
 from coordinator.api.agents import vote_reply
-from coordinator.asgi import ASGIApp, Receive, Scope, Send, replay, send_json, send_problem
+from coordinator.asgi import Exchange, Step, replay, send_json, send_problem
 from coordinator.errors import CoordinatorError, StoreUnavailable
 
 # The route's path with the experiment id pattern of coordinator.api.agents.ExperimentId.
@@ -54,16 +55,14 @@ def bearer(value: bytes) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
-class VoteFastPath:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            return await self.app(scope, receive, send)
+class VoteFastPath(Step):
+    async def run(self, ex: Exchange) -> bool:
+        scope = ex.scope
+        if scope["method"] != "POST":
+            return False
         match = VOTE_PATH.fullmatch(scope["path"])
         if match is None:
-            return await self.app(scope, receive, send)
+            return False
         authorization = content_type = length = None
         for name, value in scope["headers"]:
             if name == b"authorization" and authorization is None:
@@ -80,27 +79,31 @@ class VoteFastPath:
             or not length.isdigit()
             or int(length) > MAX_BODY
         ):
-            return await self.app(scope, receive, send)
+            return False
         token = bearer(authorization)
         if token is None:
-            return await self.app(scope, receive, send)
+            return False
 
         body, more = b"", True
         while more:
-            message = await receive()
+            message = await ex.receive()
             if message["type"] != "http.request":
-                return  # the client went away
+                return True  # the client went away
             body += message.get("body", b"")
             more = message.get("more_body", False)
         vote = plain_vote(body)
         if vote is None:
-            return await self.app(scope, replay(body, receive), send)
+            ex.receive = replay(body, ex.receive)
+            return False
 
         try:
             reply = await vote_reply(scope["app"].state.store, match.group(1), token, *vote)
         except CoordinatorError as exc:  # as app.py's handler answers it
-            return await send_problem(send, exc.status, exc.message, exc.headers())
+            await send_problem(ex.send, exc.status, exc.message, exc.headers())
+            return True
         except RedisError as exc:  # as app.py's handler answers it: 503, retry later
             error = StoreUnavailable.of(exc)
-            return await send_problem(send, error.status, error.message, error.headers())
-        await send_json(send, 200, reply)
+            await send_problem(ex.send, error.status, error.message, error.headers())
+            return True
+        await send_json(ex.send, 200, reply)
+        return True

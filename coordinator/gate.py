@@ -26,7 +26,7 @@ from enum import Enum
 from redis.exceptions import RedisError
 
 from coordinator.api.deps import same_secret
-from coordinator.asgi import ASGIApp, Receive, Scope, Send, header, send_problem
+from coordinator.asgi import Exchange, Step, header, send_problem
 from coordinator.errors import CoordinatorError, StoreUnavailable, Unauthorized
 from coordinator.fast_path import bearer
 from coordinator.settings import Settings
@@ -94,16 +94,12 @@ async def check(
         await store.authenticate(token, exp)
 
 
-class CredentialGate:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+class CredentialGate(Step):
+    async def run(self, ex: Exchange) -> bool:
+        scope = ex.scope
         found = need_of(scope["method"], scope["path"])
         if found is None:
-            return await self.app(scope, receive, send)
+            return False
         need, exp = found
         authorization = header(scope, b"authorization")
         token = bearer(authorization) if authorization is not None else None
@@ -113,8 +109,10 @@ class CredentialGate:
             state = scope["app"].state
             await check(need, exp, token, state.settings, state.store)
         except CoordinatorError as exc:
-            return await send_problem(send, exc.status, exc.message, exc.headers())
+            await send_problem(ex.send, exc.status, exc.message, exc.headers())
+            return True
         except RedisError as exc:
             error = StoreUnavailable.of(exc)
-            return await send_problem(send, error.status, error.message, error.headers())
-        return await self.app(scope, receive, send)
+            await send_problem(ex.send, error.status, error.message, error.headers())
+            return True
+        return False

@@ -25,7 +25,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.routing import BaseRoute, compile_path
 
-from coordinator.asgi import ASGIApp, Message, Receive, Scope, Send
+from coordinator.asgi import ASGIApp, Exchange, Message, Receive, Scope, Send
 
 REFRESH_SECONDS = 5.0  # the store's figures are read at most this often
 SCANNED_EXPERIMENTS = 1000  # experiments by status and agents: over at most this many
@@ -125,6 +125,17 @@ class RequestMetrics:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        ex = Exchange(scope, receive, send)
+        counted = self.observe(ex)
+        try:
+            await self.app(scope, ex.receive, ex.send)
+        finally:
+            counted()
+
+    def observe(self, ex: Exchange) -> Callable[[], None]:
+        """Time the request from now to its answer's headers (`ex.send` wrapped); the function
+        returned counts it, once the request is over, whatever happened."""
+        scope, send = ex.scope, ex.send
         started = time.perf_counter()
         status = 0
         answered = 0.0
@@ -135,9 +146,10 @@ class RequestMetrics:
                 status, answered = int(message["status"]), time.perf_counter()
             await send(message)
 
-        try:
-            await self.app(scope, receive, timed_send)
-        finally:
+        ex.send = timed_send
+
+        def counted() -> None:
+            nonlocal status, answered
             if not status:  # an exception no handler answered: the server's 500
                 status, answered = 500, time.perf_counter()
             method = scope.get("method", "")
@@ -156,6 +168,8 @@ class RequestMetrics:
             latency.observe(answered - started)
             if refusals is not None:
                 refusals.inc()
+
+        return counted
 
 
 def route_templates(routes: Sequence[BaseRoute]) -> list[str]:

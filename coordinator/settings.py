@@ -19,7 +19,7 @@ from pydantic_settings import SettingsConfigDict
 from zxcvbn import zxcvbn
 
 from clients.secret_files import SecretFileSettings
-from common.cde import DEFAULT_PRIVACY
+from common.algorithms import DEFAULTS
 from common.redis_acl import USERS
 from coordinator.cors import parse_origins
 from coordinator.sdk import check_dir
@@ -57,20 +57,22 @@ class Settings(SecretFileSettings):
     # `algorithm` to `tolerance` are common.algorithms.AlgorithmConfig's, read by name.
     experiment: str = "demo"
     arms: str = "A,B,C,D,E,F,G,H,I,J"
-    algorithm: str = "de"
-    subroutine: str = "ser3"
-    epsilon: float = 0.25
-    delta: float = 0.05
-    eta: float = 0.9
-    xi: float = 0.0
-    dp_epsilon: float = 0.1
-    beta: float = 0.5
-    phi: float = 0.0
-    every_arm: bool = False
-    tolerance: int = Field(0, ge=0)  # f: Byzantine agents tolerated; the threshold is M + f
+    # Their defaults are AlgorithmConfig's own (common.algorithms.DEFAULTS), written there once.
+    algorithm: str = DEFAULTS.algorithm
+    subroutine: str = DEFAULTS.subroutine
+    epsilon: float = DEFAULTS.epsilon
+    delta: float = DEFAULTS.delta
+    eta: float = DEFAULTS.eta
+    xi: float = DEFAULTS.xi
+    dp_epsilon: float = DEFAULTS.dp_epsilon
+    beta: float = DEFAULTS.beta
+    phi: float = DEFAULTS.phi
+    every_arm: bool = DEFAULTS.every_arm
+    # f: Byzantine agents tolerated; the threshold is M + f
+    tolerance: int = Field(DEFAULTS.tolerance, ge=0)
     # CDE: P, the hit-rate bound under a uniform prior over which arm is best;
     # e0 = log(P (K-1)/(1-P))
-    privacy: float = DEFAULT_PRIVACY
+    privacy: float = DEFAULTS.privacy
     sigma: float | None = None  # reward scale for Gaussian rewards; unset: rewards in [0, 1]
     rewards: str = "bounded"  # with sigma unset: bounded ([0, 1]) or bernoulli (0 or 1)
     # CDE: the agents the default experiment expects, from which its threshold is chosen (unset:

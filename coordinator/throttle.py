@@ -24,7 +24,7 @@ from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 from prometheus_client import Counter
 
-from coordinator.asgi import ASGIApp, Message, Receive, Scope, Send, header, send_problem
+from coordinator.asgi import ASGIApp, Exchange, Message, Step, header, send_problem
 
 THROTTLED = Counter(
     "dexp_auth_throttled_total", "Requests refused because their client failed too many checks"
@@ -36,31 +36,35 @@ def failure_limit(value: str) -> RateLimitItem:
     return parse(value)
 
 
-class CredentialThrottle:
+class CredentialThrottle(Step):
     def __init__(self, app: ASGIApp, limit: str) -> None:
-        self.app = app
+        super().__init__(app)
         self.item = failure_limit(limit)
         self.limiter = MovingWindowRateLimiter(MemoryStorage())
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or header(scope, b"authorization") is None:
-            return await self.app(scope, receive, send)
+    async def run(self, ex: Exchange) -> bool:
+        scope = ex.scope
+        if header(scope, b"authorization") is None:
+            return False
         client = scope["client"][0] if scope.get("client") else ""
         if not self.limiter.test(self.item, client):
             THROTTLED.inc()
             reset = self.limiter.get_window_stats(self.item, client).reset_time
             wait = max(1, math.ceil(reset - time.time()))
-            return await send_problem(
-                send,
+            await send_problem(
+                ex.send,
                 429,
                 f"too many failed credential checks from this address ({self.item}): "
                 f"retry in {wait} s",
                 {"Retry-After": str(wait)},
             )
+            return True
+        send = ex.send
 
         async def counting(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] == 401:
                 self.limiter.hit(self.item, client)
             await send(message)
 
-        await self.app(scope, receive, counting)
+        ex.send = counting
+        return False

@@ -46,7 +46,7 @@ from dexp.admin import (
 from dexp.options import PRIVACY_HELP
 
 COMMAND = "dexp experiments"
-# What the coordinator's POST /v1/experiments accepts (coordinator/api/experiments.py,
+# What the coordinator's POST /v1/experiments accepts (coordinator/api/models.py,
 # ExperimentCreate; tests/test_manage_cli.py checks that the two agree).
 ALGORITHMS = ("de", "ce", "dp-mase", "cde")
 SUBROUTINES = USER_SUBROUTINES

@@ -457,7 +457,7 @@ def test_bad_byzantine_argument_in_a_subprocess() -> None:
 
 def test_subroutines_lists_every_selectable_one_as_the_api_accepts_them() -> None:
     from common.subroutines import SUBROUTINES
-    from coordinator.api.experiments import ExperimentCreate
+    from coordinator.api.models import ExperimentCreate
 
     result = CliRunner().invoke(app, ["subroutines", "--json"])
     assert result.exit_code == 0, result.output

@@ -44,7 +44,7 @@ from agent.settings import AgentSettings
 from common import redis_acl as acl
 from common.algorithms import AlgorithmConfig
 from common.environments import build_problem
-from coordinator.api.experiments import ExperimentCreate
+from coordinator.api.models import ExperimentCreate
 from coordinator.app import create_app
 from coordinator.settings import Settings
 from load_generator.settings import LoadSettings

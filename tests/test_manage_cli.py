@@ -25,7 +25,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-from coordinator.api.experiments import ExperimentCreate
+from coordinator.api.models import ExperimentCreate
 from dexp import manage
 from dexp import watch as watch_module
 from dexp.admin import AdminError, Unreachable

@@ -1,31 +1,18 @@
-"""Experiments: create, read, reset, delete, and the best arm."""
+"""Experiments: create, read, reset, delete, and the best arm (their models: coordinator/api/models.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Response, status
 from prometheus_client import Counter
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
-)
 
 from common import cde
 from common.algorithms import AlgorithmConfig
 from common.certificate import Certificate, certify, upper
-from common.errors import ParameterError
-from common.subroutines import USER_SUBROUTINES
 from common.votes import tie_certificate
-from coordinator.api.arm_names import MAX_ARM_NAME, arm_name, distinct_arms
 from coordinator.api.deps import (
     AdminDep,
     Credentials,
@@ -34,6 +21,23 @@ from coordinator.api.deps import (
     bearer_token,
     problems,
     same_secret,
+)
+from coordinator.api.models import (
+    AgentPage,
+    AgentView,
+    ArmRef,
+    BestArm,
+    ExperimentCreate,
+    ExperimentPage,
+    ExperimentPublic,
+    ExperimentSummary,
+    ResetRequest,
+    ResetResult,
+    Suspect,
+    Suspects,
+    TicketRequest,
+    Tickets,
+    Voters,
 )
 from coordinator.caching import (
     CACHE_HEADERS,
@@ -48,8 +52,6 @@ from coordinator.settings import Settings
 from coordinator.store import ExperimentState, Status
 
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
-# The subroutines an experiment may name (`dexp subroutines`), as an enum of the OpenAPI schema.
-SubroutineName = Literal[USER_SUBROUTINES]  # type: ignore[valid-type]
 # No per-agent label: which agent resets is the admin's to read (GET .../agents), not the scraper's.
 RESETS = Counter("dexp_resets_total", "Reset requests, by who and outcome", ["by", "outcome"])
 
@@ -64,485 +66,6 @@ IfNoneMatch = Annotated[
         "current"
     ),
 ]
-# Strict JSON numbers: an integer or a float, never a string or a boolean; finite and bounded, so
-# that float() of any accepted value is exact enough and never overflows.
-MAX_NUMBER = 1e9
-
-
-def unit(default: float, description: str) -> Any:
-    return Field(default, ge=0, le=1, allow_inf_nan=False, description=description)
-
-
-def positive(default: float | None, description: str) -> Any:
-    return Field(default, gt=0, le=MAX_NUMBER, allow_inf_nan=False, description=description)
-
-
-# At most 100 characters as sent (blanks around a name are trimmed, then MAX_ARM_NAME holds).
-ArmName = Annotated[StrictStr, Field(min_length=1, max_length=100), AfterValidator(arm_name)]
-
-
-class ExperimentCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    id: StrictStr = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", examples=["demo"])
-    arms: Annotated[
-        list[ArmName],
-        Field(
-            min_length=2,
-            max_length=1000,
-            examples=[["A", "B", "C"]],
-            description="arm names: printable, trimmed and NFKC-normalized, at most "
-            f"{MAX_ARM_NAME} characters, with no invisible character, stacked marks or mixed "
-            "look-alike scripts, and no two that read the same (ignoring case, or with one "
-            "Unicode confusable skeleton, UTS #39)",
-        ),
-        AfterValidator(distinct_arms),
-    ]
-    algorithm: Literal["de", "ce", "dp-mase", "cde"] = Field(
-        "de",
-        description="de, ce, dp-mase (agents vote against arms), or cde (each agent sends one "
-        "randomized report, POST .../report; docs/CDE.md)",
-    )
-    subroutine: SubroutineName = "ser3"
-    epsilon: StrictFloat = positive(0.25, "accuracy: an arm within epsilon of the best is good")
-    delta: StrictFloat = unit(0.05, "global failure probability")
-    eta: StrictFloat = unit(
-        0.9,
-        "each agent's local failure probability (DE, CE); M = ceil(log delta / log eta). "
-        "Certifies 1 - eta; a higher eta does not lower what one agent's votes reveal "
-        "(docs/PRIVACY.md)",
-    )
-    xi: StrictFloat = unit(0.0, "CE: probability that a vote is dropped")
-    dp_epsilon: StrictFloat = Field(
-        0.1, ge=0, le=MAX_NUMBER, allow_inf_nan=False, description="DP-MASE: privacy budget"
-    )
-    beta: StrictFloat = unit(0.5, "DP-MASE: local confidence")
-    phi: StrictFloat = unit(0.0, "SER4: reset probability")
-    every_arm: StrictBool = False
-    tolerance: StrictInt = Field(
-        0,
-        ge=0,
-        le=1_000_000,
-        description="f, the Byzantine (lying) agents tolerated: an arm leaves at M + f distinct "
-        "votes, so f agents voting against the best arm cannot remove it",
-    )
-    sigma: StrictFloat | None = positive(
-        None, "sub-Gaussian scale of the rewards; null: rewards in [0, 1]"
-    )
-    rewards: Literal["bounded", "bernoulli"] = Field(
-        "bounded",
-        description="with sigma null, what the rewards are: bounded (each in [0, 1]) or bernoulli "
-        "(each 0 or 1: the agents refuse any other reward, and CDE's budget is the exact "
-        "binomial one, about half the bounded one; docs/CDE.md)",
-    )
-    privacy: StrictFloat = Field(
-        cde.DEFAULT_PRIVACY,
-        gt=0,
-        lt=1,
-        allow_inf_nan=False,
-        description="CDE: P, the hit-rate bound under a uniform prior over which arm is best, "
-        "equivalently e0 = log(P (K-1)/(1-P)) (the certified_epsilon of each report), in "
-        "(1/K, 1): the report is the agent's answer with probability P, another arm otherwise "
-        "(K-ary randomized response)",
-    )
-    agents: StrictInt | None = Field(
-        None,
-        ge=1,
-        le=1_000_000_000,
-        description="CDE only: N, the agents expected; the threshold is the smallest number of "
-        "reports that certifies delta with N of them (null: DEXP_MAX_AGENTS). What is certified "
-        "is computed with the agents enrolled, and never grows as more enroll",
-    )
-
-    def algorithm_config(self) -> AlgorithmConfig:
-        try:
-            return AlgorithmConfig(
-                algorithm=self.algorithm,
-                subroutine=self.subroutine,
-                epsilon=float(self.epsilon),
-                delta=float(self.delta),
-                eta=float(self.eta),
-                xi=float(self.xi),
-                dp_epsilon=float(self.dp_epsilon),
-                beta=float(self.beta),
-                phi=float(self.phi),
-                every_arm=self.every_arm,
-                tolerance=self.tolerance,
-                privacy=float(self.privacy),
-            )
-        except ParameterError as exc:
-            raise Invalid(str(exc)) from None
-
-    @property
-    def bernoulli(self) -> bool:
-        return self.rewards == "bernoulli"
-
-    def expected_agents(self, settings: Settings) -> int | None:
-        """CDE's N, from which its threshold is chosen: `agents`, else the cap DEXP_MAX_AGENTS;
-        None for the others (refused if given: their threshold does not depend on N)."""
-        if self.algorithm != "cde":
-            if self.agents is not None:
-                raise Invalid(
-                    f"agents={self.agents}: only CDE chooses its threshold from the agents "
-                    f"expected; {self.algorithm}'s does not depend on them"
-                )
-            return None
-        cap = settings.max_agents
-        if self.agents is None and not cap:
-            raise Invalid("agents: required for CDE when DEXP_MAX_AGENTS is 0 (no cap)")
-        if self.agents is not None and cap and self.agents > cap:
-            raise Invalid(
-                f"agents={self.agents} is above DEXP_MAX_AGENTS = {cap}: at most {cap} agents "
-                "can enroll"
-            )
-        return self.agents or cap
-
-    def checked_config(self, settings: Settings) -> AlgorithmConfig:
-        """The configuration, refused (422) if it cannot finish in expectation or is not valid for
-        its rewards: a subroutine whose bounds do not hold for them (kl-* on sub-Gaussian
-        rewards), epsilon above 1 for rewards in [0, 1] (every arm is eps-optimal), a threshold M + f
-        that the agent cap (DEXP_MAX_AGENTS) could never reach, or, under CE, a cap whose
-        expected votes per arm, DEXP_MAX_AGENTS x (1 - xi), stay below the threshold. CDE's
-        threshold is chosen from its `expected_agents`."""
-        config = self.algorithm_config()
-        expected = self.expected_agents(settings)
-        try:
-            config.check_rewards(self.sigma, self.bernoulli)
-            if expected is not None:
-                config.validate_for(len(self.arms), expected)
-            threshold = config.threshold(len(self.arms), expected)
-        except ParameterError as exc:
-            raise Invalid(str(exc)) from None
-        cap = settings.max_agents
-        if threshold is not None and cap and threshold > cap:
-            raise Invalid(
-                f"threshold M + f = {threshold} is above the agent cap DEXP_MAX_AGENTS = "
-                f"{cap}: no arm could ever be eliminated"
-            )
-        if threshold is not None and cap and config.vote_drop and cap * (1 - config.xi) < threshold:
-            raise Invalid(
-                f"xi={config.xi!r} is invalid: CE drops each vote with probability xi, so at most "
-                f"DEXP_MAX_AGENTS x (1 - xi) = {cap} x {1 - config.xi:g} = "
-                f"{cap * (1 - config.xi):g} votes against an arm arrive in expectation, below the "
-                f"threshold {threshold}: no arm could leave in expectation"
-            )
-        return config
-
-
-# What the experiment certifies (common/certificate.py), in both documents that answer a reader.
-CERTIFIED_FAILURE = Field(
-    description="the probability bound, with the agents enrolled, that the best arm is voted out "
-    "by error: P(Bin(N - f, p) >= M), p each agent's proven error bound (docs/SUBROUTINES.md, "
-    "section 3); a wrong answer needs it unless another arm is within epsilon of the best. CDE: "
-    "the bound on a wrong answer, an arm that is not epsilon-optimal accepted or the best arm "
-    "short of the threshold (docs/CDE.md)"
-)
-CERTIFIED_EPSILON = Field(
-    None,
-    description="CDE: e0, each report's local differential privacy, what holds for every prior: "
-    "whatever it believed before, any adversary's odds about one agent's answer, hence its "
-    "rewards, are multiplied by at most e^e0 = P (K - 1) / (1 - P) by its report, P = "
-    "params.privacy (docs/CDE.md, section 2); null for the voting algorithms (DP-MASE's "
-    "dp_epsilon is per reward, not about the agent's answer, which its votes reveal: "
-    "docs/PRIVACY.md)",
-)
-HIT_RATE_UNIFORM_PRIOR = Field(
-    None,
-    description="CDE: the corollary of certified_epsilon for an adversary with a uniform prior "
-    "over which arm is best: it names an agent's eps-optimal arm from its report at most this "
-    "often, e^e0 / (e^e0 + K - 1) = params.privacy when one arm alone is eps-optimal. Another "
-    "prior gives another hit rate (0.5 for a prior of 0.5 on one arm, report or not); null for "
-    "the voting algorithms",
-)
-PRIVACY_CERTIFICATE = Field(
-    None,
-    description="CDE: certified_epsilon and hit_rate_uniform_prior in plain sentences (and the "
-    "hit rate when two arms are eps-optimal); null for the voting algorithms",
-)
-CERTIFIED_AGENTS = Field(description="N, the agents enrolled, for which certified_failure holds")
-CERTIFIED_AT_CAP = Field(
-    description="certified_failure if DEXP_MAX_AGENTS agents enroll (the most the coordinator "
-    "lets in); null: no cap"
-)
-CERTIFICATE = Field(description="certified_failure in one plain sentence: what it bounds and why")
-
-
-class Elimination(BaseModel):
-    arm: int
-    name: str
-    votes: int
-    time: int = Field(description="unix time in milliseconds")
-    order: int
-
-
-class LoadGeneratorLive(BaseModel):
-    """What the load generator feeding the experiment publishes in its lease, renewed about every
-    0.2 s while it runs. It comes from a process without admin rights: each field is null when
-    missing or malformed."""
-
-    run: str | None = Field(description="the run's id")
-    host: str | None = Field(description="the host it runs on")
-    started_at: int | None = Field(description="unix ms when the run started")
-    updated_at: int | None = Field(description="unix ms of these figures")
-    epoch: int | None = Field(description="the experiment's epoch the run last saw")
-    activations: int | None = Field(description="activations the agents processed, this run")
-    delivered: int | None = Field(description="activations delivered to the agents, this run")
-    backlog: int | None = Field(description="activations in the agents' streams, not yet processed")
-    activations_per_second: float | None = Field(
-        description="processed per second over the last few seconds"
-    )
-
-
-class ArmRef(BaseModel):
-    index: int
-    name: str
-
-
-class LoadGeneratorAtDecision(BaseModel):
-    """The figures of the load generator run that fed the decision, from its lease: read at the
-    first read of the decision, refreshed while that run still renews its lease (it stops within
-    one poll, about 0.2 s, of the decision), and kept with the result after the run ends and its
-    lease expires. A run started after the decision is not counted."""
-
-    run: str | None = Field(description="the run's id")
-    activations: int | None = Field(description="activations the agents processed, that run")
-    activations_per_second: float | None = Field(
-        description="processed per second over the run's last few seconds"
-    )
-    updated_at: int | None = Field(description="unix ms of these figures")
-
-
-class ExperimentResult(BaseModel):
-    """What a decided experiment decided, kept in Redis by the first coordinator that read the
-    decision (coordinator/results.py): it stays when the load generator stops. A reset, or an
-    enrollment that reopens a tie, ends it (null while exploring again)."""
-
-    status: Literal["identified", "tied"]
-    best_arm: ArmRef | None = Field(description="identified: the one arm left; null otherwise")
-    candidates: list[ArmRef] = Field(description="tied: the arms left; empty otherwise")
-    decided_at: int = Field(
-        description="unix ms of the decision: the last elimination (identified), or the "
-        "publication that showed the tie"
-    )
-    duration_ms: int = Field(description="decided_at - created_at")
-    epoch: int
-    version: int
-    agents: int = Field(description="agents enrolled at the decision")
-    messages: int = Field(description="votes (CDE: reports) received, every epoch, at the decision")
-    votes: list[int] = Field(description="distinct voters against each arm at the decision")
-    reports: list[int] | None = Field(description="CDE: reports per arm; null for the others")
-    load_generator: LoadGeneratorAtDecision | None = Field(
-        description="when a load generator fed this epoch: its figures at the decision; null: none"
-    )
-
-
-RESULT = Field(
-    None, description="the decision, kept once made (see ExperimentResult); null while exploring"
-)
-
-
-class ExperimentPublic(BaseModel):
-    id: str
-    arms: list[str]
-    params: dict[str, bool | int | float | str]
-    sigma: float | None = Field(description="sub-Gaussian reward scale; null: rewards in [0, 1]")
-    rewards: Literal["bounded", "bernoulli"] = Field(
-        "bounded",
-        description="with sigma null: bounded (each reward in [0, 1]) or bernoulli (each 0 or 1; "
-        "the agents refuse any other)",
-    )
-    pulls_per_arm: int | None = Field(
-        None,
-        description="CDE: T, the pulls per arm of each agent's fixed-budget run, fixed when the "
-        "experiment was created from epsilon, eta, the arms and the rewards (docs/CDE.md, "
-        "section 1); the agents play it as published. null for the others",
-    )
-    threshold: int = Field(
-        description="distinct votes that remove an arm: M + f (f: params.tolerance); CDE: the "
-        "reports that accept an arm (every other arm leaves then), chosen from expected_agents"
-    )
-    remaining_arms: list[int]
-    votes: list[int] = Field(description="distinct voters against each arm, this epoch")
-    reports: list[int] | None = Field(
-        None, description="CDE: the agents that reported each arm; null for the others"
-    )
-    expected_agents: int | None = Field(
-        None, description="CDE: N, the agents expected, from which the threshold was chosen"
-    )
-    eliminations: list[Elimination]
-    messages: int = Field(description="votes received, counted or not, in every epoch")
-    ignored_messages: int = Field(description="late, duplicate or stale-epoch votes, every epoch")
-    epoch_messages: int = Field(
-        0, description="votes received since this epoch began (creation or last reset)"
-    )
-    version: int = Field(description="changes whenever the global set changes")
-    epoch: int = Field(description="DSER4 reset epoch")
-    epoch_started_at: int | None = Field(
-        None,
-        description="unix ms when this epoch began: the creation or the last reset (null: not "
-        "known, for an experiment reset before the field existed)",
-    )
-    agents: int
-    settled_agents: int = Field(
-        description="agents that said they settled this epoch (CE: their local set holds one arm)"
-    )
-    created_at: int
-    status: Status = Field(
-        description="exploring | identified (one arm left) | tied (several arms left and none "
-        "can reach the threshold with the agents enrolled: see GET .../best-arm)"
-    )
-    warnings: list[str] = []
-    load_generator: LoadGeneratorLive | None = Field(
-        None, description="the load generator feeding the experiment now; null: none"
-    )
-    result: ExperimentResult | None = RESULT
-    votes_history: list[tuple[int, int]] = Field(
-        [],
-        description="this epoch's total votes (CDE: reports) over time, as published: [unix ms, "
-        "total] at each publication that changed it, at most 120 points (the older ones thinned)",
-    )
-    certified_failure: float = CERTIFIED_FAILURE
-    certified_agents: int = CERTIFIED_AGENTS
-    certified_failure_at_max_agents: float | None = CERTIFIED_AT_CAP
-    certificate: str = CERTIFICATE
-    certified_epsilon: float | None = CERTIFIED_EPSILON
-    hit_rate_uniform_prior: float | None = HIT_RATE_UNIFORM_PRIOR
-    privacy_certificate: str | None = PRIVACY_CERTIFICATE
-
-
-class ExperimentSummary(BaseModel):
-    id: str
-    status: Status
-    n_arms: int
-    remaining: int = Field(description="arms still in the global set")
-    threshold: int
-    agents: int
-    version: int
-    epoch: int
-    created_at: int
-    result: ExperimentResult | None = RESULT
-
-
-class ExperimentPage(BaseModel):
-    experiments: list[ExperimentSummary]
-    next: str | None = Field(description="pass as `after` for the next page; null: the last page")
-
-
-class Voters(BaseModel):
-    experiment: str
-    epoch: int
-    version: int
-    voters: list[list[str]] = Field(description="the agent ids against each arm, this epoch")
-    by_agent: dict[str, list[int]] = Field(
-        description="each voting agent's vote vector: the arms it voted against, this epoch"
-    )
-
-
-class AgentView(BaseModel):
-    agent_id: str
-    index: int = Field(description="enrollment order, from 1")
-    voted_against: list[int] = Field(description="arms it voted against, this epoch")
-    resets: int = Field(description="DSER4 resets of the experiment it made")
-    last_reset_at: int | None = Field(description="unix ms of its last reset")
-
-
-class AgentPage(BaseModel):
-    experiment: str
-    agents: list[AgentView]
-    next: int | None = Field(description="pass as `after` for the next page; null: the last page")
-
-
-class TicketRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    count: StrictInt = Field(ge=1, le=100_000, description="tickets to issue (one agent each)")
-    ttl_seconds: StrictInt = Field(
-        86_400, ge=1, le=365 * 86_400, description="how long they stay valid"
-    )
-
-
-class Tickets(BaseModel):
-    experiment: str
-    tickets: list[str] = Field(
-        description="one-time enrollment tickets, shown once: each enrolls one agent "
-        "(POST /v1/agents with 'Authorization: Bearer <ticket>')"
-    )
-    expires_at: int = Field(description="unix ms after which unused tickets are refused")
-
-
-class BestArm(BaseModel):
-    experiment: str
-    status: Status = Field(
-        description="exploring; identified: one arm left (`best_arm`); tied: several arms left "
-        "and none can reach the threshold any more with the agents enrolled (each agent kept "
-        "one of them), so the experiment has ended with `candidates`"
-    )
-    best_arm: ArmRef | None
-    remaining_arms: list[ArmRef]
-    candidates: list[ArmRef] = Field(
-        description="tied: the remaining arms, among which the best arm is (see `certified`); "
-        "empty otherwise"
-    )
-    certified: str | None = Field(
-        description="tied: what the guarantee gives about the candidates, and nothing more; "
-        "null otherwise"
-    )
-    votes: dict[str, int]
-    reports: dict[str, int] | None = Field(
-        None, description="CDE: the agents that reported each arm; null for the others"
-    )
-    version: int
-    epoch: int
-    certified_failure: float = CERTIFIED_FAILURE
-    certified_agents: int = CERTIFIED_AGENTS
-    certified_failure_at_max_agents: float | None = CERTIFIED_AT_CAP
-    certificate: str = CERTIFICATE
-    certified_epsilon: float | None = CERTIFIED_EPSILON
-    hit_rate_uniform_prior: float | None = HIT_RATE_UNIFORM_PRIOR
-    privacy_certificate: str | None = PRIVACY_CERTIFICATE
-
-
-class Suspect(BaseModel):
-    agent_id: str
-    votes: int = Field(description="arms this agent voted against, this epoch")
-    voted_against: list[int] = Field(description="those arms' indices")
-
-
-class Suspects(BaseModel):
-    experiment: str
-    status: Status
-    reference_arm: ArmRef = Field(
-        description="identified: the best arm; exploring or tied: the leading arm, the remaining "
-        "arm with the fewest votes (the lowest index among equals)"
-    )
-    suspects: list[Suspect] = Field(
-        description="the agents that voted against the reference arm this epoch, by id"
-    )
-    tolerance: int = Field(description="f, the Byzantine agents the threshold tolerates")
-
-
-class ResetRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    epoch: StrictInt | None = Field(
-        None,
-        ge=0,
-        description="reset only if still in this epoch (agents must give it)",
-        examples=[0],
-    )
-
-
-class ResetResult(BaseModel):
-    reset: bool = Field(description="a new epoch began")
-    version: int
-    epoch: int
-    pending: bool = Field(
-        False,
-        description="with a tolerance f > 0: the request is counted, and the reset waits for f + 1 "
-        "distinct agents' requests within DEXP_RESET_QUORUM_SECONDS",
-    )
-    requests: int = Field(0, description="distinct agents' requests counted in the window")
-    needed: int = Field(1, description="requests that make a reset: f + 1")
 
 
 def certificate_of(state: ExperimentState, agents: int | None = None) -> Certificate:

@@ -32,6 +32,15 @@ from coordinator.store.state import (
 TIE_CACHE_SIZE = 4096  # experiments whose last tie verdict a coordinator process remembers
 
 
+def _meta_of(exp: str, reply: Any) -> dict[str, str]:
+    """The meta hash as a read's transaction gave it; NotFound if the experiment does not exist."""
+    if isinstance(reply, Exception):
+        raise reply
+    if not reply:
+        raise NotFound(f"experiment {exp!r} does not exist")
+    return {text(k): text(v) for k, v in reply.items()}
+
+
 class Replies:
     """A pipeline's commands queued under names, its replies given back by name."""
 
@@ -193,20 +202,37 @@ class ExperimentReads:
         """The state: config, threshold, global set, votes per arm, eliminations, counters (of
         every epoch, and of this one: epoch_messages, epoch_started_at), and the live figures of
         the load generator feeding it (None if none: see load_generator_figures), in one round
-        trip (two when a publication is due). Without `voters`, the votes, global set,
-        eliminations and counters are the last publication (lua/publish.lua), as anyone may
-        read them; with `voters` (the admin's view only), they are live, with the agent ids that
-        voted against each arm."""
-        meta = await self.core.meta(exp)
-        if not voters:
-            await self._publish_if_due(exp, meta)
+        trip (two when a publication is due; with `voters`, one more first: the arms). Without
+        `voters`, the votes, global set, eliminations and counters are the last publication
+        (lua/publish.lua), as anyone may read them; with `voters` (the admin's view only), they
+        are live, with the agent ids that voted against each arm."""
+        if voters:  # the voter sets: one SMEMBERS per arm, so the arms first
+            meta = await self.core.meta(exp)
+            replies = await self._read(exp, json.loads(meta["config"]))
+        else:  # the public read: its own meta tells whether a publication is due
+            replies = await self._read(exp)
+            meta = _meta_of(exp, replies["meta"])
+            if await self._publish_if_due(exp, meta):  # the read may predate the publication
+                replies = await self._read(exp)
+                meta = _meta_of(exp, replies["meta"])
         document = json.loads(meta["config"])
-        n_arms = len(document["arms"])
+        for name, reply in replies.items():
+            for part in reply if name == "voters" else [reply]:
+                if isinstance(part, Exception) and name != "lease":
+                    raise part
+        if voters:
+            meta = {text(k): text(v) for k, v in replies["meta"].items()} or meta
+        return state_of(exp, document, meta, replies, self.core.publish_cadence_ms)
+
+    async def _read(self, exp: str, document: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The replies `get` makes the state of, by name, in one transaction: given the config
+        `document`, the live voter sets (the admin's view) too."""
         named = Replies()
         async with self.redis.pipeline(transaction=True) as pipe:
             named.one("meta", pipe.hgetall(keys.meta(exp)))
             named.one("agents", pipe.zcard(keys.agents(exp)))
-            if voters:
+            if document is not None:
+                n_arms = len(document["arms"])
                 if document["params"].get("algorithm") == "cde":
                     named.one("report_counts", pipe.hgetall(keys.report_counts(exp)))
                 named.one("settled", pipe.smembers(keys.settled(exp)))
@@ -217,20 +243,15 @@ class ExperimentReads:
                     pipe.smembers(keys.voters(exp, arm))
             else:
                 named.one("settled", pipe.scard(keys.settled(exp)))
-                # the published eliminations: the first p_eliminations of the list (state_of)
-                named.one("eliminations", pipe.lrange(keys.eliminations(exp), 0, n_arms))
+                # the published eliminations: the first p_eliminations of the list (state_of;
+                # the list holds at most one per arm)
+                named.one("eliminations", pipe.lrange(keys.eliminations(exp), 0, -1))
             named.one("lease", pipe.get(keys.load_generator(exp)))
             # The lease is written by a process without admin rights: it may be anything, even a
             # key of another type (WRONGTYPE), which must not fail the read of the experiment.
-            replies = named.of(await pipe.execute(raise_on_error=False))
-        for name, reply in replies.items():
-            for part in reply if name == "voters" else [reply]:
-                if isinstance(part, Exception) and name != "lease":
-                    raise part
-        meta = {text(k): text(v) for k, v in replies["meta"].items()} or meta
-        return state_of(exp, document, meta, replies, self.core.publish_cadence_ms)
+            return named.of(await pipe.execute(raise_on_error=False))
 
-    async def _publish_if_due(self, exp: str, meta: dict[str, str]) -> None:
+    async def _publish_if_due(self, exp: str, meta: dict[str, str]) -> bool:
         """Take the publication that is due, if one is (lua/published.lua decides again, atomically):
         before a public read, so that an elimination shows at its cadence's tick even when no vote
         comes after it. An experiment never published (created before publications) gets its
@@ -239,7 +260,7 @@ class ExperimentReads:
         now = now_ms()
         batch, cadence = core.publish_batch, core.publish_cadence_ms
         if "p_votes" in meta and not publication_due(meta, now, batch, cadence):
-            return
+            return False
         unpublished = "p_votes" not in meta
         taken = await core.scripts.published(
             meta_key=keys.meta(exp),
@@ -255,6 +276,7 @@ class ExperimentReads:
         )
         if int(taken) == 1:
             core.on_change(exp)
+        return True
 
     async def revision(
         self, exp: str, lease: bool
