@@ -1,14 +1,15 @@
 """Full reads of the public documents, answered with the bytes the route rendered for their ETag.
 
 GET /v1/experiments/{id} ("state") and GET .../best-arm are what devices and dashboards read. A
-full read (no If-None-Match, or one that names an older document) still reads the experiment as the
-route does (store.get_with_status: the reference, which takes a publication that is due and keeps a
-decision's result), then computes the document's strong ETag (coordinator/caching.py). A strong tag
-names one document byte for byte: that is what a 304 already relies on. So when this process kept
-what the route sent under that tag, it sends those bytes again, without FastAPI's routing and
-dependencies, the certificate's computation and pydantic's validation and serialization (most of a
-full read's CPU: benchmarks/bench_reads.py). Otherwise the request goes on to the route, and its
-200 is kept under the ETag it carries (the route reads again: its own read is the reference).
+full read (no If-None-Match, or one that names an older document) reads the parts of the document's
+strong ETag as the route's read does (store.tag_parts: the same transaction, which takes a
+publication that is due), not the whole state, then computes the tag (coordinator/caching.py). A
+strong tag names one document byte for byte: that is what a 304 already relies on. So when this
+process kept what the route sent under that tag, it sends those bytes again, without building the
+state or its status, FastAPI's routing and dependencies, the certificate's computation and
+pydantic's validation and serialization (most of a full read's CPU: benchmarks/bench_reads.py).
+Otherwise the request goes on to the route, and its 200 is kept under the ETag it carries (the
+route reads the whole state, with its status and a decision's result: the reference).
 
 Kept: the last 200 of each (experiment, document), while they total at most MAX_BYTES (the oldest
 dropped first). A read of an experiment that does not exist goes on to the route, which answers
@@ -60,15 +61,14 @@ class RenderedDocuments(Step):
             return False
         key = (match.group(1), "best-arm" if match.group(2) else "state")
         try:
-            state = await scope["app"].state.store.get_with_status(key[0])
+            revision, lease = await scope["app"].state.store.tag_parts(key[0])
         except CoordinatorError:
             return False  # the route reads again and answers it (404)
         except RedisError as exc:  # as app.py's handler answers it: one timeout, not two
             error = StoreUnavailable.of(exc)
             await send_problem(ex.send, error.status, error.message, error.headers())
             return True
-        lease = state.tags.lease if key[1] == "state" else b""
-        tag = etag(key[1], state.tags.revision, lease)
+        tag = etag(key[1], revision, lease if key[1] == "state" else b"")
         condition = header(scope, b"if-none-match")
         if condition is not None and matching(condition.decode("latin-1"), tag) is not None:
             return False  # the route answers 304

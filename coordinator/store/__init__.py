@@ -119,6 +119,7 @@ class ExperimentStore:
         self.summaries = reads.summaries
         self.get = reads.get
         self.get_with_status = reads.get_with_status
+        self.tag_parts = reads.tag_parts
         self.revision = reads.revision
         self.due_at = reads.due_at
         self.announce_status = reads.announce_status

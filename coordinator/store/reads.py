@@ -26,6 +26,7 @@ from coordinator.store.state import (
     lease_bytes,
     publication_due,
     publication_due_at,
+    revision_of,
     state_of,
 )
 
@@ -223,6 +224,30 @@ class ExperimentReads:
         if voters:
             meta = {text(k): text(v) for k, v in replies["meta"].items()} or meta
         return state_of(exp, document, meta, replies, self.core.publish_cadence_ms)
+
+    async def tag_parts(self, exp: str) -> tuple[tuple[str, ...], bytes]:
+        """What a public document's ETag is made of (REVISION_FIELDS, the load generator's lease),
+        read as `get`'s public read reads them: the same transaction (HGETALL of the meta hash,
+        LRANGE of the eliminations, GET of the lease), a publication that is due taken first, and
+        NotFound if the experiment does not exist; without building the state or its status, which
+        a strong tag already determines (coordinator/documents.py answers with what it kept)."""
+        replies = await self._tag_read(exp)
+        meta = _meta_of(exp, replies[0])
+        if await self._publish_if_due(exp, meta):  # the read may predate the publication
+            replies = await self._tag_read(exp)
+            meta = _meta_of(exp, replies[0])
+        if isinstance(replies[1], Exception):
+            raise replies[1]
+        return revision_of(meta), lease_bytes(replies[2])
+
+    async def _tag_read(self, exp: str) -> list[Any]:
+        """The meta hash, the eliminations and the lease, in one transaction (the lease may be
+        anything, even a key of another type: lease_bytes, not an error)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(keys.meta(exp))
+            pipe.lrange(keys.eliminations(exp), 0, -1)
+            pipe.get(keys.load_generator(exp))
+            return list(await pipe.execute(raise_on_error=False))
 
     async def _read(self, exp: str, document: dict[str, Any] | None = None) -> dict[str, Any]:
         """The replies `get` makes the state of, by name, in one transaction: given the config
