@@ -30,12 +30,13 @@ from typer.core import TyperGroup
 
 from common.algorithms import ALGORITHMS, USER_SUBROUTINES, AlgorithmConfig
 from common.cde import DEFAULT_PRIVACY
-from common.certificate import REPORTS, VOTES, Certificate, certify_simulation, upper
+from common.certificate import REPORTS, VOTES, Certificate, certify_simulation
 from common.environments import build_problem
 from common.errors import ParameterError
 from common.hillel import HILLEL_ALGORITHMS, HillelConfig
 from common.params import REWARD_FAMILIES
 from common.privacy import certified_epsilon, hit_rate_uniform_prior, privacy_statement
+from common.rounding import upper
 from common.simulation import ENGINES, SimulationConfig, TrialResult, run_trials, summarize
 from common.simulation.config import ATTACKS, DEFAULT_BUDGET
 from common.simulation.runner import simulation_warnings

@@ -44,13 +44,13 @@ from common.certificate import (
     Certificate,
     certify,
     largest_local_error,
-    upper,
 )
 from common.environments import Environment, build_problem
 from common.errors import ParameterError
 from common.lower_bound import LowerBound, lower_bound
 from common.params import ceil_log_ratio
 from common.privacy import certifies, papers_privacy
+from common.rounding import upper
 from common.simulation import SimulationConfig, TrialResult, trial_seeds
 from common.stats import Described, describe
 from dexp.engines import trial_function

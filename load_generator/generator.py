@@ -70,8 +70,8 @@ import redis
 from clients.coordinator import CoordinatorClient
 from clients.redis import connect_redis
 from common import redis_keys as keys
-from common.certificate import upper
 from common.environments import Problem, build_problem
+from common.rounding import upper
 from common.wire import encode_rewards
 from load_generator.backlog import SAMPLE, BacklogGauge
 from load_generator.lease import Lease
