@@ -1360,27 +1360,22 @@ def _rng_state(seed: np.random.SeedSequence | int) -> np.ndarray:
     return state
 
 
-def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> TrialResult:
-    """One trial, same semantics (and output distribution) as `reference.run_trial`; CDE's
-    trials are drawn by their own vectorized engine (common.simulation.cde_fast)."""
-    if config.algorithm.reports:
-        return cde_fast.run_trial(config, seed)
+def _int_parameters(config: SimulationConfig) -> np.ndarray:
+    """ip: what the kernel reads as integers (P_*)."""
     env = config.environment
     algo = config.algorithm
-    n_arms, n_agents = env.n_arms, config.n_agents
+    n_agents = config.n_agents
     params = config.local_params()
     central = algo.algorithm == "central"
-    voting = algo.votes
     sub = algo.local_subroutine
-
     ip = np.zeros(P_SIZE, np.int64)
     ip[P_N] = 1 if central else n_agents
-    ip[P_K] = n_arms
+    ip[P_K] = env.n_arms
     ip[P_SUB] = _SUB_CODES[sub]
     ip[P_SHUFFLE] = sub in _SHUFFLED
     ip[P_SER4] = sub == "ser4" and params.phi > 0
     ip[P_GLOBAL_RESET] = algo.global_reset
-    ip[P_VOTING] = voting and not central
+    ip[P_VOTING] = algo.votes and not central
     ip[P_RETIRE] = config.stop == "global" and not central
     ip[P_EVERY_ARM] = params.every_arm
     ip[P_BOUNDED] = env.bounded
@@ -1390,14 +1385,51 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
     ip[P_ATTACKERS] = 0 if central else config.attackers
     ip[P_ATTACKED] = config.attacked_arm
     ip[P_BOUND], ip[P_RULE] = _BOUNDS_AND_RULES.get(sub, (B_HOEFFDING, R_LUCB))
+    return ip
+
+
+def _float_parameters(config: SimulationConfig) -> np.ndarray:
+    """fp: what the kernel reads as floats (F_*), RADIUS_SCALE as it is now."""
+    params = config.local_params()
     fp = np.zeros(F_SIZE)
     fp[F_EPS] = params.epsilon
     fp[F_CONF] = params.confidence
     fp[F_SIGMA] = params.sigma if params.sigma is not None else 1.0
     fp[F_PHI] = params.phi
     fp[F_DP_EPS] = params.dp_epsilon
-    fp[F_DROP] = algo.vote_drop
+    fp[F_DROP] = config.algorithm.vote_drop
     fp[F_RADIUS] = RADIUS_SCALE
+    return fp
+
+
+def _central_result(
+    t: int, held: np.ndarray, active0: np.ndarray, n_agents: int, optimal: np.ndarray
+) -> TrialResult:
+    """The central baseline: one learner, N - 1 broadcasts per activation; without a decision
+    its answer is its first active arm."""
+    done = bool(held[0] >= 0)
+    best = int(held[0]) if done else int(np.flatnonzero(active0)[0])
+    return TrialResult(
+        sample_complexity=t,
+        messages=t * (n_agents - 1),
+        best_arm=best,
+        correct=done and bool(optimal[best]),
+        stopped_by="global" if done else "budget",
+        agent_arms=np.array([best if done else -1]),
+    )
+
+
+def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> TrialResult:
+    """One trial, same semantics (and output distribution) as `reference.run_trial`; CDE's
+    trials are drawn by their own vectorized engine (common.simulation.cde_fast)."""
+    if config.algorithm.reports:
+        return cde_fast.run_trial(config, seed)
+    env = config.environment
+    algo = config.algorithm
+    n_agents = config.n_agents
+    central = algo.algorithm == "central"
+    voting = algo.votes
+    ip, fp = _int_parameters(config), _float_parameters(config)
     mu0 = np.asarray(env.means, dtype=np.float64)
     drift = env.drift_array.astype(np.float64)
     base = np.ones(1) if central else np.asarray(config.probabilities(), dtype=np.float64)
@@ -1422,16 +1454,7 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
     optimal = mu >= mu.max() - algo.epsilon
 
     if central:
-        done = bool(held[0] >= 0)
-        best = int(held[0]) if done else int(np.flatnonzero(active0)[0])
-        return TrialResult(
-            sample_complexity=t,
-            messages=t * (n_agents - 1),
-            best_arm=best,
-            correct=done and bool(optimal[best]),
-            stopped_by="global" if done else "budget",
-            agent_arms=np.array([best if done else -1]),
-        )
+        return _central_result(t, held, active0, n_agents, optimal)
 
     agent_arms = held.astype(np.int64)  # -1 for the Byzantine agents: they hold nothing
     candidates: list[int] = []
