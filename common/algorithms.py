@@ -48,6 +48,9 @@ ALGORITHMS = ("de", "ce", "dp-mase", "cde", "independent", "central")
 VOTING = ("de", "ce", "dp-mase")
 REPORTING = ("cde",)  # one randomized report per agent (common.cde)
 TOLERANT = VOTING + REPORTING
+# Hillel et al.'s synchronous players (common/hillel.py): not DE, no AlgorithmConfig; named here so
+# that choosing one needs no compiler loaded.
+HILLEL_ALGORITHMS = ("hillel-one-round", "hillel-multi-round")
 
 
 @dataclass(frozen=True)

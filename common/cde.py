@@ -42,6 +42,7 @@ import numpy as np
 from common.binomial import RELATIVE_MARGIN
 from common.errors import ParameterError
 from common.race import none_reach, race
+from common.rounding import upper
 
 # P when none is asked for: the hit-rate bound under a uniform prior over which arm is best,
 # equivalently e0 = log(P (K - 1) / (1 - P))
@@ -113,8 +114,6 @@ def hit_rate_uniform_prior(privacy: float, n_arms: int, optimal_arms: int = 1) -
 def privacy_sentence(privacy: float, n_arms: int) -> str:
     """What `certified_epsilon` means for every prior, then the hit rate under a uniform prior,
     where the number of eps-optimal arms is not known (the services do not know the means)."""
-    from common.certificate import upper  # common.certificate imports this module
-
     odds = report_odds(privacy, n_arms)
     two = hit_rate_uniform_prior(privacy, n_arms, 2)  # 1 with two arms: both eps-optimal
     return (

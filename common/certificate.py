@@ -24,7 +24,6 @@ threshold from N can reuse them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -33,8 +32,9 @@ from common import cde
 from common.algorithms import AlgorithmConfig
 from common.binomial import RELATIVE_MARGIN, binomial_tail
 from common.errors import ParameterError
+from common.rounding import lower, upper
 
-if TYPE_CHECKING:  # common.simulation imports common.votes, which imports this module
+if TYPE_CHECKING:  # a type only: the coordinator, which certifies, never loads the simulators
     from common.simulation.config import SimulationConfig
 
 ZETA3 = 1.2020569031595942  # Apery's constant, zeta(3)
@@ -131,31 +131,6 @@ def local_error(algo: AlgorithmConfig, n_arms: int, n_agents: int) -> float:
     times 1 - xi under CE."""
     confidence = algo.local_confidence(n_arms, n_agents)
     return LOCAL_ERROR_FACTORS[algo.local_subroutine] * confidence * (1.0 - algo.vote_drop)
-
-
-def upper(x: float) -> str:
-    """x rounded up to 3 significant digits (a bound stays a bound), as short text: a probability,
-    or a figure above 1 such as CDE's e0 (without an exponent)."""
-    return _round(x, math.ceil)
-
-
-def lower(x: float) -> str:
-    """x rounded down to 3 significant digits (a limit stays within itself)."""
-    return _round(x, math.floor)
-
-
-def _round(x: float, direction: Callable[[float], int]) -> str:
-    if x <= 0.0 or x == 1.0 or not math.isfinite(x):
-        return f"{x:g}"
-    exponent = math.floor(math.log10(x)) - 2
-    scaled = x / 10.0**exponent
-    nearest = round(scaled)
-    digits = nearest if abs(scaled - nearest) < 1e-9 else direction(scaled)
-    value = digits * 10.0**exponent
-    if x < 1.0:
-        return f"{value:.3g}"
-    text = f"{value:.{max(0, -exponent)}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 @dataclass(frozen=True)

@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from common.algorithms import HILLEL_ALGORITHMS
 from common.environments import Environment
 from common.errors import ParameterError
 
-HILLEL_ALGORITHMS = ("hillel-one-round", "hillel-multi-round")
 EXPLORE_CONFIDENCE = 1.0 / 3.0  # A's failure probability in Algorithms 1 and 2
 MAX_ROUNDS = 64  # multi-round with epsilon = 0 and two equal best arms would never stop
 

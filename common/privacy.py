@@ -56,9 +56,9 @@ import numpy as np
 
 from common import cde
 from common.algorithms import AlgorithmConfig
-from common.certificate import upper
 from common.errors import ParameterError
 from common.params import corrupted_local_confidence
+from common.rounding import upper
 from common.simulation.config import SimulationConfig, TrialResult
 from common.stats import clustered_rate_interval, describe
 

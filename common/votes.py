@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from common.certificate import upper
+from common.rounding import upper
 
 
 class VoteOutcome(StrEnum):

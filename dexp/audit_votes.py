@@ -25,10 +25,11 @@ from rich.table import Table
 from common.activation import Activation
 from common.algorithms import AlgorithmConfig
 from common.cde import DEFAULT_PRIVACY
-from common.certificate import certify_simulation, upper
+from common.certificate import certify_simulation
 from common.environments import Environment, build_problem
 from common.errors import ParameterError
 from common.privacy import audit_votes
+from common.rounding import upper
 from common.simulation import SimulationConfig, TrialResult, run_trials
 from common.simulation.config import DEFAULT_BUDGET
 from common.stats import proportion_interval

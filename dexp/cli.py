@@ -8,78 +8,47 @@ Bad arguments exit with status 2 and one line on stderr (`error: eta=1.5 is inva
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
     TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Table
 from typer.core import TyperGroup
 
-from common.algorithms import ALGORITHMS, USER_SUBROUTINES, AlgorithmConfig
+from common.algorithms import USER_SUBROUTINES, AlgorithmConfig
 from common.cde import DEFAULT_PRIVACY
-from common.certificate import REPORTS, VOTES, Certificate, certify_simulation, upper
-from common.environments import build_problem
 from common.errors import ParameterError
-from common.hillel import HILLEL_ALGORITHMS, HillelConfig
-from common.params import REWARD_FAMILIES
-from common.privacy import certified_epsilon, hit_rate_uniform_prior, privacy_statement
-from common.simulation import ENGINES, SimulationConfig, TrialResult, run_trials, summarize
-from common.simulation.config import ATTACKS, DEFAULT_BUDGET
-from common.simulation.runner import simulation_warnings
-from common.stats import describe, proportion_interval
+from common.rounding import upper
+from common.simulation import ENGINES
+from common.simulation.config import DEFAULT_BUDGET
 from dexp.admin import AdminError, tickets_app
 from dexp.audit import audit_app
 from dexp.dubey import DEFAULT_TRIALS as DUBEY_TRIALS
 from dexp.dubey import DUBEY_EXPERIMENTS, regret_app
-from dexp.engines import EngineUnavailable, check_engine, trial_function
+from dexp.engines import EngineUnavailable, check_engine
 from dexp.manage import experiments_app
 from dexp.options import (
     DEFAULT_PROBLEM,
     PRIVACY_HELP,
     ActivationOption,
-    AttackOption,
-    BudgetOption,
     DeclareOption,
     DriftOption,
-    EngineOption,
-    ExactLocalErrorOption,
     MeansOption,
-    PhiOption,
     ProblemOption,
-    PullsOption,
     RewardsOption,
-    StopOption,
-    ToleranceOption,
-    WorkersOption,
+    check_at_least,
     default_eta,
+    parse_ints,
 )
 from dexp.plan import plan
+from dexp.simulate_cmd import simulate
+from dexp.terminal import console, fmt, progress
 from dexp.watch import watch
-
-PULLS = ("one", "every-arm")
-CDE_STOP_HELP = {
-    "all-agents": "an arm has M reports, or none can get them; agents keep being activated after "
-    "reporting (Feraud et al.)",
-    "global": "an arm has M reports, or none can get them; agents retire once they reported (Rio "
-    "et al.)",
-}
-STOP_HELP = {
-    "all-agents": "every agent holds one arm that is still in the global set (Feraud et al.)",
-    "global": "the global set has one arm; agents with one local arm retire (Rio et al.)",
-}
 
 
 def _fail(message: str, code: int = 2, prefix: str = "error") -> NoReturn:
@@ -148,589 +117,7 @@ app = typer.Typer(
 )
 
 
-def _console(stderr: bool = False) -> Console:
-    """Made per call, on the current sys.stdout/stderr; wide when not a terminal (logs, pipes)."""
-    console = Console(stderr=stderr, highlight=False)
-    if not console.is_terminal:
-        console = Console(stderr=stderr, highlight=False, width=160)
-    return console
-
-
-# ----------------------------------------------------------------------------- parsing
-
-
-def parse_ints(name: str, text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ParameterError(name, text, "must be comma-separated integers") from None
-    if not values:
-        raise ParameterError(name, text, "must be comma-separated integers")
-    return values
-
-
-def check_choice(name: str, value: str, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ParameterError(name, value, f"must be one of {', '.join(choices)}")
-    return value
-
-
-def check_at_least(name: str, value: int, low: int) -> int:
-    if value < low:
-        raise ParameterError(name, value, f"must be >= {low}")
-    return value
-
-
-# ----------------------------------------------------------------------------- simulate
-
-
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=_console(stderr=True),
-        transient=False,
-    )
-
-
-def _json_number(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
-def voted_out(result: TrialResult, best: int) -> bool:
-    """Whether the best arm left the global set in the trial's last epoch: the event
-    certified_failure bounds (common/certificate.py)."""
-    return any(e.arm == best and e.epoch == result.resets for e in result.eliminations)
-
-
-def summary_json(results: list[TrialResult], best: int | None = None) -> dict[str, Any]:
-    """common.simulation.summarize, with sorted stop counts, a 95% CI on each mean and a 95%
-    Wilson interval on the failure and tie rates; with the `best` arm, how often it was voted out
-    (what certified_failure bounds), with its interval."""
-    summary = summarize(results)
-    if best is not None:
-        out = sum(voted_out(r, best) for r in results)
-        summary["best_arm_voted_out"] = out
-        summary["best_arm_voted_out_rate"] = out / len(results)
-        summary["best_arm_voted_out_ci95"] = list(proportion_interval(out, len(results)))
-    summary["stopped_by"] = dict(sorted(summary["stopped_by"].items()))
-    for metric in ("sample_complexity", "messages"):
-        d = describe([getattr(r, metric) for r in results])
-        summary[metric]["ci95"] = [d.ci95_low, d.ci95_high] if math.isfinite(d.ci95_low) else None
-    for count in ("failures", "ties"):
-        rate = "failure_rate" if count == "failures" else "tie_rate"
-        summary[f"{rate}_ci95"] = list(proportion_interval(summary[count], len(results)))
-    return summary
-
-
-TIE_MEANING = (
-    "tie: the votes can remove none of the remaining arms (the candidates). The best arm is "
-    "among them unless M agents voted it out by error (at most the certified failure above, "
-    "docs/SUBROUTINES.md) or another arm is within eps of it (then either may have been voted "
-    "out without error); nothing is said about how they compare. best arm = the candidate with "
-    "the fewest votes; correct = every candidate is eps-optimal."
-)
-
-
-def simulation_certificate(config: SimulationConfig, certificate: Certificate) -> str:
-    """The certificate's sentence, and what it means on this simulated problem, whose means are
-    known: whether another arm is within eps of the best (then the best arm can also leave without
-    error, which the bound does not cover)."""
-    statement = certificate.statement()
-    if certificate.kind == REPORTS:
-        return f"{statement} {_reports_here(config, certificate)}"
-    if certificate.kind != VOTES or config.algorithm.algorithm == "dp-mase":
-        return statement
-    best, near = config.attacked_arm, _near_best(config)
-    if near:
-        arms = ", ".join(str(a) for a in near)
-        return (
-            f"{statement} Here arm {arms} is within epsilon of the best arm {best}: the best arm "
-            "can also leave without error, which this does not bound."
-        )
-    return (
-        f"{statement} Here no other arm is within epsilon of the best arm {best}: how often it is "
-        "voted out (best arm voted out) must stay within the bound."
-    )
-
-
-def _near_best(config: SimulationConfig) -> list[int]:
-    """The other arms within eps of the best arm (`attacked_arm`) at t = 0."""
-    means = config.environment.means_at(0)
-    best = config.attacked_arm
-    bar = means[best] - config.algorithm.epsilon
-    return [a for a in range(len(means)) if a != best and means[a] >= bar]
-
-
-def _local_run(config: SimulationConfig) -> str:
-    """CDE's local run in words: its pulls and activations, and the stress mode."""
-    algo, k = config.algorithm, config.environment.n_arms
-    per_arm = config.local_budget if algo.every_arm else config.local_budget // k
-    run = f"{per_arm} pulls per arm, report at the agent's activation {config.local_budget:,}"
-    if config.exact_local_error:
-        return (
-            f"{run}; stress mode: the local answer ignores the rewards, each arm that is not "
-            f"eps-optimal with probability eta/(K-1) = {algo.eta / (k - 1):.4g}, the eps-optimal "
-            "arms an even share of the rest"
-        )
-    return run
-
-
-def _reports_here(config: SimulationConfig, certificate: Certificate) -> str:
-    """CDE on a known instance: the whole bound applies to the failure rate, whatever the number
-    of eps-optimal arms; it says how many there are."""
-    best, near = config.attacked_arm, _near_best(config)
-    rate = (
-        "the failure rate (an answer that is not eps-optimal, or none) must stay within the bound"
-    )
-    if near:
-        arms = ", ".join(str(a) for a in near)
-        return (
-            f"Here arm {arms} is within epsilon of the best arm {best} ({len(near) + 1} arms are "
-            f"eps-optimal): {rate}, which holds whatever their number."
-        )
-    return f"Here no other arm is within epsilon of the best arm {best}: {rate}."
-
-
-def check_cde_options(algorithm: str, privacy: float | None, exact_local_error: bool) -> None:
-    """--privacy and --exact-local-error are CDE's: refused elsewhere, even at their defaults."""
-    if algorithm == "cde":
-        return
-    if privacy is not None:
-        raise ParameterError("privacy", privacy, "a privacy bound is for --algorithm cde only")
-    if exact_local_error:
-        raise ParameterError(
-            "exact_local_error", True, "the stress mode of CDE's local runs: --algorithm cde only"
-        )
-
-
-def _warn(message: str) -> None:
-    """One line on stderr; the exit status does not change."""
-    sys.stderr.write(f"warning: {' '.join(message.split())}\n")
-    sys.stderr.flush()
-
-
-@app.command()
-def simulate(
-    problem: ProblemOption = None,
-    means: MeansOption = None,
-    rewards: RewardsOption = None,
-    drift: DriftOption = None,
-    agents: Annotated[int, typer.Option(help="Number of agents N.")] = 32,
-    activation: ActivationOption = None,
-    algorithm: Annotated[
-        str, typer.Option(help=" | ".join((*ALGORITHMS, *HILLEL_ALGORITHMS)))
-    ] = "de",
-    subroutine: Annotated[str, typer.Option(help=" | ".join(USER_SUBROUTINES))] = "ser3",
-    epsilon: Annotated[
-        float, typer.Option(help="Target accuracy eps (hillel-*: 0 = the best arm).")
-    ] = 0.25,
-    delta: Annotated[float, typer.Option(help="Global failure probability.")] = 0.05,
-    eta: Annotated[
-        float | None,
-        typer.Option(
-            help="Local failure probability (DE, CE, CDE; default 0.9, cde 0.1). Certifies 1 - eta; a higher eta does not make votes reveal less (dexp audit votes)."
-        ),
-    ] = None,
-    xi: Annotated[float, typer.Option(help="CE: probability of dropping a vote.")] = 0.0,
-    dp_epsilon: Annotated[
-        float,
-        typer.Option(help="DP-MASE: eps_dp, the differential privacy of each agent's rewards."),
-    ] = 0.1,
-    beta: Annotated[float, typer.Option(help="DP-MASE: local failure probability.")] = 0.5,
-    phi: PhiOption = 0.0,
-    privacy: Annotated[
-        float | None,
-        typer.Option(help=f"{PRIVACY_HELP} (default {DEFAULT_PRIVACY:g})."),
-    ] = None,
-    exact_local_error: ExactLocalErrorOption = False,
-    declare: DeclareOption = "bernoulli",
-    tolerance: ToleranceOption = 0,
-    attackers: Annotated[
-        int,
-        typer.Option(
-            help="Byzantine agents: agents 0..A-1 vote against the best arm and nothing else "
-            "(cde: report an arm that is not eps-optimal, as --attack says)."
-        ),
-    ] = 0,
-    attack: AttackOption = "fixed",
-    pulls: PullsOption = "one",
-    stop: StopOption = "all-agents",
-    budget: BudgetOption = DEFAULT_BUDGET,
-    trials: Annotated[int, typer.Option(help="Number of trials.")] = 20,
-    seed: Annotated[
-        int, typer.Option(help="Seed; trial i uses SeedSequence(seed).spawn(T)[i].")
-    ] = 0,
-    horizon: Annotated[
-        int | None,
-        typer.Option(help="hillel-one-round: T, pulls per agent of one run (required)."),
-    ] = None,
-    repeats: Annotated[
-        int | None,
-        typer.Option(
-            help="hillel-one-round: runs in parallel, majority answer (default from delta)."
-        ),
-    ] = None,
-    max_time: Annotated[
-        int | None, typer.Option(help="hillel-multi-round: most pulls per agent (default none).")
-    ] = None,
-    workers: WorkersOption = 1,
-    engine: EngineOption = "fast",
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object on stdout.")
-    ] = False,
-    per_trial: Annotated[
-        bool | None,
-        typer.Option(
-            "--per-trial/--no-per-trial", help="Table of trials (default: when trials <= 30)."
-        ),
-    ] = None,
-) -> None:
-    """Run seeded trials of one configuration and report sample complexity, messages, failures
-    and ties. Warnings (ties possible with N < 2M - 1; DSER4 resets faster than a run) go to
-    stderr and leave the exit status alone."""
-    # The parser the load generator uses too: a named problem, possibly with its means, rewards
-    # or drift replaced, or a problem made of --means alone.
-    name = problem if problem is not None or means is not None else DEFAULT_PROBLEM
-    built = build_problem(name, means, rewards, drift, activation)
-    env, act = built.environment, built.activation
-    check_choice("pulls", pulls, PULLS)
-    check_at_least("trials", trials, 1)
-    check_at_least("workers", workers, 1)
-    check_at_least("seed", seed, 0)
-    check_at_least("agents", agents, 1)
-    check_cde_options(algorithm, privacy, exact_local_error)
-    check_choice("declare", declare, REWARD_FAMILIES)
-    check_choice("attack", attack, ATTACKS)
-    if algorithm in HILLEL_ALGORITHMS:
-        _simulate_hillel(built, name, algorithm, agents, epsilon, delta, horizon, repeats,
-                         max_time, trials, seed, as_json, per_trial)  # fmt: skip
-        return
-    for option, value in (("horizon", horizon), ("repeats", repeats), ("max_time", max_time)):
-        if value is not None:
-            raise ParameterError(option, value, "is for the hillel-* algorithms only")
-    check_engine(engine)
-    eta = default_eta(algorithm) if eta is None else eta
-    algo = AlgorithmConfig(
-        algorithm=algorithm,
-        subroutine=subroutine,
-        epsilon=epsilon,
-        delta=delta,
-        eta=eta,
-        xi=xi,
-        dp_epsilon=dp_epsilon,
-        beta=beta,
-        phi=phi,
-        every_arm=pulls == "every-arm",
-        tolerance=tolerance,
-        privacy=DEFAULT_PRIVACY if privacy is None else privacy,
-    )
-    config = SimulationConfig(
-        environment=env,
-        algorithm=algo,
-        n_agents=agents,
-        activation=act,
-        stop=stop,
-        budget=budget,
-        attackers=attackers,
-        attack=attack,
-        exact_local_error=exact_local_error,
-        declare_bernoulli=declare == "bernoulli",
-    )
-    trial_function(engine)
-    certificate = certify_simulation(config)
-    epsilon_bound, hit_bound = certified_epsilon(config), hit_rate_uniform_prior(config)
-    warnings = simulation_warnings(config, seed)
-    uncertified = certificate.warning()  # certified failure above delta: what would certify it
-    warnings += [uncertified] if uncertified else []
-    for warning in warnings:
-        _warn(warning)
-
-    with _progress() as progress:
-        label = algorithm if algo.reports else f"{algorithm}-{subroutine}"
-        task = progress.add_task(f"{label} N={agents}", total=trials)
-        results = run_trials(
-            config,
-            trials,
-            seed=seed,
-            engine=engine,
-            workers=workers,
-            on_trial=lambda _r: progress.advance(task),
-        )
-
-    config_json: dict[str, Any] = {
-        "problem": name,  # the named problem, if any; the fields below are what ran
-        "means": list(env.means),
-        "rewards": env.rewards,
-        "sigma": None if env.bounded else env.sigma,
-        "drift": list(env.drift),
-        "agents": agents,
-        "activation": act.spec,
-        "algorithm": algorithm,
-        "subroutine": subroutine,
-        "local_subroutine": algo.local_subroutine,
-        "epsilon": epsilon,
-        "delta": delta,
-        "eta": eta,
-        "xi": xi,
-        "dp_epsilon": dp_epsilon,
-        "beta": beta,
-        "phi": phi,
-        "privacy": algo.privacy if algo.reports else None,
-        "declared_rewards": "bernoulli" if config.bernoulli else None,
-        "pulls_per_arm": config.local_params().pulls,
-        "exact_local_error": exact_local_error,
-        "tolerance": tolerance,
-        "attackers": attackers,
-        "attack": attack,
-        "pulls": pulls,
-        "every_arm": algo.every_arm,
-        "stop": stop,
-        "budget": budget,
-        "trials": trials,
-        "seed": seed,
-        "workers": workers,
-        "engine": engine,
-    }
-    summary = summary_json(results, None if algo.reports else config.attacked_arm)
-    statement = simulation_certificate(config, certificate)
-    if as_json:
-        document = {
-            "config": config_json,
-            "threshold": config.threshold,
-            "certified_failure": certificate.failure,
-            "certificate": statement,
-            "certified_epsilon": None if epsilon_bound is None else round(epsilon_bound, 12),
-            "hit_rate_uniform_prior": None if hit_bound is None else round(hit_bound, 12),
-            "privacy_certificate": privacy_statement(config),
-            "warnings": warnings,
-            "trials": [r.to_json() for r in results],
-            "summary": summary,
-        }
-        sys.stdout.write(json.dumps(document, indent=2) + "\n")
-        return
-    show_per_trial = trials <= 30 if per_trial is None else per_trial
-    replaced = {
-        "means": means is not None,
-        "rewards": rewards is not None,
-        "drift": drift is not None,
-    }
-    print_simulation(
-        config,
-        {**config_json, "replaced": replaced},
-        results,
-        summary,
-        show_per_trial,
-        (certificate.failure, statement),
-    )
-
-
-def _simulate_hillel(
-    built: Any,
-    name: str | None,
-    algorithm: str,
-    agents: int,
-    epsilon: float,
-    delta: float,
-    horizon: int | None,
-    repeats: int | None,
-    max_time: int | None,
-    trials: int,
-    seed: int,
-    as_json: bool,
-    per_trial: bool | None,
-) -> None:
-    """Hillel et al.'s synchronous players (dexp/hillel.py): no activation process, no votes."""
-    from dexp.hillel import simulate as simulate_hillel
-
-    config = HillelConfig(
-        environment=built.environment,
-        algorithm=algorithm,
-        n_agents=agents,
-        epsilon=epsilon,
-        delta=delta,
-        horizon=horizon,
-        repeats=repeats,
-        max_time=max_time,
-    )
-    simulate_hillel(config, name, trials, seed, as_json, per_trial)
-
-
-def _fmt(x: float) -> str:
-    if not math.isfinite(x):
-        return "-"
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
-
-
-def print_simulation(
-    config: SimulationConfig,
-    params: dict[str, Any],
-    results: list[TrialResult],
-    summary: dict[str, Any],
-    per_trial: bool,
-    certified: tuple[float, str] | None = None,
-) -> None:
-    out = _console()
-    algo = config.algorithm
-    env = config.environment
-    table = Table(title="dexp simulate", show_header=False, title_justify="left")
-    table.add_column("parameter", style="bold")
-    table.add_column("value")
-    means = ", ".join(f"{m:g}" for m in env.means)
-    arms = f"{env.rewards}" + ("" if env.bounded else f" sigma={env.sigma:g}")
-    replaced = [k for k in ("means", "rewards", "drift") if params["replaced"][k]]
-    problem = params["problem"] or "(custom)"
-    if params["problem"] and replaced:
-        problem += f" with its {'/'.join(replaced)} replaced"
-    table.add_row("problem", problem)
-    table.add_row("arms", f"{env.n_arms} {arms}: {means}" + (" (drifting)" if env.drift else ""))
-    table.add_row("agents N", str(config.n_agents))
-    table.add_row("activation", config.activation.spec)
-    table.add_row("algorithm", f"{algo.algorithm} with {algo.local_subroutine}")
-    privacy = f"epsilon={algo.epsilon:g} delta={algo.delta:g} eta={algo.eta:g}"
-    if algo.algorithm == "ce":
-        privacy += f" xi={algo.xi:g}"
-    if algo.algorithm == "dp-mase":
-        privacy += f" dp_epsilon={algo.dp_epsilon:g} beta={algo.beta:g}"
-    if algo.subroutine == "ser4":
-        privacy += f" phi={algo.phi:g}"
-    if algo.reports:
-        privacy += f" privacy={algo.privacy:g}"
-    table.add_row("parameters", privacy)
-    table.add_row("pulls", params["pulls"])
-    if algo.reports:
-        table.add_row("local run", _local_run(config))
-    base = algo.base_threshold(env.n_arms)
-    if config.threshold is None:
-        threshold = "none (no votes)"
-    elif algo.reports:
-        liars = f", f={algo.tolerance} of them may lie" if algo.tolerance else ""
-        threshold = (
-            f"{config.threshold} reports accept an arm (chosen from N={config.n_agents}{liars})"
-        )
-    elif algo.tolerance > 0:
-        threshold = f"{config.threshold} (M={base} + tolerance f={algo.tolerance})"
-    else:
-        threshold = str(config.threshold)
-    table.add_row("threshold M", threshold)
-    byzantine = f"tolerance f={algo.tolerance}; attackers {config.attackers}"
-    if config.attackers:
-        last = config.attackers - 1
-        who = "agent 0" if last == 0 else f"agents 0-{last}"
-        if algo.reports and config.attack == "adaptive":
-            byzantine += (
-                f" ({who} wait until an arm that is not eps-optimal has M - "
-                f"{config.attackers} honest reports, then all report it)"
-            )
-        elif algo.reports:
-            byzantine += f" ({who} report arm {config.lie_arm} at once)"
-        else:
-            byzantine += f" ({who} vote against arm {config.attacked_arm} only)"
-    table.add_row("byzantine", byzantine)
-    stop_help = CDE_STOP_HELP if algo.reports else STOP_HELP
-    table.add_row("stop rule", f"{config.stop}: {stop_help[config.stop]}")
-    table.add_row(
-        "trials", f"{params['trials']} (seed {params['seed']}, engine {params['engine']})"
-    )
-    out.print(table)
-
-    # Suspects (agents that voted against the returned arm) are shown in a Byzantine setting.
-    byzantine_run = config.attackers > 0 or algo.tolerance > 0
-    any_tie = summary["ties"] > 0
-    if per_trial:
-        trials = Table(title="trials", title_justify="left")
-        columns = ["trial", "sample complexity", "messages", "best arm", "correct", "stopped by"]
-        if any_tie:
-            columns.append("candidates")
-        if byzantine_run:
-            columns.append("suspects")
-        for column in columns:
-            trials.add_column(column, justify="right" if column != "stopped by" else "left")
-        for i, r in enumerate(results):
-            row = [
-                str(i),
-                f"{r.sample_complexity:,}",
-                f"{r.messages:,}",
-                str(r.best_arm),
-                "yes" if r.correct else "[red]no[/red]",
-                r.stopped_by,
-            ]
-            if any_tie:
-                row.append(",".join(str(a) for a in r.candidates))
-            if byzantine_run:
-                row.append(str(len(r.suspects)))
-            trials.add_row(*row)
-        out.print(trials)
-
-    table = Table(title=f"summary of {len(results)} trials", title_justify="left")
-    for column in ("metric", "mean", "std", "95% CI"):
-        table.add_column(column, justify="left" if column == "metric" else "right")
-    for metric, label in (("sample_complexity", "sample complexity"), ("messages", "messages")):
-        s = summary[metric]
-        ci = s["ci95"]
-        table.add_row(
-            label,
-            _fmt(s["mean"]),
-            _fmt(s["std"]),
-            f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "-",
-        )
-    if algo.vote_drop > 0:
-        table.add_row("  of which settled", _fmt(summary["settled_messages"]), "", "")
-    n = len(results)
-    for label, rate, count in (
-        ("failure rate", "failure_rate", "failures"),
-        ("tie rate", "tie_rate", "ties"),
-    ):
-        low, high = summary[f"{rate}_ci95"]
-        table.add_row(
-            label, f"{summary[rate]:.3f}", "", f"[{low:.3f}, {high:.3f}] ({summary[count]}/{n})"
-        )
-    if certified is not None and "best_arm_voted_out" in summary:
-        low, high = summary["best_arm_voted_out_ci95"]
-        out_count = summary["best_arm_voted_out"]
-        table.add_row(
-            "best arm voted out",
-            f"{summary['best_arm_voted_out_rate']:.3f}",
-            "",
-            f"[{low:.3f}, {high:.3f}] ({out_count}/{n})",
-        )
-        table.add_row("certified failure", upper(certified[0]), "", "at most (see below)")
-    if certified is not None and algo.reports:
-        table.add_row("certified failure", upper(certified[0]), "", "at most (see below)")
-        e0, hit = certified_epsilon(config), hit_rate_uniform_prior(config)
-        table.add_row("certified epsilon e0", upper(e0 or 0.0), "", "any prior (see below)")
-        table.add_row("hit rate, uniform prior", upper(hit or 0.0), "", "at most (see below)")
-    if any_tie:
-        kept: dict[str, int] = {}
-        for r in results:
-            if r.stopped_by == "tie":
-                key = "{" + ",".join(str(a) for a in r.candidates) + "}"
-                kept[key] = kept.get(key, 0) + 1
-        table.add_row(
-            "tie candidates", ", ".join(f"{k} {v}" for k, v in sorted(kept.items())), "", ""
-        )
-    table.add_row(
-        "stopped by", ", ".join(f"{k} {v}" for k, v in summary["stopped_by"].items()), "", ""
-    )
-    if byzantine_run:
-        counts = [len(r.suspects) for r in results]
-        caught = sum(set(range(config.attackers)) <= set(r.suspects) for r in results)
-        table.add_row(
-            "suspects",
-            _fmt(sum(counts) / len(counts)),
-            "",
-            f"every attacker a suspect in {caught}/{len(results)}",
-        )
-    out.print(table)
-    if certified is not None:
-        out.print(f"certified failure: {certified[1]}")
-    if algo.reports:
-        out.print(f"certified epsilon: {privacy_statement(config)}")
-    if any_tie:
-        out.print(TIE_MEANING)
+app.command("simulate")(simulate)
 
 
 # ----------------------------------------------------------------------------- subroutines
@@ -779,7 +166,7 @@ def subroutines(
         table.add_row(
             entry["name"], ", ".join(entry["rewards"]), entry["description"], entry["reference"]
         )
-    _console().print(table)
+    console().print(table)
 
 
 def _print_failure_bounds() -> None:
@@ -807,7 +194,7 @@ def _print_failure_bounds() -> None:
     ):
         cells = [f"{explore_commit_failure(name, one, times, k1):.3f}" for _, one, times in unions]
         table.add_row(label, *cells)
-    _console().print(table)
+    console().print(table)
 
 
 def _print_widths(arms: int, eta: float) -> None:
@@ -833,7 +220,7 @@ def _print_widths(arms: int, eta: float) -> None:
             rows.setdefault(name, []).append(cell)
     for name, cells in rows.items():
         table.add_row(name, *cells)
-    _console().print(table)
+    console().print(table)
 
 
 # ----------------------------------------------------------------------------- reproduce
@@ -842,7 +229,7 @@ def _print_widths(arms: int, eta: float) -> None:
 def print_experiments() -> None:
     from dexp.experiments import EXPERIMENTS
 
-    out = _console()
+    out = console()
     table = Table(title="experiments (dexp reproduce NAME --out DIR)", title_justify="left")
     for column in ("name", "source", "problem", "N", "trials", "stop", "series"):
         table.add_column(column)
@@ -888,7 +275,7 @@ def print_experiments() -> None:
 
 
 def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
-    out = _console()
+    out = console()
     table = Table(title=title, title_justify="left")
     columns = ("series", "N", "M", "trials", "samples", "± 95% CI", "messages", "± 95% CI")
     privacy = any(r["certified_epsilon"] != "" for r in rows)  # CDE's e0 and hit-rate bound
@@ -903,7 +290,7 @@ def print_reproduce_summary(rows: list[dict[str, Any]], title: str) -> None:
         cells = []
         for metric in ("sample_complexity", "messages"):
             lo, hi = r[f"{metric}_ci95_low"], r[f"{metric}_ci95_high"]
-            cells += [_fmt(r[f"{metric}_mean"]), _fmt((hi - lo) / 2)]
+            cells += [fmt(r[f"{metric}_mean"]), fmt((hi - lo) / 2)]
         table.add_row(
             r["series"],
             str(r["n_agents"]),
@@ -950,7 +337,7 @@ def reproduce_privacy_frontier(
         raise ParameterError("agents", agents, "the privacy frontier takes one agent count")
     check_engine(engine)
     n_trials = 20 if trials is None else check_at_least("trials", trials, 1)
-    err = _console(stderr=True)
+    err = console(stderr=True)
     outcome = run_frontier(
         out_dir,
         trials=n_trials,
@@ -968,7 +355,7 @@ def reproduce_privacy_frontier(
         [{**p, "label": f"{p['series']} level={p['level']:g}"} for p in outcome.points],
         f"{NAME}: {DESCRIPTION}; N={counts[0]}, {n_trials} trials per point, seed {seed}",
     )
-    _console().print(f"wrote {', '.join(str(f) for f in outcome.files)} in {outcome.elapsed:.1f} s")
+    console().print(f"wrote {', '.join(str(f) for f in outcome.files)} in {outcome.elapsed:.1f} s")
 
 
 def reproduce_dubey_experiment(
@@ -981,11 +368,11 @@ def reproduce_dubey_experiment(
         raise UsageProblem("missing option --out DIR (the directory for the output files)")
     if trials is not None:
         check_at_least("trials", trials, 2)
-    err = _console(stderr=True)
+    err = console(stderr=True)
     outcome = reproduce_dubey(name, out_dir, trials, seed, plots, on_point=err.print)
     print_dubey(name, outcome, seed)
     files = ", ".join(str(f) for f in outcome["files"])
-    _console().print(f"wrote {files} in {outcome['elapsed']:.1f} s")
+    console().print(f"wrote {files} in {outcome['elapsed']:.1f} s")
 
 
 def reproduce_hillel_speedup(
@@ -998,12 +385,12 @@ def reproduce_hillel_speedup(
         raise UsageProblem("missing option --out DIR (the directory for the output files)")
     counts = parse_ints("agents", agents) if agents is not None else SPEEDUP_AGENTS
     n_trials = 200 if trials is None else check_at_least("trials", trials, 3)
-    err = _console(stderr=True)
+    err = console(stderr=True)
     outcome = run_speedup(
         out_dir, n_trials, seed, counts, plots, on_point=lambda label: err.print(label)
     )
     print_speedup(outcome, n_trials, seed)
-    _console().print(
+    console().print(
         f"wrote {', '.join(str(f) for f in outcome['files'])} in {outcome['elapsed']:.1f} s"
     )
 
@@ -1061,20 +448,20 @@ def reproduce(
     check_at_least("budget", budget, 1)
 
     # The bar starts once every point is validated, so that a bad argument prints one line only.
-    progress = _progress()
+    bar = progress()
     tasks: dict[str, TaskID] = {}
 
     def on_start(points: list[Point]) -> None:
-        progress.start()
-        tasks["points"] = progress.add_task(f"{exp.name} (series, N)", total=len(points))
-        tasks["trials"] = progress.add_task("trials", total=sum(len(p.results) for p in points))
+        bar.start()
+        tasks["points"] = bar.add_task(f"{exp.name} (series, N)", total=len(points))
+        tasks["trials"] = bar.add_task("trials", total=sum(len(p.results) for p in points))
 
     def on_trial(point: Point) -> None:
         label = f"trials: {point.series.label} N={point.n_agents}"
-        progress.update(tasks["trials"], advance=1, description=label)
+        bar.update(tasks["trials"], advance=1, description=label)
 
     def on_point(point: Point) -> None:
-        progress.advance(tasks["points"])
+        bar.advance(tasks["points"])
 
     try:
         outcome = run_experiment(
@@ -1094,12 +481,12 @@ def reproduce(
         )
     finally:
         if tasks:
-            progress.stop()
+            bar.stop()
     print_reproduce_summary(
         outcome.summary_rows(),
         f"{exp.name}: {exp.description} ({exp.source}); engine {engine}, seed {seed}",
     )
-    _console().print(f"wrote {', '.join(str(f) for f in outcome.files)} in {outcome.elapsed:.1f} s")
+    console().print(f"wrote {', '.join(str(f) for f in outcome.files)} in {outcome.elapsed:.1f} s")
 
 
 @app.command()

@@ -28,8 +28,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from common.certificate import upper
 from common.params import REWARD_FAMILIES
+from common.rounding import upper
 from common.subroutines import USER_SUBROUTINES
 from dexp.admin import (
     DEFAULT_COORDINATOR_URL,

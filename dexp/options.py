@@ -1,12 +1,15 @@
-"""Command-line options that several `dexp` commands share: the problem and its arms."""
+"""Command-line options that several `dexp` commands share: the problem and its arms, and the
+checks of their values."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 import typer
 
 from common.environments import PROBLEMS
+from common.errors import ParameterError
 from common.simulation import ENGINES
 from common.simulation.config import ATTACKS, STOP_RULES
 
@@ -88,3 +91,25 @@ ExactLocalErrorOption = Annotated[
         "(the certificate's worst case).",
     ),
 ]
+
+
+def parse_ints(name: str, text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ParameterError(name, text, "must be comma-separated integers") from None
+    if not values:
+        raise ParameterError(name, text, "must be comma-separated integers")
+    return values
+
+
+def check_choice(name: str, value: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ParameterError(name, value, f"must be one of {', '.join(choices)}")
+    return value
+
+
+def check_at_least(name: str, value: int, low: int) -> int:
+    if value < low:
+        raise ParameterError(name, value, f"must be >= {low}")
+    return value

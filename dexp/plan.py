@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
@@ -44,13 +44,12 @@ from common.certificate import (
     Certificate,
     certify,
     largest_local_error,
-    upper,
 )
 from common.environments import Environment, build_problem
 from common.errors import ParameterError
-from common.lower_bound import LowerBound, lower_bound
 from common.params import ceil_log_ratio
 from common.privacy import certifies, papers_privacy
+from common.rounding import upper
 from common.simulation import SimulationConfig, TrialResult, trial_seeds
 from common.stats import Described, describe
 from dexp.engines import trial_function
@@ -61,6 +60,10 @@ from dexp.options import (
     ProblemOption,
     RewardsOption,
 )
+
+if TYPE_CHECKING:  # common.lower_bound loads scipy: imported by make_plan, when a plan is made
+    from common.lower_bound import LowerBound
+
 
 CDE_ETAS = (0.05, 0.2, 0.5)  # CDE's local error bounds tried by default
 CDE_ETAS_TEXT = ",".join(f"{eta:g}" for eta in CDE_ETAS)
@@ -408,6 +411,8 @@ def make_plan(
     for eta in cde_etas:
         if not 0.0 < eta < 1.0:
             raise ParameterError("eta", eta, "CDE's local error bound must be in (0, 1)")
+    from common.lower_bound import lower_bound
+
     bound = lower_bound(environment, epsilon, delta)
     k = environment.n_arms
     base = AlgorithmConfig(epsilon=epsilon, delta=delta, tolerance=tolerance)

@@ -70,8 +70,8 @@ import redis
 from clients.coordinator import CoordinatorClient
 from clients.redis import connect_redis
 from common import redis_keys as keys
-from common.certificate import upper
 from common.environments import Problem, build_problem
+from common.rounding import upper
 from common.wire import encode_rewards
 from load_generator.backlog import SAMPLE, BacklogGauge
 from load_generator.lease import Lease
@@ -164,6 +164,33 @@ def agents_needed(state: dict[str, Any]) -> int:
     params = state.get("params", {})
     xi = float(params.get("xi", 0.0)) if params.get("algorithm") == "ce" else 0.0
     return max(threshold, math.ceil(threshold / (1.0 - xi) - 1e-9)) if xi else threshold
+
+
+@dataclass
+class _Feed:
+    """One run's state while it feeds the agents: what it delivered, what the agents processed
+    (delivered minus this run's backlog), the backlog, and how the run ended (status, stall)."""
+
+    agents: list[str]
+    streams: list[str]
+    p: np.ndarray  # each agent's activation probability
+    gauge: BacklogGauge
+    start: float
+    samples: list[tuple[float, int]]  # (wall ms, processed): when the last elimination happened
+    recent: deque[tuple[float, int]]
+    last_full: float  # when every stream was last read
+    progress_at: float  # when the agents were last seen consuming
+    last_poll: float = 0.0
+    delivered: int = 0
+    processed: int = 0
+    backlog: int = 0
+    own_backlog: int = 0
+    peak_backlog: int = 0
+    status: str = "budget"
+    stop_processed: int = 0
+    best: dict[str, Any] = field(default_factory=dict)
+    stall: list[str] = field(default_factory=list)
+    unreachable: bool = False  # stalled because the coordinator or Redis stopped answering
 
 
 class LoadGenerator:
@@ -266,6 +293,8 @@ class LoadGenerator:
             lease.close()
 
     def _run(self, lease: Lease) -> Summary:
+        """Wait for the agents, feed them until the experiment ends (or the budget, a stall, the
+        time limit, an unreachable service), then read the end state and report."""
         s = self.settings
         env = self.problem.environment
         before = self.client.experiment(s.experiment)
@@ -278,9 +307,25 @@ class LoadGenerator:
                 f"experiment {s.experiment!r} has {len(state['arms'])} arms, "
                 f"the problem has {env.n_arms}"
             )
+        feed = self._start_feed(agents)
+        try:
+            self._play(feed, lease)
+        except (ConnectionError, redis.ConnectionError, redis.TimeoutError) as exc:
+            # The client (coordinator) or _redis gave up after unreachable_seconds of retries.
+            feed.status, feed.unreachable = "stalled", True
+            what = "Redis" if isinstance(exc, redis.RedisError) else "the coordinator"
+            feed.stall = [
+                f"stalled: {what} did not answer for {s.unreachable_seconds:g} s "
+                f"(DEXP_UNREACHABLE_SECONDS): {exc}",
+                self._coordinator_answer(),
+            ]
+        return self._finish(feed, before, state, lease)
+
+    def _start_feed(self, agents: list[str]) -> _Feed:
+        """The run's state before the first batch: every stream read once, the entries an earlier
+        run left included."""
+        s = self.settings
         streams = [keys.activations(s.experiment, a) for a in agents]
-        p = self.problem.activation.probabilities(len(agents))
-        mu0, drift = np.asarray(env.means, dtype=float), env.drift_array
         # Per stream, what this run delivered (of a stream's entries, at most that many are this
         # run's: the agents read in order, so entries left by an earlier run go first), and the
         # backlog, read from a sample of the streams when they are many (load_generator/backlog.py).
@@ -291,141 +336,164 @@ class LoadGenerator:
             rng=np.random.default_rng(None if s.seed is None else [s.seed, 1]),
         )
         self.gauge = gauge
-        delivered, peak_backlog = 0, 0
         start = time.monotonic()
-        samples: list[tuple[float, int]] = [(time.time() * 1000, 0)]
-        recent: deque[tuple[float, int]] = deque([(start, 0)])  # for the lease's recent rate
-        last_poll, last_full, status = 0.0, start, "budget"
-        best: dict[str, Any] = {}
-        stall: list[str] = []
-        unreachable = False  # stalled because the coordinator or Redis stopped answering
-        processed, progress_at, stop_processed = 0, start, 0
+        feed = _Feed(
+            agents=agents,
+            streams=streams,
+            p=self.problem.activation.probabilities(len(agents)),
+            gauge=gauge,
+            start=start,
+            samples=[(time.time() * 1000, 0)],
+            recent=deque([(start, 0)]),  # for the lease's recent rate
+            last_full=start,
+            progress_at=start,
+        )
         reading = gauge.poll()  # every stream: the entries an earlier run left included
-        backlog, own_backlog = reading.backlog, reading.own
-        try:
-            while True:
-                now = time.monotonic()
-                if now - last_poll >= 0.2:
-                    last_poll = now
-                    lease.check()
-                    # Every stream is read (at most once a second) while no consumption is seen,
-                    # and at the budget's end: a stall, quiet agents and the end are judged on
-                    # exact figures, never on a sample.
-                    full = delivered >= s.budget or (
-                        now - progress_at >= 1.0 and now - last_full >= 1.0
-                    )
-                    reading = gauge.poll(full)
-                    if reading.exact:
-                        last_full = now
-                    backlog, own_backlog = reading.backlog, reading.own
-                    peak_backlog = max(peak_backlog, backlog)
-                    processed = max(processed, delivered - own_backlog)
-                    samples.append((time.time() * 1000, processed))
-                    if reading.consumed:
-                        progress_at = now
-                    best = self.client.request("GET", f"/v1/experiments/{s.experiment}/best-arm")
-                    recent.append((now, processed))
-                    while len(recent) > 2 and now - recent[1][0] >= RECENT_SECONDS:
-                        recent.popleft()
-                    lease.update(
-                        epoch=int(best["epoch"]),
-                        activations=processed,
-                        delivered=delivered,
-                        backlog=own_backlog,
-                        activations_per_second=_rate(recent),
-                    )
-                    self._progress(processed, best, now - start, now - progress_at, backlog)
-                    if best["status"] in ("identified", "tied"):
-                        status, stop_processed = best["status"], processed
-                        break
-                    if backlog > 0 and now - progress_at >= s.stall_seconds and reading.exact:
-                        status = "stalled"
-                        stall = self.diagnose(agents, streams, now - progress_at, backlog)
-                        break
-                    if now - start > s.max_seconds:
-                        status = "timeout"
-                        break
-                    if delivered >= s.budget and own_backlog == 0:
-                        break  # the budget is spent and the agents processed all of it
-                if delivered >= s.budget:
-                    time.sleep(0.05)
-                    continue
-                if backlog >= s.max_backlog:
-                    time.sleep(_backpressure_wait(backlog - s.max_backlog + 1, _rate(recent)))
-                    reading = gauge.poll()
-                    backlog, own_backlog = reading.backlog, reading.own
-                    peak_backlog = max(peak_backlog, backlog)
-                    if reading.consumed:
-                        progress_at = time.monotonic()
-                    continue
-                if s.rate > 0 and delivered >= s.rate * (now - start):
-                    time.sleep(min(0.01, s.batch / s.rate))
-                    continue
-                n = min(s.batch, s.budget - delivered)
-                t = np.arange(delivered, delivered + n)
-                mu = mu0 + drift * t[:, None]
-                if env.bounded:
-                    rewards = (self.rng.random((n, env.n_arms)) < np.clip(mu, 0.0, 1.0)).astype(
-                        float
-                    )
-                else:
-                    rewards = self.rng.normal(mu, env.sigma)
-                who = self.rng.choice(len(agents), size=n, p=p)
-                rows = encode_rewards(rewards, env.bounded)
-                batch: list[tuple[str, dict[Any, Any]]] = [
-                    (streams[who[i]], {"t": int(t[i]), "r": rows[i]}) for i in range(n)
-                ]
-                retries = self.redis_retries
-                self._redis(partial(self._xadd, batch))
-                if self.redis_retries != retries:
-                    gauge.resync = True  # a batch sent again may have delivered some twice
-                delivered += n
-                gauge.delivered(np.bincount(who, minlength=len(streams)))
-                backlog, own_backlog = backlog + n, own_backlog + n
-                peak_backlog = max(peak_backlog, backlog)
-                # At the budget, let the agents finish what this run put in flight, then stop.
-                if delivered >= s.budget and gauge.poll(full=True).own == 0:
+        feed.backlog, feed.own_backlog = reading.backlog, reading.own
+        return feed
+
+    def _play(self, feed: _Feed, lease: Lease) -> None:
+        """Batches of activations into the agents' streams, at the rate and within the backlog
+        asked for, with a poll of the experiment every 0.2 s, until a poll or the budget ends it."""
+        s = self.settings
+        while True:
+            now = time.monotonic()
+            if now - feed.last_poll >= 0.2:
+                feed.last_poll = now
+                if self._poll(feed, lease, now):
                     break
-        except (ConnectionError, redis.ConnectionError, redis.TimeoutError) as exc:
-            # The client (coordinator) or _redis gave up after unreachable_seconds of retries.
-            status, unreachable = "stalled", True
-            what = "Redis" if isinstance(exc, redis.RedisError) else "the coordinator"
-            stall = [
-                f"stalled: {what} did not answer for {s.unreachable_seconds:g} s "
-                f"(DEXP_UNREACHABLE_SECONDS): {exc}",
-                self._coordinator_answer(),
-            ]
-        wall = time.monotonic() - start
-        if unreachable:  # reading the end state would wait as long again: the last one seen
+            if feed.delivered >= s.budget:
+                time.sleep(0.05)
+                continue
+            if feed.backlog >= s.max_backlog:
+                self._back_off(feed)
+                continue
+            if s.rate > 0 and feed.delivered >= s.rate * (now - feed.start):
+                time.sleep(min(0.01, s.batch / s.rate))
+                continue
+            self._deliver(feed)
+            # At the budget, let the agents finish what this run put in flight, then stop.
+            if feed.delivered >= s.budget and feed.gauge.poll(full=True).own == 0:
+                break
+
+    def _poll(self, feed: _Feed, lease: Lease, now: float) -> bool:
+        """Read the backlog and the best arm, renew the lease, print progress; True when the run
+        ends here (identified or tied, stalled, timed out, or the budget processed)."""
+        s = self.settings
+        lease.check()
+        # Every stream is read (at most once a second) while no consumption is seen, and at the
+        # budget's end: a stall, quiet agents and the end are judged on exact figures, never on a
+        # sample.
+        full = feed.delivered >= s.budget or (
+            now - feed.progress_at >= 1.0 and now - feed.last_full >= 1.0
+        )
+        reading = feed.gauge.poll(full)
+        if reading.exact:
+            feed.last_full = now
+        feed.backlog, feed.own_backlog = reading.backlog, reading.own
+        feed.peak_backlog = max(feed.peak_backlog, feed.backlog)
+        feed.processed = max(feed.processed, feed.delivered - feed.own_backlog)
+        feed.samples.append((time.time() * 1000, feed.processed))
+        if reading.consumed:
+            feed.progress_at = now
+        feed.best = best = self.client.request("GET", f"/v1/experiments/{s.experiment}/best-arm")
+        feed.recent.append((now, feed.processed))
+        while len(feed.recent) > 2 and now - feed.recent[1][0] >= RECENT_SECONDS:
+            feed.recent.popleft()
+        lease.update(
+            epoch=int(best["epoch"]),
+            activations=feed.processed,
+            delivered=feed.delivered,
+            backlog=feed.own_backlog,
+            activations_per_second=_rate(feed.recent),
+        )
+        quiet = now - feed.progress_at
+        self._progress(feed.processed, best, now - feed.start, quiet, feed.backlog)
+        if best["status"] in ("identified", "tied"):
+            feed.status, feed.stop_processed = best["status"], feed.processed
+            return True
+        if feed.backlog > 0 and quiet >= s.stall_seconds and reading.exact:
+            feed.status = "stalled"
+            feed.stall = self.diagnose(feed.agents, feed.streams, quiet, feed.backlog)
+            return True
+        if now - feed.start > s.max_seconds:
+            feed.status = "timeout"
+            return True
+        # the budget is spent and the agents processed all of it
+        return feed.delivered >= s.budget and feed.own_backlog == 0
+
+    def _back_off(self, feed: _Feed) -> None:
+        """The backlog is at its limit: wait about as long as the agents take to consume the
+        excess at their recent rate, then read it again."""
+        excess = feed.backlog - self.settings.max_backlog + 1
+        time.sleep(_backpressure_wait(excess, _rate(feed.recent)))
+        reading = feed.gauge.poll()
+        feed.backlog, feed.own_backlog = reading.backlog, reading.own
+        feed.peak_backlog = max(feed.peak_backlog, feed.backlog)
+        if reading.consumed:
+            feed.progress_at = time.monotonic()
+
+    def _deliver(self, feed: _Feed) -> None:
+        """One batch: activation times, the rewards of every arm at those times, the agent each
+        activation goes to (by the activation process), written to the streams."""
+        s, env = self.settings, self.problem.environment
+        n = min(s.batch, s.budget - feed.delivered)
+        t = np.arange(feed.delivered, feed.delivered + n)
+        mu = np.asarray(env.means, dtype=float) + env.drift_array * t[:, None]
+        if env.bounded:
+            rewards = (self.rng.random((n, env.n_arms)) < np.clip(mu, 0.0, 1.0)).astype(float)
+        else:
+            rewards = self.rng.normal(mu, env.sigma)
+        who = self.rng.choice(len(feed.agents), size=n, p=feed.p)
+        rows = encode_rewards(rewards, env.bounded)
+        batch: list[tuple[str, dict[Any, Any]]] = [
+            (feed.streams[who[i]], {"t": int(t[i]), "r": rows[i]}) for i in range(n)
+        ]
+        retries = self.redis_retries
+        self._redis(partial(self._xadd, batch))
+        if self.redis_retries != retries:
+            feed.gauge.resync = True  # a batch sent again may have delivered some twice
+        feed.delivered += n
+        feed.gauge.delivered(np.bincount(who, minlength=len(feed.streams)))
+        feed.backlog, feed.own_backlog = feed.backlog + n, feed.own_backlog + n
+        feed.peak_backlog = max(feed.peak_backlog, feed.backlog)
+
+    def _finish(
+        self, feed: _Feed, before: dict[str, Any], state: dict[str, Any], lease: Lease
+    ) -> Summary:
+        """The end state, the exact figures left in the lease, and the run's summary."""
+        wall = time.monotonic() - feed.start
+        if feed.unreachable:  # reading the end state would wait as long again: the last one seen
             final = state
         else:
-            final = self.client.experiment(s.experiment)
+            final = self.client.experiment(self.settings.experiment)
             # Exact (every stream read): an estimate during the run may have been a little high.
-            processed = delivered - gauge.poll(full=True).own
+            feed.processed = feed.delivered - feed.gauge.poll(full=True).own
+        processed, delivered = feed.processed, feed.delivered
         lease.update(activations=processed, delivered=delivered, epoch=int(final["epoch"]))
-        if not unreachable and lease.flush():
+        if not feed.unreachable and lease.flush():
             # one read while the lease holds the final figures: the experiment's result keeps them
             # (a decision read before, with the previous renewal's figures, is refreshed)
-            final = self.client.experiment(s.experiment)
+            final = self.client.experiment(self.settings.experiment)
         sample_complexity = processed
-        if status == "identified" and final["eliminations"]:
-            sample_complexity = _interpolate(samples, final["eliminations"][-1]["time"], processed)
-        if status == "tied":
-            sample_complexity = stop_processed
-        sample_complexity = min(sample_complexity, processed)
+        if feed.status == "identified" and final["eliminations"]:
+            at = final["eliminations"][-1]["time"]
+            sample_complexity = _interpolate(feed.samples, at, processed)
+        if feed.status == "tied":
+            sample_complexity = feed.stop_processed
         print(file=self.out)
         return self._summary(
-            status,
+            feed.status,
             final,
             before,
-            best,
-            agents=len(agents),
+            feed.best,
+            agents=len(feed.agents),
             delivered=delivered,
             processed=processed,
-            sample_complexity=sample_complexity,
+            sample_complexity=min(sample_complexity, processed),
             wall=wall,
-            peak_backlog=peak_backlog,
-            stall=stall,
+            peak_backlog=feed.peak_backlog,
+            stall=feed.stall,
             lease=lease,
         )
 

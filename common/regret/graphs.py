@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse.csgraph import shortest_path
 
 from common.errors import ParameterError
 
@@ -26,7 +25,10 @@ def erdos_renyi(n: int, p: float, rng: np.random.Generator) -> np.ndarray:
 
 
 def distances(adjacency: np.ndarray) -> np.ndarray:
-    """All-pairs hop distances (inf between components)."""
+    """All-pairs hop distances (inf between components). scipy is loaded here, when a graph is
+    drawn, so that `dexp`, which registers `dexp regret`, starts without it."""
+    from scipy.sparse.csgraph import shortest_path
+
     return shortest_path(adjacency.astype(float), method="D", unweighted=True, directed=False)
 
 

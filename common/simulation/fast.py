@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.core import types
+from numba.experimental import structref
 
 from common.simulation import cde_fast
 from common.simulation.config import (
@@ -795,8 +797,339 @@ def _tied(n_agents, k, threshold, n_remaining, remaining, n_done, dv):
     return free + top < threshold
 
 
+# -- the kernel: one trial, activation after activation ------------------------------------------
+# Its state is one Run (a numba structref, below), the one argument of the helpers of its rarer
+# events besides scalars: numba reference-counts every array a call is given (atomically), a Run
+# counts once.
+@structref.register
+class RunType(types.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+
+
+class Run(structref.StructRefProxy):
+    """One trial's state. Inputs: ip, fp (the parameters), rs (the random stream), mu0, drift
+    (the arms), base (the activation probabilities). ist, fst: the agents' subroutines (C_*, G_*).
+    remaining, n_voters: the global set and each arm's voters. voter_stamp (K, N), sent_stamp,
+    sent_time (N, K): epoch stamps (epoch + 1 means "in this epoch": a DSER4 reset clears them for
+    free) of counted and of sent votes, and the activation t of each sent vote. settled: each agent
+    holds an arm still in the global set (Byzantine agents always are). flag, attacked_epoch,
+    present, nvr, tdone, dv: the tie rule's state (see _tie_recount): the coordinator's settled
+    flags (CE), each attacker's last epoch, the agents not retired, per agent its counted votes
+    against remaining arms and whether it is done, per arm dv. out, pulled, vbuf: one activation's
+    eliminations, pulled arms and votes. tab_*: the alias table (_build_alias). count: the
+    counters (R_*); mass: the activation masses (M_*)."""
+
+
+_RUN_FIELDS = [
+    "ip",
+    "fp",
+    "rs",
+    "mu0",
+    "drift",
+    "base",
+    "ist",
+    "fst",
+    "remaining",
+    "n_voters",
+    "voter_stamp",
+    "sent_stamp",
+    "sent_time",
+    "settled",
+    "flag",
+    "attacked_epoch",
+    "present",
+    "nvr",
+    "tdone",
+    "dv",
+    "out",
+    "pulled",
+    "vbuf",
+    "tab_idx",
+    "tab_prob",
+    "tab_alias",
+    "count",
+    "mass",
+]
+structref.define_constructor(Run, RunType, _RUN_FIELDS)
+
+R_REMAINING = 0  # arms in the global set
+R_EPOCH = 1  # the experiment epoch (DSER4 resets)
+R_EPOCH_ELIMS = 2  # eliminations in this epoch
+R_VERSION = 3  # the global set's version
+R_SETTLED = 4  # settled agents
+R_DONE = 5  # agents done for the tie rule
+R_MESSAGES = 6  # votes sent and settled messages
+R_SETTLED_MSGS = 7  # CE's settled messages
+R_PRESENT = 8  # agents not retired
+R_TAB_N = 9  # the alias table's size
+R_SIZE = 10
+M_TAB = 0  # the alias table's mass
+M_PRESENT = 1  # the present agents' mass
+M_SIZE = 2
+
+
+@njit(cache=True)
+def _new_run(ip, fp, rs, mu0, drift, base):
+    """The trial's state before its first activation: every agent restarted on the whole arm set,
+    the Byzantine agents settled (they never hold the all-agents stop back), every agent present
+    in the activation table."""
+    n_agents = ip[P_N]
+    k = ip[P_K]
+    attackers = ip[P_ATTACKERS]
+    run = Run(
+        ip,
+        fp,
+        rs,
+        mu0,
+        drift,
+        base,
+        np.zeros((n_agents, C_ARMS + 4 * k), np.int64),  # ist
+        np.zeros((n_agents, G_ARMS + k)),  # fst
+        np.ones(k, np.bool_),  # remaining
+        np.zeros(k, np.int64),  # n_voters
+        np.zeros((k, n_agents), np.int64),  # voter_stamp
+        np.zeros((n_agents, k), np.int64),  # sent_stamp
+        np.zeros((n_agents, k), np.int64),  # sent_time
+        np.zeros(n_agents, np.bool_),  # settled
+        np.zeros(n_agents, np.bool_),  # flag
+        np.full(n_agents, -1, np.int64),  # attacked_epoch
+        np.ones(n_agents, np.bool_),  # present
+        np.zeros(n_agents, np.int64),  # nvr
+        np.zeros(n_agents, np.bool_),  # tdone
+        np.zeros(k, np.int64),  # dv
+        np.zeros(k, np.bool_),  # out
+        np.zeros(k, np.bool_),  # pulled
+        np.zeros(2 * k, np.int64),  # vbuf
+        np.empty(n_agents, np.int64),  # tab_idx
+        np.empty(n_agents),  # tab_prob
+        np.empty(n_agents, np.int64),  # tab_alias
+        np.zeros(R_SIZE, np.int64),  # count
+        np.zeros(M_SIZE),  # mass
+    )
+    run.count[R_REMAINING] = k
+    for n in range(n_agents):
+        for a in range(k):
+            run.ist[n, C_ARMS + k + a] = a
+        _restart(n, run.remaining, ip, fp, run.ist, run.fst, rs)
+        run.ist[n, C_HELD] = -1
+    for m in range(attackers):
+        run.settled[m] = True
+    run.count[R_SETTLED] = attackers
+    run.count[R_PRESENT] = n_agents
+    _rebuild_alias(run)
+    return run
+
+
+@njit(cache=True)
+def _rebuild_alias(run):
+    """The activation table over the present agents; their mass is the table's again."""
+    tab_n, tab_mass = _build_alias(run.base, run.present, run.tab_idx, run.tab_prob, run.tab_alias)
+    run.count[R_TAB_N] = tab_n
+    run.mass[M_TAB] = tab_mass
+    run.mass[M_PRESENT] = tab_mass
+
+
+@njit(cache=True)
+def _tied_now(run):
+    """`_tied` on the run's state: several arms remain and none can reach the threshold."""
+    ip, c = run.ip, run.count
+    return _tied(
+        ip[P_N], ip[P_K], ip[P_THRESHOLD], c[R_REMAINING], run.remaining, c[R_DONE], run.dv
+    )
+
+
+@njit(cache=True)
+def _recount_ties(run):
+    """The tie rule's bookkeeping from scratch (after an elimination or a reset)."""
+    c = run.count
+    c[R_DONE] = _tie_recount(
+        run.ip,
+        c[R_EPOCH],
+        c[R_REMAINING],
+        run.remaining,
+        run.voter_stamp,
+        run.flag,
+        run.present,
+        run.attacked_epoch,
+        run.nvr,
+        run.tdone,
+        run.dv,
+    )
+
+
+@njit(cache=True)
+def _mark_done(n, run):
+    """Agent n can vote no more in this epoch (see _tie_mark)."""
+    c = run.count
+    stamp = c[R_EPOCH] + 1
+    c[R_DONE] += _tie_mark(n, run.ip[P_K], stamp, run.remaining, run.voter_stamp, run.tdone, run.dv)
+
+
+@njit(cache=True)
+def _attack(n, run):
+    """A Byzantine agent's first activation in the epoch: no subroutine, one vote against the
+    attacked arm if it is still in the global set. Returns the votes to send."""
+    run.attacked_epoch[n] = run.count[R_EPOCH]
+    _mark_done(n, run)
+    attacked = run.ip[P_ATTACKED]
+    if run.remaining[attacked]:
+        run.vbuf[0] = attacked
+        return 1
+    return 0
+
+
+@njit(cache=True)
+def _synced_votes(n, run):
+    """A voting agent that has not seen the global set's last change syncs with it; the local
+    eliminations the sync causes become votes. Returns how many."""
+    c = run.count
+    synced = _sync(
+        n,
+        run.remaining,
+        c[R_EPOCH],
+        c[R_VERSION],
+        run.ip,
+        run.fp,
+        run.ist,
+        run.fst,
+        run.out,
+        run.rs,
+    )
+    if synced > 0:
+        return _collect_votes(n, run.ip[P_K], run.ist, run.out, run.fp[F_DROP], run.vbuf, 0, run.rs)
+    return 0
+
+
+@njit(cache=True)
+def _ser4_reset(n, run):
+    """SER4's coin fell for agent n: DSER4 resets the whole experiment (returns True), SER4 only
+    the agent's own run."""
+    ip, fp = run.ip, run.fp
+    if ip[P_GLOBAL_RESET] == 0:
+        _restart(n, run.remaining, ip, fp, run.ist, run.fst, run.rs)
+        return False
+    _global_reset(run)
+    c = run.count
+    _sync(n, run.remaining, c[R_EPOCH], c[R_VERSION], ip, fp, run.ist, run.fst, run.out, run.rs)
+    return True
+
+
+@njit(cache=True)
+def _global_reset(run):
+    """DSER4: every arm back in the global set, a new epoch; every agent restarts in it."""
+    attackers = run.ip[P_ATTACKERS]
+    c = run.count
+    for a in range(run.ip[P_K]):
+        run.remaining[a] = True
+        run.n_voters[a] = 0
+    c[R_REMAINING] = run.ip[P_K]
+    c[R_EPOCH] += 1
+    c[R_EPOCH_ELIMS] = 0
+    c[R_VERSION] += 1
+    c[R_SETTLED] = attackers  # every agent restarts in the new epoch
+    for m in range(run.ip[P_N]):
+        run.settled[m] = m < attackers
+        run.flag[m] = False
+    _recount_ties(run)
+
+
+@njit(cache=True)
+def _count_votes(n, nv, t, run, elims):
+    """The coordinator receives agent n's votes (vbuf): late and duplicate votes change nothing,
+    an arm with `threshold` voters leaves the global set. Returns whether a vote counted."""
+    threshold = run.ip[P_THRESHOLD]
+    says_settled = run.ip[P_VOTING] != 0 and run.fp[F_DROP] > 0.0  # CE: settled messages
+    c = run.count
+    remaining, voter_stamp, n_voters = run.remaining, run.voter_stamp, run.n_voters
+    counted = False
+    changed = False
+    epoch = c[R_EPOCH]
+    stamp = epoch + 1
+    for v in range(nv):
+        a = run.vbuf[v]
+        if run.sent_stamp[n, a] != stamp:
+            run.sent_time[n, a] = t
+        run.sent_stamp[n, a] = stamp
+        c[R_MESSAGES] += 1
+        if not remaining[a] or voter_stamp[a, n] == stamp:
+            continue  # a late vote, or a duplicate: a message that changes nothing
+        voter_stamp[a, n] = stamp
+        n_voters[a] += 1
+        counted = True
+        if n_voters[a] >= threshold and c[R_REMAINING] > 1:
+            remaining[a] = False
+            c[R_REMAINING] -= 1
+            changed = True
+            c[R_EPOCH_ELIMS] += 1
+            elims.append((a, n_voters[a], t, c[R_EPOCH_ELIMS], epoch))
+            # The coordinator forgets the settled flag of agents that did not vote against the
+            # arm (it may have been theirs).
+            if says_settled:
+                for m in range(run.ip[P_N]):
+                    if run.flag[m] and voter_stamp[a, m] != stamp:
+                        run.flag[m] = False
+        elif not changed:  # else the recount below does it
+            run.nvr[n] += 1
+            if run.tdone[n]:
+                run.dv[a] += 1
+            elif c[R_REMAINING] - run.nvr[n] <= 1:
+                _mark_done(n, run)
+    if changed:
+        _after_elimination(run)
+    return counted
+
+
+@njit(cache=True)
+def _after_elimination(run):
+    """The global set changed: a new version, every agent's settled state again, the tie rule's
+    bookkeeping from scratch."""
+    c = run.count
+    c[R_VERSION] += 1
+    c[R_SETTLED] = 0
+    for m in range(run.ip[P_N]):
+        hm = run.ist[m, C_HELD]
+        run.settled[m] = m < run.ip[P_ATTACKERS] or (
+            hm >= 0 and run.remaining[hm] and run.ist[m, C_EPOCH] == c[R_EPOCH]
+        )
+        if run.settled[m]:
+            c[R_SETTLED] += 1
+    _recount_ties(run)
+
+
+@njit(cache=True)
+def _retire(n, run):
+    """The global stop rule: agent n leaves the activation process (the table is rebuilt once the
+    present agents hold under half its mass). Returns whether the tie rule must look again."""
+    c = run.count
+    run.present[n] = False
+    c[R_PRESENT] -= 1
+    run.mass[M_PRESENT] -= run.base[n]
+    if c[R_PRESENT] > 0 and run.mass[M_PRESENT] < 0.5 * run.mass[M_TAB]:
+        _rebuild_alias(run)
+    if run.ip[P_VOTING] != 0:
+        _mark_done(n, run)
+        return True
+    return False
+
+
+@njit(cache=True)
+def _all_settled_stop(run):
+    """Every agent is settled (all-agents rule): a stop, or a tie if several arms remain and none
+    can leave even counting every honest agent as done (only unactivated attackers can vote)."""
+    if run.ip[P_VOTING] == 0 or run.count[R_REMAINING] <= 1:
+        return 1
+    for m in range(run.ip[P_ATTACKERS], run.ip[P_N]):
+        _mark_done(m, run)
+    return 4 if _tied_now(run) else 1
+
+
 @njit(cache=True)
 def _simulate(ip, fp, rs, mu0, drift, base):
+    """One trial: activations until a stop rule, a tie or the budget. The rarer events are
+    helpers over the Run; the hot path (the draw of an agent, one step of its subroutine, its
+    settled state) stays inline on arrays held here, since numba reference-counts, atomically,
+    every array or Run a helper is given, at every call."""
     n_agents = ip[P_N]
     k = ip[P_K]
     sub = ip[P_SUB]
@@ -804,13 +1137,10 @@ def _simulate(ip, fp, rs, mu0, drift, base):
     voting = ip[P_VOTING] != 0
     retire = ip[P_RETIRE] != 0
     ser4 = ip[P_SER4] != 0
-    global_reset = ip[P_GLOBAL_RESET] != 0
     bounded = ip[P_BOUNDED] != 0
     drifting = ip[P_DRIFT] != 0
-    threshold = ip[P_THRESHOLD]
     budget = ip[P_BUDGET]
     attackers = ip[P_ATTACKERS]
-    attacked = ip[P_ATTACKED]
     phi = fp[F_PHI]
     drop = fp[F_DROP]
     sigma = fp[F_SIGMA]
@@ -818,63 +1148,27 @@ def _simulate(ip, fp, rs, mu0, drift, base):
     o_ord = C_ARMS + k
     o_act = C_ARMS + 2 * k
     says_settled = voting and drop > 0.0  # CE: settled messages
-
-    ist = np.zeros((n_agents, C_ARMS + 4 * k), np.int64)
-    fst = np.zeros((n_agents, G_ARMS + k))
-    settled = np.zeros(n_agents, np.bool_)
-    remaining = np.ones(k, np.bool_)
-    n_remaining = k
-    version = 0
-    # Epoch stamps (epoch + 1 means "in this epoch"): a DSER4 reset clears them for free.
-    voter_stamp = np.zeros((k, n_agents), np.int64)
-    sent_stamp = np.zeros((n_agents, k), np.int64)
-    sent_time = np.zeros((n_agents, k), np.int64)  # activation t of each sent vote
-    n_voters = np.zeros(k, np.int64)
+    run = _new_run(ip, fp, rs, mu0, drift, base)
+    ist, fst, out, pulled, vbuf = run.ist, run.fst, run.out, run.pulled, run.vbuf
+    remaining, settled, flag, present, count = (
+        run.remaining,
+        run.settled,
+        run.flag,
+        run.present,
+        run.count,
+    )
+    tab_idx, tab_prob, tab_alias = run.tab_idx, run.tab_prob, run.tab_alias
     elims = [(k, k, k, k, k)]  # (arm, votes, time, order in its epoch, epoch): a typed list
     elims.pop()
-    epoch_elims = 0
-    out = np.zeros(k, np.bool_)
-    pulled = np.zeros(k, np.bool_)
-    vbuf = np.zeros(2 * k, np.int64)
-
-    for n in range(n_agents):
-        for a in range(k):
-            ist[n, o_ord + a] = a
-        _restart(n, remaining, ip, fp, ist, fst, rs)
-        ist[n, C_HELD] = -1
-    # Byzantine agents never hold the all-agents stop back: always settled.
-    attacked_epoch = np.full(n_agents, -1, np.int64)  # epoch of each one's last attack
-    for m in range(attackers):
-        settled[m] = True
-    n_settled = attackers
-
-    present = np.ones(n_agents, np.bool_)
-    n_present = n_agents
-    # The tie rule's state (see _tie_recount): the coordinator's settled flags (CE), per agent its
-    # counted votes against remaining arms and whether it is done, per arm dv.
-    flag = np.zeros(n_agents, np.bool_)
-    nvr = np.zeros(n_agents, np.int64)
-    tdone = np.zeros(n_agents, np.bool_)
-    n_done = 0
-    dv = np.zeros(k, np.int64)
-    settled_msgs = 0
-    tab_idx = np.empty(n_agents, np.int64)
-    tab_prob = np.empty(n_agents)
-    tab_alias = np.empty(n_agents, np.int64)
-    tab_n, tab_mass = _build_alias(base, present, tab_idx, tab_prob, tab_alias)
-    present_mass = tab_mass
-
-    epoch = 0
-    messages = 0
     t = 0
     stop = 0
     while t < budget:
-        if retire and n_present == 0:
+        if retire and count[R_PRESENT] == 0:
             # a voting run: every agent retired with several arms left, none can leave: a tie
-            tied = voting and _tied(n_agents, k, threshold, n_remaining, remaining, n_done, dv)
-            stop = 4 if tied else 3
+            stop = 4 if voting and _tied_now(run) else 3
             break
-        while True:
+        tab_n = count[R_TAB_N]
+        while True:  # the alias table, drawn again until a present agent comes
             u = _uniform(rs) * tab_n
             i = min(int(u), tab_n - 1)
             j = i if u - i < tab_prob[i] else tab_alias[i]
@@ -887,52 +1181,15 @@ def _simulate(ip, fp, rs, mu0, drift, base):
         byz = n < attackers
         tie_event = False  # something that can make the votes tie: checked only then
         if byz:
-            # A Byzantine agent: no subroutine, one vote against the attacked arm per epoch.
-            if attacked_epoch[n] != epoch:
-                attacked_epoch[n] = epoch
-                n_done += _tie_mark(n, k, epoch + 1, remaining, voter_stamp, tdone, dv)
+            if run.attacked_epoch[n] != count[R_EPOCH]:
+                nv = _attack(n, run)
                 tie_event = True
-                if remaining[attacked]:
-                    vbuf[0] = attacked
-                    nv = 1
         else:
-            if (
-                voting
-                and ist[n, C_VER] != version
-                and _sync(n, remaining, epoch, version, ip, fp, ist, fst, out, rs) > 0
-            ):
-                nv = _collect_votes(n, k, ist, out, drop, vbuf, nv, rs)
-            if ser4 and _uniform(rs) < phi:
-                if global_reset:
-                    for a in range(k):
-                        remaining[a] = True
-                        n_voters[a] = 0
-                    n_remaining = k
-                    epoch += 1
-                    epoch_elims = 0
-                    version += 1
-                    nv = 0  # votes decided on the old epoch's statistics are never sent
-                    n_settled = attackers  # every agent restarts in the new epoch
-                    for m in range(n_agents):
-                        settled[m] = m < attackers
-                        flag[m] = False
-                    n_done = _tie_recount(
-                        ip,
-                        epoch,
-                        n_remaining,
-                        remaining,
-                        voter_stamp,
-                        flag,
-                        present,
-                        attacked_epoch,
-                        nvr,
-                        tdone,
-                        dv,
-                    )
-                    tie_event = True
-                    _sync(n, remaining, epoch, version, ip, fp, ist, fst, out, rs)
-                else:
-                    _restart(n, remaining, ip, fp, ist, fst, rs)
+            if voting and ist[n, C_VER] != count[R_VERSION]:
+                nv = _synced_votes(n, run)
+            if ser4 and _uniform(rs) < phi and _ser4_reset(n, run):
+                nv = 0  # votes decided on the old epoch's statistics are never sent
+                tie_event = True
 
             # select(), the rewards, observe(): the hot path, inline (no array-passing calls).
             if ist[n, C_NACT] > 1:
@@ -1042,118 +1299,56 @@ def _simulate(ip, fp, rs, mu0, drift, base):
                         h = a
                         break
             ist[n, C_HELD] = h
-        if nv > 0:
-            changed = False
-            stamp = epoch + 1
-            for v in range(nv):
-                a = vbuf[v]
-                if sent_stamp[n, a] != stamp:
-                    sent_time[n, a] = t
-                sent_stamp[n, a] = stamp
-                messages += 1
-                if not remaining[a] or voter_stamp[a, n] == stamp:
-                    continue  # a late vote, or a duplicate: a message that changes nothing
-                voter_stamp[a, n] = stamp
-                n_voters[a] += 1
-                tie_event = True
-                if n_voters[a] >= threshold and n_remaining > 1:
-                    remaining[a] = False
-                    n_remaining -= 1
-                    changed = True
-                    epoch_elims += 1
-                    elims.append((a, n_voters[a], t, epoch_elims, epoch))
-                    # The coordinator forgets the settled flag of agents that did not vote
-                    # against the arm (it may have been theirs).
-                    if says_settled:
-                        for m in range(n_agents):
-                            if flag[m] and voter_stamp[a, m] != stamp:
-                                flag[m] = False
-                elif not changed:  # else the recount below does it
-                    nvr[n] += 1
-                    if tdone[n]:
-                        dv[a] += 1
-                    elif n_remaining - nvr[n] <= 1:
-                        n_done += _tie_mark(n, k, stamp, remaining, voter_stamp, tdone, dv)
-            if changed:
-                version += 1
-                n_settled = 0
-                for m in range(n_agents):
-                    hm = ist[m, C_HELD]
-                    settled[m] = m < attackers or (
-                        hm >= 0 and remaining[hm] and ist[m, C_EPOCH] == epoch
-                    )
-                    if settled[m]:
-                        n_settled += 1
-                n_done = _tie_recount(
-                    ip,
-                    epoch,
-                    n_remaining,
-                    remaining,
-                    voter_stamp,
-                    flag,
-                    present,
-                    attacked_epoch,
-                    nvr,
-                    tdone,
-                    dv,
-                )
-        now = byz or (h >= 0 and remaining[h] and ist[n, C_EPOCH] == epoch)
+        if nv > 0 and _count_votes(n, nv, t, run, elims):
+            tie_event = True
+        now = byz or (h >= 0 and remaining[h] and ist[n, C_EPOCH] == count[R_EPOCH])
         if now != settled[n]:
-            n_settled += 1 if now else -1
+            count[R_SETTLED] += 1 if now else -1
             settled[n] = now
         if says_settled and now and not byz and not flag[n]:
             # CE: "my local set holds one arm" (again, if an arm left that it did not visibly
             # vote against: the coordinator then forgot it)
             flag[n] = True
-            messages += 1
-            settled_msgs += 1
-            n_done += _tie_mark(n, k, epoch + 1, remaining, voter_stamp, tdone, dv)
+            count[R_MESSAGES] += 1
+            count[R_SETTLED_MSGS] += 1
+            _mark_done(n, run)
             tie_event = True
         if retire:
-            if voting and n_remaining == 1:
+            if voting and count[R_REMAINING] == 1:
                 stop = 2
                 break
-            if h >= 0 or byz:  # an attacker retires after its first activation
-                present[n] = False
-                n_present -= 1
-                present_mass -= base[n]
-                if n_present > 0 and present_mass < 0.5 * tab_mass:
-                    tab_n, tab_mass = _build_alias(base, present, tab_idx, tab_prob, tab_alias)
-                    present_mass = tab_mass
-                if voting:
-                    n_done += _tie_mark(n, k, epoch + 1, remaining, voter_stamp, tdone, dv)
-                    tie_event = True
-        if tie_event and _tied(n_agents, k, threshold, n_remaining, remaining, n_done, dv):
+            if (h >= 0 or byz) and _retire(n, run):  # an attacker retires at once
+                tie_event = True
+        if tie_event and _tied_now(run):
             stop = 4
             break
-        if not retire and n_settled == n_agents:
-            stop = 1
-            if voting and n_remaining > 1:
-                # Every honest agent holds an arm still in the set: a tie if none can leave
-                # even counting each of them as done (only unactivated attackers can vote).
-                for m in range(attackers, n_agents):
-                    n_done += _tie_mark(m, k, epoch + 1, remaining, voter_stamp, tdone, dv)
-                if _tied(n_agents, k, threshold, n_remaining, remaining, n_done, dv):
-                    stop = 4
+        if not retire and count[R_SETTLED] == n_agents:
+            stop = _all_settled_stop(run)
             break
+    return _outcome(t, stop, run, elims)
 
-    held = ist[:, C_HELD].copy()
-    agent_votes = sent_stamp == epoch + 1
-    vote_times = np.where(agent_votes, sent_time, 0)
-    active0 = ist[0, o_act : o_act + k] != 0
+
+@njit(cache=True)
+def _outcome(t, stop, run, elims):
+    """What run_trial reads back: the stop, the counts, the current epoch's votes and their
+    times, each agent's arm, the global set and the first agent's local set (central)."""
+    k = run.ip[P_K]
+    epoch = run.count[R_EPOCH]
+    o_act = C_ARMS + 2 * k
+    agent_votes = run.sent_stamp == epoch + 1
     return (
         t,
         stop,
-        messages,
+        run.count[R_MESSAGES],
         epoch,
         elims,
         agent_votes,
-        vote_times,
-        held,
-        remaining,
-        n_voters,
-        active0,
-        settled_msgs,
+        np.where(agent_votes, run.sent_time, 0),
+        run.ist[:, C_HELD].copy(),
+        run.remaining,
+        run.n_voters,
+        run.ist[0, o_act : o_act + k] != 0,
+        run.count[R_SETTLED_MSGS],
     )
 
 
@@ -1165,27 +1360,22 @@ def _rng_state(seed: np.random.SeedSequence | int) -> np.ndarray:
     return state
 
 
-def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> TrialResult:
-    """One trial, same semantics (and output distribution) as `reference.run_trial`; CDE's
-    trials are drawn by their own vectorized engine (common.simulation.cde_fast)."""
-    if config.algorithm.reports:
-        return cde_fast.run_trial(config, seed)
+def _int_parameters(config: SimulationConfig) -> np.ndarray:
+    """ip: what the kernel reads as integers (P_*)."""
     env = config.environment
     algo = config.algorithm
-    n_arms, n_agents = env.n_arms, config.n_agents
+    n_agents = config.n_agents
     params = config.local_params()
     central = algo.algorithm == "central"
-    voting = algo.votes
     sub = algo.local_subroutine
-
     ip = np.zeros(P_SIZE, np.int64)
     ip[P_N] = 1 if central else n_agents
-    ip[P_K] = n_arms
+    ip[P_K] = env.n_arms
     ip[P_SUB] = _SUB_CODES[sub]
     ip[P_SHUFFLE] = sub in _SHUFFLED
     ip[P_SER4] = sub == "ser4" and params.phi > 0
     ip[P_GLOBAL_RESET] = algo.global_reset
-    ip[P_VOTING] = voting and not central
+    ip[P_VOTING] = algo.votes and not central
     ip[P_RETIRE] = config.stop == "global" and not central
     ip[P_EVERY_ARM] = params.every_arm
     ip[P_BOUNDED] = env.bounded
@@ -1195,14 +1385,51 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
     ip[P_ATTACKERS] = 0 if central else config.attackers
     ip[P_ATTACKED] = config.attacked_arm
     ip[P_BOUND], ip[P_RULE] = _BOUNDS_AND_RULES.get(sub, (B_HOEFFDING, R_LUCB))
+    return ip
+
+
+def _float_parameters(config: SimulationConfig) -> np.ndarray:
+    """fp: what the kernel reads as floats (F_*), RADIUS_SCALE as it is now."""
+    params = config.local_params()
     fp = np.zeros(F_SIZE)
     fp[F_EPS] = params.epsilon
     fp[F_CONF] = params.confidence
     fp[F_SIGMA] = params.sigma if params.sigma is not None else 1.0
     fp[F_PHI] = params.phi
     fp[F_DP_EPS] = params.dp_epsilon
-    fp[F_DROP] = algo.vote_drop
+    fp[F_DROP] = config.algorithm.vote_drop
     fp[F_RADIUS] = RADIUS_SCALE
+    return fp
+
+
+def _central_result(
+    t: int, held: np.ndarray, active0: np.ndarray, n_agents: int, optimal: np.ndarray
+) -> TrialResult:
+    """The central baseline: one learner, N - 1 broadcasts per activation; without a decision
+    its answer is its first active arm."""
+    done = bool(held[0] >= 0)
+    best = int(held[0]) if done else int(np.flatnonzero(active0)[0])
+    return TrialResult(
+        sample_complexity=t,
+        messages=t * (n_agents - 1),
+        best_arm=best,
+        correct=done and bool(optimal[best]),
+        stopped_by="global" if done else "budget",
+        agent_arms=np.array([best if done else -1]),
+    )
+
+
+def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> TrialResult:
+    """One trial, same semantics (and output distribution) as `reference.run_trial`; CDE's
+    trials are drawn by their own vectorized engine (common.simulation.cde_fast)."""
+    if config.algorithm.reports:
+        return cde_fast.run_trial(config, seed)
+    env = config.environment
+    algo = config.algorithm
+    n_agents = config.n_agents
+    central = algo.algorithm == "central"
+    voting = algo.votes
+    ip, fp = _int_parameters(config), _float_parameters(config)
     mu0 = np.asarray(env.means, dtype=np.float64)
     drift = env.drift_array.astype(np.float64)
     base = np.ones(1) if central else np.asarray(config.probabilities(), dtype=np.float64)
@@ -1227,16 +1454,7 @@ def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> T
     optimal = mu >= mu.max() - algo.epsilon
 
     if central:
-        done = bool(held[0] >= 0)
-        best = int(held[0]) if done else int(np.flatnonzero(active0)[0])
-        return TrialResult(
-            sample_complexity=t,
-            messages=t * (n_agents - 1),
-            best_arm=best,
-            correct=done and bool(optimal[best]),
-            stopped_by="global" if done else "budget",
-            agent_arms=np.array([best if done else -1]),
-        )
+        return _central_result(t, held, active0, n_agents, optimal)
 
     agent_arms = held.astype(np.int64)  # -1 for the Byzantine agents: they hold nothing
     candidates: list[int] = []

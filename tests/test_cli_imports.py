@@ -1,0 +1,69 @@
+"""`dexp` starts without numba and scipy: every command is registered at import, and only the ones
+that compile a simulator or solve a bound load them, when they run. Each check is a fresh
+interpreter, since this one may have imported both already."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("numba", "scipy")
+
+REPORT = f"""
+import json, sys
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})))
+"""
+
+
+def heavy_modules_after(code: str) -> list[str]:
+    """The numba and scipy modules loaded once `code` has run in a new interpreter."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code + REPORT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    loaded: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return loaded
+
+
+def test_importing_the_cli_loads_neither_numba_nor_scipy() -> None:
+    assert heavy_modules_after("import dexp.cli") == []
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], ["simulate", "--help"], ["plan", "--help"], ["regret", "run", "--help"]]
+)
+def test_help_loads_neither_numba_nor_scipy(args: list[str]) -> None:
+    code = f"""
+from typer.testing import CliRunner
+from dexp.cli import app
+result = CliRunner().invoke(app, {args!r})
+assert result.exit_code == 0, result.output
+assert "Usage" in result.output, result.output
+"""
+    assert heavy_modules_after(code) == []
+
+
+def test_the_check_sees_a_command_that_loads_them() -> None:
+    """The same check after a command that runs Hillel et al.'s compiled players: numba is there,
+    so an empty list above is not an empty check."""
+    code = """
+from typer.testing import CliRunner
+from dexp.cli import app
+args = ["simulate", "--algorithm", "hillel-multi-round", "--agents", "4", "--trials", "1",
+        "--json"]
+result = CliRunner().invoke(app, args)
+assert result.exit_code == 0, result.output
+"""
+    assert "numba" in heavy_modules_after(code)
