@@ -49,7 +49,7 @@ from coordinator.caching import (
 )
 from coordinator.errors import Forbidden, Invalid, RateLimited
 from coordinator.settings import Settings
-from coordinator.store import ExperimentState, Status
+from coordinator.store import ExperimentState
 
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
 # No per-agent label: which agent resets is the admin's to read (GET .../agents), not the scraper's.
