@@ -2,12 +2,13 @@
 
 GET /v1/experiments/{id} ("state") and GET .../best-arm are what devices and dashboards read. A
 full read (no If-None-Match, or one that names an older document) reads the parts of the document's
-strong ETag as the route's read does (store.tag_parts: the same transaction, which takes a
-publication that is due), not the whole state, then computes the tag (coordinator/caching.py). A
-strong tag names one document byte for byte: that is what a 304 already relies on. So when this
-process kept what the route sent under that tag, it sends those bytes again, without building the
-state or its status, FastAPI's routing and dependencies, the certificate's computation and
-pydantic's validation and serialization (most of a full read's CPU: benchmarks/bench_reads.py).
+strong ETag as the route's read reads them (store.tag_parts: the same commands in one read-only
+script, lua/tag.lua, and a publication that is due taken first), not the whole state, then
+computes the tag (coordinator/caching.py). A strong tag names one document byte for byte: that is
+what a 304 already relies on. So when this process kept what the route sent under that tag, it
+sends those bytes again, without building the state or its status, FastAPI's routing and
+dependencies, the certificate's computation and pydantic's validation and serialization (most of a
+full read's CPU: benchmarks/bench_reads.py).
 Otherwise the request goes on to the route, and its 200 is kept under the ETag it carries (the
 route reads the whole state, with its status and a decision's result: the reference).
 

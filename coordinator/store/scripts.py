@@ -173,6 +173,11 @@ SCRIPTS: dict[str, ScriptInputs] = {
         args=("created_at", "decision_key", "result", "replaced"),
         optional=("replaced",),
     ),
+    "tag": ScriptInputs(
+        "tag.lua",
+        keys=("meta_key", "eliminations_key", "load_generator_key"),
+        args=(),
+    ),
 }
 
 
@@ -223,3 +228,4 @@ class Scripts:
         self.enroll = Script(redis, SCRIPTS["enroll"])
         self.announce = Script(redis, SCRIPTS["announce"])
         self.result = Script(redis, SCRIPTS["result"])
+        self.tag = Script(redis, SCRIPTS["tag"])
