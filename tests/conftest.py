@@ -5,8 +5,11 @@ that names its reason."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,6 +80,43 @@ def pytest_configure(config: pytest.Config) -> None:
     xml = config.stash.get(xml_key, None)
     if xml is not None:
         xml.add_global_property("commit", config.stash[COMMIT])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def docker_alone(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under xdist, a module of Docker tests holds the machine alone: its containers' health checks
+    and start-up deadlines assume the cores are theirs (with another worker's tests beside them,
+    the compose stacks did not come up in time). It takes an exclusive lock for the whole module;
+    every other test takes a shared one for its own duration (`shared_with_docker`), so the other
+    worker waits between two tests. Without xdist, nothing runs beside them and no lock is taken."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None or request.node.get_closest_marker("docker") is None:
+        yield
+        return
+    with _machine_lock(request.config, fcntl.LOCK_EX):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def shared_with_docker(request: pytest.FixtureRequest) -> Iterator[None]:
+    if "PYTEST_XDIST_WORKER" not in os.environ or request.node.get_closest_marker("docker"):
+        yield
+        return
+    with _machine_lock(request.config, fcntl.LOCK_SH):
+        yield
+
+
+@contextlib.contextmanager
+def _machine_lock(config: pytest.Config, mode: int) -> Iterator[None]:
+    """flock on a file the workers share (xdist gives them one test run uid)."""
+    run = getattr(config, "workerinput", {}).get("testrunuid", "serial")
+    path = Path(tempfile.gettempdir()) / f"dexp-tests-{run}.lock"
+    with open(path, "a") as handle:
+        fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
