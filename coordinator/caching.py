@@ -49,7 +49,7 @@ from redis.exceptions import RedisError, ResponseError
 from starlette.responses import Response
 
 from common import redis_keys as keys
-from coordinator.asgi import ASGIApp, Exchange, Step, header
+from coordinator.asgi import ASGIApp, Exchange, Scope, Step, header
 from coordinator.store import PUBLICATION_FIELDS, REVISION_FIELDS, ExperimentStore, lease_bytes
 
 log = logging.getLogger("dexp.coordinator.caching")
@@ -72,6 +72,16 @@ CACHE_HEADERS = {
     },
     "Cache-Control": {"description": "public, max-age=N", "schema": {"type": "string"}},
 }
+
+
+def cacheable_document(scope: Scope) -> tuple[str, str] | None:
+    """(experiment, "state" or "best-arm") for a GET of a public document, else None."""
+    if scope["method"] != "GET":
+        return None
+    match = CACHEABLE.fullmatch(scope["path"])
+    if match is None:
+        return None
+    return match.group(1), ("best-arm" if match.group(2) else "state")
 
 
 def etag(kind: str, revision: tuple[str, ...], lease: bytes = b"") -> str:
@@ -303,18 +313,16 @@ class ConditionalReads(Step):
 
     async def run(self, ex: Exchange) -> bool:
         scope = ex.scope
-        if scope["method"] != "GET":
-            return False
-        match = CACHEABLE.fullmatch(scope["path"])
-        if match is None:
+        document = cacheable_document(scope)
+        if document is None:
             return False
         condition = header(scope, b"if-none-match")
         if condition is None:
             return False
-        kind = "best-arm" if match.group(2) else "state"
+        exp, kind = document
         state = scope["app"].state
         try:
-            known = await state.revisions.revision(state.store, match.group(1), kind == "state")
+            known = await state.revisions.revision(state.store, exp, kind == "state")
         except RedisError:
             known = None  # the route answers: 503 if Redis is still unreachable
         if known is not None and (known[2] is None or known[2] > time.time() * 1000):

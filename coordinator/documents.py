@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from coordinator.asgi import ASGIApp, Exchange, Message, Send, Step, header, send_problem
-from coordinator.caching import CACHEABLE, etag, matching
+from coordinator.caching import cacheable_document, etag, matching
 from coordinator.errors import CoordinatorError, StoreUnavailable
 
 MAX_BYTES = 32 * 1024 * 1024  # the documents one process keeps, in all
@@ -55,12 +55,9 @@ class RenderedDocuments(Step):
 
     async def run(self, ex: Exchange) -> bool:
         scope = ex.scope
-        if scope["method"] != "GET":
+        key = cacheable_document(scope)
+        if key is None:
             return False
-        match = CACHEABLE.fullmatch(scope["path"])
-        if match is None:
-            return False
-        key = (match.group(1), "best-arm" if match.group(2) else "state")
         try:
             revision, lease = await scope["app"].state.store.tag_parts(key[0])
         except CoordinatorError:
