@@ -1124,12 +1124,113 @@ def _all_settled_stop(run):
     return 4 if _tied_now(run) else 1
 
 
+@njit(cache=True, inline="always")
+def _draw_agent(rs, tab_n, tab_idx, tab_prob, tab_alias, present):
+    """An activation: the alias table, drawn again until a present agent comes."""
+    while True:
+        u = _uniform(rs) * tab_n
+        i = min(int(u), tab_n - 1)
+        j = i if u - i < tab_prob[i] else tab_alias[i]
+        n = tab_idx[j]
+        if present[n]:
+            return n
+
+
+@njit(cache=True, inline="always")
+def _select(n, k, sub, every, ist, pulled):
+    """select(): marks in `pulled` the arms agent n pulls now; returns how many."""
+    o_cnt = C_ARMS
+    o_ord = C_ARMS + k
+    o_act = C_ARMS + 2 * k
+    npulled = 0
+    if every:
+        for a in range(k):
+            if ist[n, o_act + a] and (
+                sub in (SUB_SE, SUB_DP)
+                or (sub == SUB_ME and ist[n, o_cnt + a] < ist[n, C_A])
+                or (sub == SUB_LUCB and ist[n, o_cnt + a] == 0)
+            ):
+                pulled[a] = True
+                npulled += 1
+        if sub == SUB_LUCB and npulled == 0 and ist[n, C_A] > 0:
+            for i in range(ist[n, C_A]):
+                pulled[ist[n, C_B + i]] = True
+                npulled += 1
+        return npulled
+    pick = -1
+    if sub == SUB_LUCB:
+        for a in range(k):
+            if ist[n, o_act + a] and ist[n, o_cnt + a] == 0:
+                pick = a
+                break
+        if pick < 0 and ist[n, C_A] > 0:
+            pick = ist[n, C_B]
+    else:  # the least-pulled active arm, first in the agent's order on a tie
+        limit = ist[n, C_A] if sub == SUB_ME else np.iinfo(np.int64).max
+        pc = 0
+        po = 0
+        for a in range(k):
+            if ist[n, o_act + a]:
+                c = ist[n, o_cnt + a]
+                if c >= limit:
+                    continue
+                o = ist[n, o_ord + a]
+                if pick < 0 or c < pc or (c == pc and o < po):
+                    pick = a
+                    pc = c
+                    po = o
+    if pick >= 0:
+        pulled[pick] = True
+        npulled = 1
+    return npulled
+
+
+@njit(cache=True, inline="always")
+def _pull(n, k, t, pulled, mu0, drift, drifting, bounded, sigma, ist, fst, rs):
+    """The environment: a reward for each pulled arm at time t, added to agent n's sums."""
+    for a in range(k):
+        if pulled[a]:
+            mu = mu0[a]
+            if drifting:
+                mu = mu + drift[a] * float(t - 1)
+                if bounded:
+                    mu = min(max(mu, 0.0), 1.0)
+            if not bounded:
+                r = _normal(rs, mu, sigma)
+            elif _uniform(rs) < mu:  # a Bernoulli reward
+                r = 1.0
+            else:
+                r = 0.0
+            ist[n, C_ARMS + a] += 1
+            fst[n, G_ARMS + a] += r
+
+
+@njit(cache=True, inline="always")
+def _held_arm(n, k, ist):
+    """The arm agent n holds: its one active arm, or -1 while it has several."""
+    o_act = C_ARMS + 2 * k
+    h = ist[n, C_HELD]
+    if ist[n, C_NACT] != 1:
+        h = -1
+    elif h < 0 or not ist[n, o_act + h]:
+        for a in range(k):
+            if ist[n, o_act + a]:
+                h = a
+                break
+    ist[n, C_HELD] = h
+    return h
+
+
 @njit(cache=True)
 def _simulate(ip, fp, rs, mu0, drift, base):
-    """One trial: activations until a stop rule, a tie or the budget. The rarer events are
-    helpers over the Run; the hot path (the draw of an agent, one step of its subroutine, its
-    settled state) stays inline on arrays held here, since numba reference-counts, atomically,
-    every array or Run a helper is given, at every call."""
+    """One trial: activations until a stop rule, a tie or the budget.
+
+    Each activation: draw an agent; an attacker attacks, an honest agent catches up with the
+    global set, may reset (DSER4), then select() / pull / observe() and sends its votes; the
+    coordinator counts them; then the stop rules. The rarer events are helpers over the Run.
+    The hot path's steps (_draw_agent, _select, _pull, _held_arm) are inlined by numba
+    (inline="always"): numba reference-counts, atomically, every array a called function is
+    given, and an ordinary call per step cost half the rate."""
     n_agents = ip[P_N]
     k = ip[P_K]
     sub = ip[P_SUB]
@@ -1144,8 +1245,6 @@ def _simulate(ip, fp, rs, mu0, drift, base):
     phi = fp[F_PHI]
     drop = fp[F_DROP]
     sigma = fp[F_SIGMA]
-    o_cnt = C_ARMS
-    o_ord = C_ARMS + k
     o_act = C_ARMS + 2 * k
     says_settled = voting and drop > 0.0  # CE: settled messages
     run = _new_run(ip, fp, rs, mu0, drift, base)
@@ -1167,14 +1266,7 @@ def _simulate(ip, fp, rs, mu0, drift, base):
             # a voting run: every agent retired with several arms left, none can leave: a tie
             stop = 4 if voting and _tied_now(run) else 3
             break
-        tab_n = count[R_TAB_N]
-        while True:  # the alias table, drawn again until a present agent comes
-            u = _uniform(rs) * tab_n
-            i = min(int(u), tab_n - 1)
-            j = i if u - i < tab_prob[i] else tab_alias[i]
-            n = tab_idx[j]
-            if present[n]:
-                break
+        n = _draw_agent(rs, count[R_TAB_N], tab_idx, tab_prob, tab_alias, present)
         t += 1
         nv = 0
         h = -1
@@ -1190,115 +1282,52 @@ def _simulate(ip, fp, rs, mu0, drift, base):
             if ser4 and _uniform(rs) < phi and _ser4_reset(n, run):
                 nv = 0  # votes decided on the old epoch's statistics are never sent
                 tie_event = True
-
-            # select(), the rewards, observe(): the hot path, inline (no array-passing calls).
-            if ist[n, C_NACT] > 1:
-                npulled = 0
-                if every:
+            if ist[n, C_NACT] > 1 and _select(n, k, sub, every, ist, pulled) > 0:
+                _pull(n, k, t, pulled, mu0, drift, drifting, bounded, sigma, ist, fst, rs)
+                # observe(): each subroutine decides at the end of its round. Inline: as a
+                # helper given these arrays, even inlined, it cost 25-35 % of the rate.
+                nout = 0
+                if sub == SUB_SE:  # a round ends when every active arm has one more pull
+                    rounds = -1
                     for a in range(k):
-                        if ist[n, o_act + a] and (
-                            sub in (SUB_SE, SUB_DP)
-                            or (sub == SUB_ME and ist[n, o_cnt + a] < ist[n, C_A])
-                            or (sub == SUB_LUCB and ist[n, o_cnt + a] == 0)
-                        ):
-                            pulled[a] = True
-                            npulled += 1
-                    if sub == SUB_LUCB and npulled == 0 and ist[n, C_A] > 0:
-                        for i in range(ist[n, C_A]):
-                            pulled[ist[n, C_B + i]] = True
-                            npulled += 1
-                else:
-                    pick = -1
-                    pc = 0
-                    po = 0
-                    if sub == SUB_LUCB:
-                        for a in range(k):
-                            if ist[n, o_act + a] and ist[n, o_cnt + a] == 0:
-                                pick = a
+                        if ist[n, o_act + a]:
+                            if rounds < 0:
+                                rounds = ist[n, C_ARMS + a]
+                            elif ist[n, C_ARMS + a] != rounds:
+                                rounds = -1
                                 break
-                        if pick < 0 and ist[n, C_A] > 0:
-                            pick = ist[n, C_B]
-                    else:
-                        limit = ist[n, C_A] if sub == SUB_ME else np.iinfo(np.int64).max
-                        for a in range(k):
-                            if ist[n, o_act + a]:
-                                c = ist[n, o_cnt + a]
-                                if c >= limit:
-                                    continue
-                                o = ist[n, o_ord + a]
-                                if pick < 0 or c < pc or (c == pc and o < po):
-                                    pick = a
-                                    pc = c
-                                    po = o
-                    if pick >= 0:
-                        pulled[pick] = True
-                        npulled = 1
-                if npulled > 0:
+                    if rounds > ist[n, C_A]:
+                        nout = _se_round(n, rounds, ip, fp, ist, fst, out, rs)
+                elif sub == SUB_LUCB:  # LUCB's pair, each arm pulled
+                    q = 0
+                    for i in range(ist[n, C_A]):
+                        a = ist[n, C_B + i]
+                        if not pulled[a]:
+                            ist[n, C_B + q] = a
+                            q += 1
+                    ist[n, C_A] = q
+                    if q == 0:
+                        nout = _lucb_decide(n, ip, fp, ist, fst, out)
+                else:  # ME's round, DP's epoch: each active arm pulled `limit` times
+                    limit = ist[n, C_A]
+                    full = True
                     for a in range(k):
-                        if pulled[a]:
-                            mu = mu0[a]
-                            if drifting:
-                                mu = mu + drift[a] * float(t - 1)
-                                if bounded:
-                                    mu = min(max(mu, 0.0), 1.0)
-                            if bounded:
-                                r = 1.0 if _uniform(rs) < mu else 0.0
-                            else:
-                                r = _normal(rs, mu, sigma)
-                            ist[n, o_cnt + a] += 1
-                            fst[n, G_ARMS + a] += r
-                    nout = 0
-                    if sub == SUB_SE:
-                        rounds = -1
-                        for a in range(k):
-                            if ist[n, o_act + a]:
-                                if rounds < 0:
-                                    rounds = ist[n, o_cnt + a]
-                                elif ist[n, o_cnt + a] != rounds:
-                                    rounds = -1
-                                    break
-                        if rounds > ist[n, C_A]:
-                            nout = _se_round(n, rounds, ip, fp, ist, fst, out, rs)
-                    elif sub == SUB_LUCB:
-                        q = 0
-                        for i in range(ist[n, C_A]):
-                            a = ist[n, C_B + i]
-                            if not pulled[a]:
-                                ist[n, C_B + q] = a
-                                q += 1
-                        ist[n, C_A] = q
-                        if q == 0:
-                            nout = _lucb_decide(n, ip, fp, ist, fst, out)
-                    else:
-                        limit = ist[n, C_A]
-                        full = True
-                        for a in range(k):
-                            if ist[n, o_act + a] and ist[n, o_cnt + a] < limit:
-                                full = False
-                                break
-                        if full:
-                            if sub == SUB_ME:
-                                nout = _me_end_round(n, ip, fp, ist, fst, out)
-                            else:
-                                nout = _dp_end_epoch(n, ip, fp, ist, fst, out, rs)
-                    for a in range(k):
-                        pulled[a] = False
-                    if nout > 0:
-                        if voting:
-                            nv = _collect_votes(n, k, ist, out, drop, vbuf, nv, rs)
+                        if ist[n, o_act + a] and ist[n, C_ARMS + a] < limit:
+                            full = False
+                            break
+                    if full:
+                        if sub == SUB_ME:
+                            nout = _me_end_round(n, ip, fp, ist, fst, out)
                         else:
-                            for a in range(k):
-                                out[a] = False
-
-            h = ist[n, C_HELD]
-            if ist[n, C_NACT] != 1:
-                h = -1
-            elif h < 0 or not ist[n, o_act + h]:
+                            nout = _dp_end_epoch(n, ip, fp, ist, fst, out, rs)
                 for a in range(k):
-                    if ist[n, o_act + a]:
-                        h = a
-                        break
-            ist[n, C_HELD] = h
+                    pulled[a] = False
+                if nout > 0 and voting:
+                    nv = _collect_votes(n, k, ist, out, drop, vbuf, nv, rs)
+                elif nout > 0:
+                    for a in range(k):
+                        out[a] = False
+            h = _held_arm(n, k, ist)
         if nv > 0 and _count_votes(n, nv, t, run, elims):
             tie_event = True
         now = byz or (h >= 0 and remaining[h] and ist[n, C_EPOCH] == count[R_EPOCH])
