@@ -136,30 +136,16 @@ class ScriptWrites:
     ) -> VoteResult:
         """Apply the vote of the agent whose bearer token is `token`: one round trip to Redis.
         `epoch_started_at` (if given) must be the epoch's start too: else stale_epoch."""
-        core = self.core
-        reply = await core.scripts.vote(
-            meta_key=keys.meta(exp),
-            remaining_key=keys.remaining(exp),
+        reply = await self.core.scripts.vote(
+            **self._message_inputs(exp, token, arm),
             voters_key=keys.voters(exp, arm),
-            eliminations_key=keys.eliminations(exp),
-            credentials_key=keys.credentials(exp),
-            vote_rate_key=keys.vote_rate(exp),
             settled_key=keys.settled(exp),
-            agent_id=agent_of(token),
-            arm_index=arm,
             agent_epoch=epoch,
-            now_ms=now_ms(),
-            token_digest=digest(token),
-            vote_rate=core.vote_rate,
-            vote_burst=core.limits.vote_burst,
-            changes_channel=keys.changes(exp),
             agent_epoch_started_at="" if epoch_started_at is None else epoch_started_at,
-            publish_batch=core.publish_batch,
-            publish_cadence_ms=core.publish_cadence_ms,
         )
         outcome = text(reply[0])
         await self._refuse(outcome, reply, exp, token, arm, "votes too fast: at most {} votes")
-        core.on_change(exp)  # a message: at least its counters moved
+        self.core.on_change(exp)  # a message: at least its counters moved
         result = VoteResult(
             VoteOutcome(outcome) if outcome in VoteOutcome._value2member_map_ else outcome,
             int(reply[1]),
@@ -173,34 +159,42 @@ class ScriptWrites:
     async def report(self, exp: str, token: str, arm: int) -> ReportResult:
         """Apply the CDE report of the agent whose bearer token is `token`: one round trip to
         Redis (lua/report.lua). Its first report counts; any later one is a duplicate."""
-        core = self.core
-        reply = await core.scripts.report(
-            meta_key=keys.meta(exp),
-            remaining_key=keys.remaining(exp),
+        reply = await self.core.scripts.report(
+            **self._message_inputs(exp, token, arm),
             reporters_key=keys.reporters(exp),
             report_counts_key=keys.report_counts(exp),
-            eliminations_key=keys.eliminations(exp),
-            credentials_key=keys.credentials(exp),
-            vote_rate_key=keys.vote_rate(exp),
-            agent_id=agent_of(token),
-            arm_index=arm,
-            now_ms=now_ms(),
-            token_digest=digest(token),
-            vote_rate=core.vote_rate,
-            vote_burst=core.limits.vote_burst,
-            changes_channel=keys.changes(exp),
-            publish_batch=core.publish_batch,
-            publish_cadence_ms=core.publish_cadence_ms,
         )
         outcome = text(reply[0])
         await self._refuse(
             outcome, reply, exp, token, arm, "sends too fast: at most {} votes and reports"
         )
-        core.on_change(exp)
+        self.core.on_change(exp)
         result = ReportResult(ReportOutcome(outcome))
         if result.accepted:
             await self.redis.publish(keys.events(exp), int(reply[1]))
         return result
+
+    def _message_inputs(self, exp: str, token: str, arm: int) -> dict[str, Any]:
+        """The inputs an agent's message shares across its scripts (vote.lua, report.lua): who
+        sends it (checked against the token's digest), its arm, its rate limit and the
+        publication's batch and cadence."""
+        core = self.core
+        return {
+            "meta_key": keys.meta(exp),
+            "remaining_key": keys.remaining(exp),
+            "eliminations_key": keys.eliminations(exp),
+            "credentials_key": keys.credentials(exp),
+            "vote_rate_key": keys.vote_rate(exp),
+            "agent_id": agent_of(token),
+            "arm_index": arm,
+            "now_ms": now_ms(),
+            "token_digest": digest(token),
+            "vote_rate": core.vote_rate,
+            "vote_burst": core.limits.vote_burst,
+            "changes_channel": keys.changes(exp),
+            "publish_batch": core.publish_batch,
+            "publish_cadence_ms": core.publish_cadence_ms,
+        }
 
     async def _refuse(
         self, outcome: str, reply: Sequence[Any], exp: str, token: str, arm: int, fast: str
