@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from common.cde import DEFAULT_PRIVACY, check_privacy, threshold_for
 from common.errors import ParameterError
+from common.ldp import DEFAULT_REPORTS_PER_AGENT, check_dp_epsilon, check_reports_per_agent
 from common.params import (
     check_agents_for_dropped_votes,
     check_agents_for_threshold,
@@ -44,13 +45,17 @@ from common.subroutines import SUBROUTINES, USER_SUBROUTINES, LocalParams
 from common.subroutines.base import BOUNDED, SUB_GAUSSIAN
 from common.subroutines.fixed_budget import samples_per_arm
 
-ALGORITHMS = ("de", "ce", "dp-mase", "cde", "independent", "central")
+ALGORITHMS = ("de", "ce", "dp-mase", "cde", "ldp", "independent", "central")
 VOTING = ("de", "ce", "dp-mase")
 REPORTING = ("cde",)  # one randomized report per agent (common.cde)
-TOLERANT = VOTING + REPORTING
+CROWD = ("ldp",)  # no agent learns: B private reports each, the coordinator decides (common.ldp)
+TOLERANT = VOTING + REPORTING + CROWD
 # Hillel et al.'s synchronous players (common/hillel.py): not DE, no AlgorithmConfig; named here so
 # that choosing one needs no compiler loaded.
 HILLEL_ALGORITHMS = ("hillel-one-round", "hillel-multi-round")
+
+
+DEFAULTS_SUBROUTINE = "ser3"
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,7 @@ class AlgorithmConfig:
     unchanged."""
 
     algorithm: str = "de"
-    subroutine: str = "ser3"
+    subroutine: str = DEFAULTS_SUBROUTINE
     epsilon: float = 0.25
     delta: float = 0.05
     eta: float = 0.9
@@ -75,6 +80,8 @@ class AlgorithmConfig:
     # CDE: P, the hit-rate bound under a uniform prior over which arm is best;
     # e0 = log(P (K-1)/(1-P))
     privacy: float = DEFAULT_PRIVACY
+    # LDP: B, the reports one agent may send (its privacy is B * dp_epsilon over its history)
+    reports_per_agent: int = DEFAULT_REPORTS_PER_AGENT
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -111,6 +118,17 @@ class AlgorithmConfig:
             raise ParameterError(
                 "phi", self.phi, "a reset probability is for --subroutine ser4 only"
             )
+        if self.algorithm == "ldp":
+            check_dp_epsilon(self.dp_epsilon)
+            check_reports_per_agent(self.reports_per_agent)
+            if self.subroutine != DEFAULTS_SUBROUTINE:
+                raise ParameterError(
+                    "subroutine", self.subroutine, "LDP has no local run: the coordinator decides"
+                )
+        elif self.reports_per_agent != DEFAULT_REPORTS_PER_AGENT:
+            raise ParameterError(
+                "reports_per_agent", self.reports_per_agent, "reports per agent are for ldp only"
+            )
         check_tolerance(self.tolerance)
         if self.tolerance > 0 and self.algorithm not in TOLERANT:
             raise ParameterError(
@@ -143,6 +161,16 @@ class AlgorithmConfig:
     def reports(self) -> bool:
         """CDE: one randomized report per agent instead of votes."""
         return self.algorithm in REPORTING
+
+    @property
+    def crowd(self) -> bool:
+        """LDP: agents send private reports of single rewards; the coordinator learns."""
+        return self.algorithm in CROWD
+
+    @property
+    def user_privacy(self) -> float | None:
+        """LDP: B * dp_epsilon, the local privacy of everything one agent sends."""
+        return self.reports_per_agent * self.dp_epsilon if self.crowd else None
 
     @property
     def report_privacy(self) -> float | None:
@@ -187,6 +215,8 @@ class AlgorithmConfig:
     def local_confidence(self, n_arms: int, n_agents: int) -> float:
         if self.algorithm in ("de", "cde"):
             return self.eta
+        if self.crowd:
+            return self.delta
         if self.algorithm == "ce":
             return corrupted_local_confidence(self.eta, self.xi, n_arms)
         if self.algorithm == "dp-mase":

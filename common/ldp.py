@@ -1,0 +1,212 @@
+"""LDP: one private report per visit; the coordinator learns from all of them (docs/LDP.md).
+
+The papers' modes make each agent learn alone before the group learns anything, so their cost
+grows with the fleet. Here no device learns: at an activation it plays an arm drawn from the
+allocation the coordinator publishes, and sends one report, the arm and one privatized bit.
+
+The mechanism (`Mechanism.privatize`, run on the device): a reward r in [0, 1] becomes a bit
+b ~ Bernoulli(r) (a Bernoulli reward is its own bit), then y = b with probability
+p = e^eps / (1 + e^eps), else 1 - b (randomized response). y's law is Bernoulli(q + (p - q) r)
+with q = 1 - p, and the ratio of its two probabilities under any two rewards is at most
+p / q = e^eps: one report is eps-locally private, whatever the reward. The arm does not depend on
+the rewards (the allocation is public, the draw the device's own), so a device that sends at most
+B reports is (B eps)-locally private with respect to its whole reward history.
+
+The statistics (`decide`, run by the coordinator on the counts): for each arm, n reports and s
+ones. The honest reports on an arm are i.i.d. Bernoulli(m) with m = q + (p - q) mu, whatever the
+allocation and whichever device sends them, so an anytime confidence sequence on m (Howard et
+al.'s stitched boundary, each side of each arm at delta / (2K)) holds for every arm at all times
+with probability >= 1 - delta. f Byzantine devices send at most f B reports in all: the interval
+is taken over every way of removing up to f B of an arm's reports. Mapped to the reward scale,
+mu = (m - q) / (p - q), these are the estimates' intervals, and on their event:
+- an arm whose upper end is below another arm's lower end is not the best: it is eliminated;
+- the leader whose lower end is within eps of every other remaining arm's upper end is
+  eps-optimal: the experiment is identified, with certified failure delta, for every N, every
+  instance and every order of activations (docs/LDP.md, section 2).
+The allocation is LUCB's pair (the leader and the arm with the highest upper end), mixed with a
+uniform share over the remaining arms so that a stale allocation (a device reads it between
+publications) still samples every candidate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from common.errors import ParameterError
+from common.subroutines.bounds import stitched_radius
+
+DEFAULT_DP_EPSILON = 1.0
+DEFAULT_REPORTS_PER_AGENT = 1
+EXPLORATION = 0.1  # the allocation's uniform share over the remaining arms
+MAX_DP_EPSILON = 10.0  # beyond this a report is practically its reward: no privacy to speak of
+
+
+def check_dp_epsilon(dp_epsilon: float) -> None:
+    if not (isinstance(dp_epsilon, int | float) and 0.0 < dp_epsilon <= MAX_DP_EPSILON):
+        raise ParameterError("dp_epsilon", dp_epsilon, f"must be in (0, {MAX_DP_EPSILON:g}]")
+
+
+def check_reports_per_agent(reports: int) -> None:
+    if isinstance(reports, bool) or not isinstance(reports, int) or reports < 1:
+        raise ParameterError("reports_per_agent", reports, "must be an integer >= 1")
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """Randomized response on a stochastically rounded reward: eps-locally private, 1 bit."""
+
+    dp_epsilon: float
+
+    def __post_init__(self) -> None:
+        check_dp_epsilon(self.dp_epsilon)
+
+    @property
+    def keep(self) -> float:
+        """p = e^eps / (1 + e^eps): the probability that the bit is sent as it is."""
+        return 1.0 / (1.0 + math.exp(-self.dp_epsilon))
+
+    @property
+    def scale(self) -> float:
+        """p - q = tanh(eps / 2): how much of a mean difference survives in the reports."""
+        return math.tanh(self.dp_epsilon / 2.0)
+
+    @property
+    def overhead(self) -> float:
+        """((e^eps + 1) / (e^eps - 1))^2: the factor on the samples a central algorithm needs."""
+        return 1.0 / self.scale**2
+
+    def privatize(self, reward: float, u_round: float, u_flip: float) -> int:
+        """The report's bit for a reward in [0, 1], from two uniforms in [0, 1) that the caller
+        draws (the device's own randomness): b = [u_round < reward], kept when u_flip < p."""
+        if not 0.0 <= reward <= 1.0:
+            raise ParameterError("reward", reward, "must be in [0, 1]")
+        bit = 1 if u_round < reward else 0
+        return bit if u_flip < self.keep else 1 - bit
+
+    def to_reward_scale(self, bit_mean: float) -> float:
+        """The unbiased estimate of the mean reward from a mean of report bits."""
+        return (bit_mean - (1.0 - self.keep)) / self.scale
+
+
+def unit_reward(reward: float, low: float, high: float) -> float:
+    """A reward clipped to the declared range [low, high] and mapped to [0, 1]: what a device
+    privatizes when rewards are not in [0, 1] (Gaussian rewards: docs/LDP.md, section 4)."""
+    return (min(max(reward, low), high) - low) / (high - low)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One arm: its reports and the mean reward with its interval (simultaneous, anytime)."""
+
+    index: int
+    reports: int
+    mean: float | None  # None before its first report
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Lift:
+    """The leader against arm `vs`: the difference of their means and its interval."""
+
+    vs: int
+    mean: float | None
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    estimates: tuple[Estimate, ...]
+    leader: int
+    eliminate: tuple[int, ...]  # remaining arms that leave now
+    identified: bool
+    allocation: tuple[float, ...]  # over every arm; 0 on arms out of the set
+    lift: tuple[Lift, ...]
+
+
+def bit_interval(
+    ones: int, reports: int, n_arms: int, delta: float, corrupt: int
+) -> tuple[float, float]:
+    """The interval of an arm's report mean m, anytime, each side at delta / (2K), whatever up to
+    `corrupt` of its reports are: the worst case removes `corrupt` reports, ones for the lower end
+    and zeros for the upper (both ends move outwards as reports are removed)."""
+    honest = reports - corrupt
+    if honest < 1:
+        return 0.0, 1.0
+    radius = stitched_radius(honest, n_arms, delta, None)
+    low = max(ones - corrupt, 0) / honest - radius
+    high = min(ones, honest) / honest + radius
+    return max(low, 0.0), min(high, 1.0)
+
+
+def estimates(
+    reports: Sequence[int],
+    ones: Sequence[int],
+    mechanism: Mechanism,
+    delta: float,
+    corrupt: int = 0,
+) -> tuple[Estimate, ...]:
+    """Every arm's mean reward and interval; the intervals hold together, at all times, with
+    probability >= 1 - delta (with at most `corrupt` reports from Byzantine devices)."""
+    k = len(reports)
+    out = []
+    q, scale = 1.0 - mechanism.keep, mechanism.scale
+    for arm, (n, s) in enumerate(zip(reports, ones, strict=True)):
+        lo, hi = bit_interval(s, n, k, delta, corrupt)
+        mean = None if n == 0 else min(max(mechanism.to_reward_scale(s / n), 0.0), 1.0)
+        out.append(Estimate(arm, n, mean, max((lo - q) / scale, 0.0), min((hi - q) / scale, 1.0)))
+    return tuple(out)
+
+
+def _leader(candidates: Sequence[Estimate]) -> Estimate:
+    """The highest estimated mean (arms without reports last), then the lowest index."""
+    return max(candidates, key=lambda e: (e.mean is not None, e.mean or 0.0, -e.index))
+
+
+def decide(
+    reports: Sequence[int],
+    ones: Sequence[int],
+    remaining: Sequence[int],
+    *,
+    epsilon: float,
+    delta: float,
+    dp_epsilon: float,
+    corrupt: int = 0,
+) -> Decision:
+    """The coordinator's rule on the counts of reports (n) and ones (s) per arm: the estimates,
+    the arms that leave, whether the leader is identified, the allocation and the lift.
+    `remaining` are the arms still in the set; `corrupt` = f B, what Byzantine devices can send."""
+    mechanism = Mechanism(dp_epsilon)
+    est = estimates(reports, ones, mechanism, delta, corrupt)
+    alive = [est[a] for a in sorted(remaining)]
+    if not alive:
+        raise ParameterError("remaining", list(remaining), "at least one arm must remain")
+    best_low = max(e.low for e in alive)
+    out = tuple(e.index for e in alive if e.high < best_low)
+    alive = [e for e in alive if e.high >= best_low]
+    leader = _leader(alive)
+    rivals = [e for e in alive if e.index != leader.index]
+    identified = all(leader.low >= e.high - epsilon for e in rivals)
+    allocation = [0.0] * len(est)
+    if rivals:
+        challenger = max(rivals, key=lambda e: (e.high, -e.reports, -e.index))
+        for e in alive:
+            allocation[e.index] += EXPLORATION / len(alive)
+        allocation[leader.index] += (1.0 - EXPLORATION) / 2.0
+        allocation[challenger.index] += (1.0 - EXPLORATION) / 2.0
+    else:
+        allocation[leader.index] = 1.0
+    lift = tuple(
+        Lift(
+            e.index,
+            None if leader.mean is None or e.mean is None else leader.mean - e.mean,
+            leader.low - e.high,
+            leader.high - e.low,
+        )
+        for e in est
+        if e.index != leader.index
+    )
+    return Decision(est, leader.index, out, identified, tuple(allocation), lift)
