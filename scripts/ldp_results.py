@@ -6,10 +6,11 @@
 For Problem 1 (feraud-1), Problem 2 (feraud-2) and gauss-8, eps = 0.25, delta = 0.05, B = 1, each
 dp_epsilon in {0.5, 1, 2} and each N: the activations (mean and 95 % t interval), the reports, the
 failures (the leader not eps-optimal; in parentheses those of the runs that answered, what delta
-bounds) and the trials that ended exhausted (N B reports spent, no answer). Beside them the project's central baseline on the same instance (one learner that sees
-every reward: KL-LUCB, or stitched-LUCB on gauss-8, whose Gaussian rewards KL-LUCB's bounds do not
-cover), the ideal ((e^eps + 1) / (e^eps - 1))^2 x central (what privatizing every reward of the
-central run would cost), the ratio to it (where no trial exhausted), and per (problem, dp_epsilon) the ratio of the
+bounds) and the trials that ended exhausted (N B reports spent, no answer). Beside them the
+project's central baseline on the same instance (one learner that sees every reward: KL-LUCB, or
+stitched-LUCB on gauss-8, whose Gaussian rewards KL-LUCB's bounds do not cover), the ideal
+((e^eps + 1) / (e^eps - 1))^2 x central (what privatizing every reward of the central run would
+cost), the ratio to it (where no trial exhausted), and per (problem, dp_epsilon) the ratio of the
 activations at the largest N to those at the smallest N that never exhausted, and, where N B
 reports did not suffice, the devices needed: the mean reports at the largest N, over B.
 
