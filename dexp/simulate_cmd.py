@@ -850,9 +850,9 @@ def crowd_table(first: dict[str, Any]) -> Table:
         table.add_column(column, justify="right")
     lift = {d["vs"]: d for d in first["lift"]}
     for e in first["estimates"]:
-        d = lift.get(e["arm"])
+        d = lift.get(e["index"])
         table.add_row(
-            str(e["arm"]),
+            str(e["index"]),
             f"{e['reports']:,}",
             "-" if e["mean"] is None else f"{e['mean']:.3f}",
             f"[{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]",

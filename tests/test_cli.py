@@ -506,7 +506,7 @@ def test_ldp_json_has_activations_reports_and_the_first_trials_estimates() -> No
     for trial in doc["trials"]:  # two arms 0.8 apart: identified well before 2,000 reports
         assert trial["stopped_by"] == "global" and trial["best_arm"] == 0
         assert trial["messages"] <= trial["sample_complexity"]
-        assert [e["arm"] for e in trial["estimates"]] == [0, 1]
+        assert [e["index"] for e in trial["estimates"]] == [0, 1]
         assert [d["vs"] for d in trial["lift"]] == [1]
     first = summary["first_trial"]
     assert first["estimates"] == doc["trials"][0]["estimates"]

@@ -262,9 +262,10 @@ class TrialResult:
 
 
 def estimates_json(estimates: Sequence[Estimate]) -> list[dict[str, object]]:
-    """Per arm: its index, reports, mean (None before its first report) and interval."""
+    """Per arm: its index, reports, mean (None before its first report) and interval (arms have
+    no names in a simulation)."""
     return [
-        {"arm": e.index, "reports": e.reports, "mean": e.mean, "ci": [e.low, e.high]}
+        {"index": e.index, "reports": e.reports, "mean": e.mean, "ci": [e.low, e.high]}
         for e in estimates
     ]
 
