@@ -154,6 +154,7 @@ def remedy(agents: int, threshold: int, local_error: float, delta: float, liars:
 
 
 VOTES, REPORTS, INDEPENDENT, CENTRAL, DRIFT = "votes", "reports", "independent", "central", "drift"
+CROWD = "crowd"  # LDP (common.ldp): the coordinator's intervals hold together with prob. 1 - delta
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,7 @@ class Certificate:
     privacy: float = 0.0  # CDE: its P, the hit-rate bound under a uniform prior (for the remedy)
     arms: int = 0  # CDE: K (for the remedy)
     fixed: bool = False  # CDE: the threshold was chosen for another N (a service's fleet)
+    tolerance: int = 0  # LDP: f, the liars its intervals are widened for
 
     @property
     def certifies(self) -> bool:
@@ -206,6 +208,8 @@ class Certificate:
             )
         if self.kind == REPORTS:
             return self._reports_statement()
+        if self.kind == CROWD:
+            return self._crowd_statement()
         if self.kind == CENTRAL:
             return f"One run on every reward keeps an arm that is not epsilon-optimal with probability at most {f}."
         honest = n - self.liars
@@ -240,6 +244,21 @@ class Certificate:
         return (
             f"{epoch} best arm is voted out by error with probability at most {f}: it takes "
             f"{self.honest_votes} of {who} to {err}, each with probability at most {p}. {answer}"
+        )
+
+    def _crowd_statement(self) -> str:
+        """LDP: the intervals' event (common.ldp) and what the answer inherits from it."""
+        liars = f" ({self.liars} may lie, f = {self.tolerance})" if self.liars else ""
+        if not self.certifies:
+            return (
+                f"Nothing below 1 is certified: {self.liars} agents may lie and the intervals are "
+                f"widened for f = {self.tolerance}."
+            )
+        return (
+            f"Every arm's interval holds at all times, together, with probability at least "
+            f"1 - {self.delta:g}, whatever N and the order of activations{liars}: an identified "
+            f"answer is not epsilon-optimal with probability at most {upper(self.failure)}. A run "
+            "that spends every agent's reports ends with no answer."
         )
 
     def _reports_statement(self) -> str:
@@ -287,6 +306,8 @@ class Certificate:
         )
         if self.kind == REPORTS:
             return f"{head}: {cde_remedy(self)}"
+        if self.kind == CROWD:
+            return f"{head}: a tolerance f >= {self.liars} (the liars) would certify it"
         if self.kind != VOTES or self.threshold is None:
             return f"{head}: nothing certifies it (the rewards drift)"
         fix = remedy(self.agents, self.threshold, self.local_error, self.delta, self.liars)
@@ -355,6 +376,12 @@ def certify(
         raise ParameterError("agents", n_agents, f"must be >= {least}")
     if drifting:
         return Certificate(DRIFT, 1.0, n_agents, algo.delta, name)
+    if algo.crowd:  # the intervals' event: delta, with at most f liars whatever N (common.ldp)
+        lying = algo.tolerance if liars is None else liars
+        failure = algo.delta if lying <= algo.tolerance else 1.0
+        return Certificate(
+            CROWD, failure, n_agents, algo.delta, name, liars=lying, tolerance=algo.tolerance
+        )
     p = local_error(algo, n_arms, max(n_agents, 1))
     if algo.reports:
         lying = algo.tolerance if liars is None else liars

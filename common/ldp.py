@@ -156,9 +156,16 @@ def estimates(
     q, scale = 1.0 - mechanism.keep, mechanism.scale
     for arm, (n, s) in enumerate(zip(reports, ones, strict=True)):
         lo, hi = bit_interval(s, n, k, delta, corrupt)
-        mean = None if n == 0 else min(max(mechanism.to_reward_scale(s / n), 0.0), 1.0)
-        out.append(Estimate(arm, n, mean, max((lo - q) / scale, 0.0), min((hi - q) / scale, 1.0)))
+        mean = None if n == 0 else _unit(mechanism.to_reward_scale(s / n))
+        # Both ends clipped to [0, 1], where every mean lies: an interval of m entirely below q
+        # (or above p: possible off the good event, or with reports beyond `corrupt`) becomes
+        # [0, 0] (or [1, 1]) and never ends below its own lower end, which would remove every arm.
+        out.append(Estimate(arm, n, mean, _unit((lo - q) / scale), _unit((hi - q) / scale)))
     return tuple(out)
+
+
+def _unit(x: float) -> float:
+    return min(max(x, 0.0), 1.0)
 
 
 def _leader(candidates: Sequence[Estimate]) -> Estimate:

@@ -13,16 +13,23 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from common.algorithms import ALGORITHMS, HILLEL_ALGORITHMS, USER_SUBROUTINES, AlgorithmConfig
+from common.algorithms import (
+    ALGORITHMS,
+    DEFAULTS,
+    HILLEL_ALGORITHMS,
+    USER_SUBROUTINES,
+    AlgorithmConfig,
+)
 from common.cde import DEFAULT_PRIVACY
 from common.certificate import REPORTS, VOTES, Certificate, certify_simulation
 from common.environments import Problem, build_problem
 from common.errors import ParameterError
+from common.ldp import DEFAULT_DP_EPSILON, DEFAULT_REPORTS_PER_AGENT, check_reports_per_agent
 from common.params import REWARD_FAMILIES
 from common.privacy import certified_epsilon, hit_rate_uniform_prior, privacy_statement
 from common.rounding import upper
 from common.simulation import SimulationConfig, TrialResult, run_trials, summarize
-from common.simulation.config import ATTACKS, DEFAULT_BUDGET
+from common.simulation.config import ATTACKS, DEFAULT_BUDGET, estimates_json, lift_json
 from common.simulation.runner import simulation_warnings
 from common.stats import describe, proportion_interval
 from dexp.engines import check_engine, trial_function
@@ -78,8 +85,18 @@ EtaOption = Annotated[
 ]
 XiOption = Annotated[float, typer.Option(help="CE: probability of dropping a vote.")]
 DpEpsilonOption = Annotated[
-    float,
-    typer.Option(help="DP-MASE: eps_dp, the differential privacy of each agent's rewards."),
+    float | None,
+    typer.Option(
+        help="DP-MASE: eps_dp, the differential privacy of each agent's rewards (default 0.1); "
+        f"ldp: each report's local privacy (default {DEFAULT_DP_EPSILON:g})."
+    ),
+]
+ReportsPerAgentOption = Annotated[
+    int | None,
+    typer.Option(
+        help=f"ldp: B, the reports one agent may send (default {DEFAULT_REPORTS_PER_AGENT}); "
+        "its privacy over its whole history is B * dp_epsilon."
+    ),
 ]
 BetaOption = Annotated[float, typer.Option(help="DP-MASE: local failure probability.")]
 PrivacyOption = Annotated[
@@ -132,7 +149,8 @@ class SimulateOptions:
     delta: float
     eta: float | None
     xi: float
-    dp_epsilon: float
+    dp_epsilon: float | None
+    reports_per_agent: int | None
     beta: float
     phi: float
     privacy: float | None
@@ -175,7 +193,8 @@ def simulate(
     delta: DeltaOption = 0.05,
     eta: EtaOption = None,
     xi: XiOption = 0.0,
-    dp_epsilon: DpEpsilonOption = 0.1,
+    dp_epsilon: DpEpsilonOption = None,
+    reports_per_agent: ReportsPerAgentOption = None,
     beta: BetaOption = 0.5,
     phi: PhiOption = 0.0,
     privacy: PrivacyOption = None,
@@ -230,7 +249,10 @@ def run_simulate(options: SimulateOptions) -> None:
     epsilon_bound, hit_bound = certified_epsilon(config), hit_rate_uniform_prior(config)
     warnings = announce_warnings(config, certificate, options.seed)
     results = run_with_progress(config, options)
-    summary = summary_json(results, None if config.algorithm.reports else config.attacked_arm)
+    best = None if config.algorithm.reports or config.algorithm.crowd else config.attacked_arm
+    summary = summary_json(results, best)
+    if config.algorithm.crowd:
+        summary.update(crowd_summary(config, results, summary))
     statement = simulation_certificate(config, certificate)
     if options.as_json:
         document = {
@@ -271,6 +293,7 @@ def check_options(options: SimulateOptions) -> None:
     check_at_least("seed", options.seed, 0)
     check_at_least("agents", options.agents, 1)
     check_cde_options(options.algorithm, options.privacy, options.exact_local_error)
+    check_ldp_options(options.algorithm, options.reports_per_agent)
     check_choice("declare", options.declare, REWARD_FAMILIES)
     check_choice("attack", options.attack, ATTACKS)
 
@@ -285,12 +308,17 @@ def simulation_config(options: SimulateOptions, built: Problem) -> SimulationCon
         delta=options.delta,
         eta=options.eta,
         xi=options.xi,
-        dp_epsilon=options.dp_epsilon,
+        dp_epsilon=dp_epsilon_for(options.algorithm, options.dp_epsilon),
         beta=options.beta,
         phi=options.phi,
         every_arm=options.pulls == "every-arm",
         tolerance=options.tolerance,
         privacy=DEFAULT_PRIVACY if options.privacy is None else options.privacy,
+        reports_per_agent=(
+            DEFAULT_REPORTS_PER_AGENT
+            if options.reports_per_agent is None
+            else options.reports_per_agent
+        ),
     )
     return SimulationConfig(
         environment=built.environment,
@@ -319,7 +347,8 @@ def announce_warnings(config: SimulationConfig, certificate: Certificate, seed: 
 def run_with_progress(config: SimulationConfig, options: SimulateOptions) -> list[TrialResult]:
     with progress() as bar:
         algorithm, subroutine = options.algorithm, options.subroutine
-        label = algorithm if config.algorithm.reports else f"{algorithm}-{subroutine}"
+        plain = config.algorithm.reports or config.algorithm.crowd  # no local subroutine to name
+        label = algorithm if plain else f"{algorithm}-{subroutine}"
         task = bar.add_task(f"{label} N={options.agents}", total=options.trials)
         return run_trials(
             config,
@@ -349,7 +378,10 @@ def config_json(config: SimulationConfig, options: SimulateOptions) -> dict[str,
         "delta": options.delta,
         "eta": options.eta,
         "xi": options.xi,
-        "dp_epsilon": options.dp_epsilon,
+        "dp_epsilon": algo.dp_epsilon,
+        "reports_per_agent": algo.reports_per_agent,
+        "user_privacy": algo.user_privacy,
+        "reward_range": _reward_range(config),
         "beta": options.beta,
         "phi": options.phi,
         "privacy": algo.privacy if algo.reports else None,
@@ -368,6 +400,16 @@ def config_json(config: SimulationConfig, options: SimulateOptions) -> dict[str,
         "workers": options.workers,
         "engine": options.engine,
     }
+
+
+def _reward_range(config: SimulationConfig) -> list[float] | None:
+    """LDP: the range rewards are clipped to before they are privatized; None elsewhere."""
+    if not config.algorithm.crowd:
+        return None
+    from common.simulation.ldp import reward_range  # numpy only; loaded when ldp runs
+
+    scale = reward_range(config)
+    return [scale.low, scale.high]
 
 
 def voted_out(result: TrialResult, best: int) -> bool:
@@ -477,6 +519,46 @@ def check_cde_options(algorithm: str, privacy: float | None, exact_local_error: 
         )
 
 
+def dp_epsilon_for(algorithm: str, dp_epsilon: float | None) -> float:
+    """--dp-epsilon as given, else the algorithm's default: LDP's (common.ldp), DP-MASE's."""
+    if dp_epsilon is not None:
+        return dp_epsilon
+    return DEFAULT_DP_EPSILON if algorithm == "ldp" else DEFAULTS.dp_epsilon
+
+
+def check_ldp_options(algorithm: str, reports_per_agent: int | None) -> None:
+    """--reports-per-agent is LDP's: refused elsewhere, even at its default."""
+    if reports_per_agent is None:
+        return
+    if algorithm != "ldp":
+        raise ParameterError(
+            "reports_per_agent", reports_per_agent, "reports per agent are for --algorithm ldp only"
+        )
+    check_reports_per_agent(reports_per_agent)
+
+
+def crowd_summary(
+    config: SimulationConfig, results: list[TrialResult], summary: dict[str, Any]
+) -> dict[str, Any]:
+    """LDP: activations and reports (the summary's sample complexity and messages, named as the
+    mode says them), the runs that spent every report, the privacy of one agent, the range its
+    rewards are clipped to, and what the coordinator knew at the end of the first trial."""
+    algo, first = config.algorithm, results[0]
+    return {
+        "activations": summary["sample_complexity"],
+        "reports": summary["messages"],
+        "exhausted": sum(r.stopped_by == "exhausted" for r in results),
+        "user_privacy": algo.user_privacy,
+        "reward_range": _reward_range(config),
+        "first_trial": {
+            "best_arm": first.best_arm,
+            "stopped_by": first.stopped_by,
+            "estimates": estimates_json(first.estimates or ()),
+            "lift": lift_json(first.lift or ()),
+        },
+    }
+
+
 def simulate_hillel(built: Problem, options: SimulateOptions) -> None:
     """Hillel et al.'s synchronous players (dexp/hillel.py): no activation process, no votes."""
     from common.hillel import HillelConfig  # numba: loaded by the command that runs it
@@ -512,8 +594,9 @@ def print_simulation(
     out = console()
     algo = config.algorithm
     out.print(parameters_table(config, params))
-    # Suspects (agents that voted against the returned arm) are shown in a Byzantine setting.
-    byzantine_run = config.attackers > 0 or algo.tolerance > 0
+    # Suspects (agents that voted against the returned arm) are shown in a Byzantine setting
+    # (not LDP's: a report names no arm against the answer, and nothing is counted per agent).
+    byzantine_run = (config.attackers > 0 or algo.tolerance > 0) and not algo.crowd
     any_tie = summary["ties"] > 0
     if per_trial:
         out.print(trials_table(results, any_tie, byzantine_run))
@@ -522,6 +605,8 @@ def print_simulation(
         out.print(f"certified failure: {certified[1]}")
     if algo.reports:
         out.print(f"certified epsilon: {privacy_statement(config)}")
+    if algo.crowd:
+        out.print(crowd_table(summary["first_trial"]))
     if any_tie:
         out.print(TIE_MEANING)
 
@@ -538,15 +623,25 @@ def parameters_table(config: SimulationConfig, params: dict[str, Any]) -> Table:
     table.add_row("arms", f"{env.n_arms} {arms}: {means}" + (" (drifting)" if env.drift else ""))
     table.add_row("agents N", str(config.n_agents))
     table.add_row("activation", config.activation.spec)
-    table.add_row("algorithm", f"{algo.algorithm} with {algo.local_subroutine}")
+    if algo.crowd:
+        table.add_row("algorithm", "ldp: agents send private reports, the coordinator decides")
+    else:
+        table.add_row("algorithm", f"{algo.algorithm} with {algo.local_subroutine}")
     table.add_row("parameters", _parameters_text(algo))
-    table.add_row("pulls", params["pulls"])
+    if not algo.crowd:
+        table.add_row("pulls", params["pulls"])
     if algo.reports:
         table.add_row("local run", _local_run(config))
-    table.add_row("threshold M", _threshold_text(config))
+    if algo.crowd:
+        table.add_row("reports", _reports_text(config, params))
+    else:
+        table.add_row("threshold M", _threshold_text(config))
     table.add_row("byzantine", _byzantine_text(config))
-    stop_help = CDE_STOP_HELP if algo.reports else STOP_HELP
-    table.add_row("stop rule", f"{config.stop}: {stop_help[config.stop]}")
+    if algo.crowd:
+        table.add_row("stop rule", LDP_STOP)
+    else:
+        stop_help = CDE_STOP_HELP if algo.reports else STOP_HELP
+        table.add_row("stop rule", f"{config.stop}: {stop_help[config.stop]}")
     table.add_row(
         "trials", f"{params['trials']} (seed {params['seed']}, engine {params['engine']})"
     )
@@ -572,6 +667,31 @@ def _parameters_text(algo: AlgorithmConfig) -> str:
         text += f" phi={algo.phi:g}"
     if algo.reports:
         text += f" privacy={algo.privacy:g}"
+    if algo.crowd:  # no eta: no agent runs a local subroutine
+        text = f"epsilon={algo.epsilon:g} delta={algo.delta:g} dp_epsilon={algo.dp_epsilon:g}"
+    return text
+
+
+LDP_STOP = (
+    "the coordinator's: the leader identified (global), or every agent's B reports spent "
+    "(exhausted, no answer)"
+)
+
+
+def _reports_text(config: SimulationConfig, params: dict[str, Any]) -> str:
+    """LDP: B per agent, one agent's privacy, the batch, and the range Gaussian rewards are
+    clipped to (the guarantee is on the clipped means)."""
+    algo = config.algorithm
+    text = (
+        f"B={algo.reports_per_agent} per agent, each eps={algo.dp_epsilon:g}-locally private "
+        f"(an agent's history: {algo.user_privacy:g}); the coordinator decides every 10 reports"
+    )
+    if not config.environment.bounded:
+        low, high = params["reward_range"]
+        text += (
+            f"; rewards clipped to [{low:g}, {high:g}] and mapped to [0, 1]: the guarantee is on "
+            "the clipped means"
+        )
     return text
 
 
@@ -602,6 +722,11 @@ def _byzantine_text(config: SimulationConfig) -> str:
         )
     if algo.reports:
         return byzantine + f" ({who} report arm {config.lie_arm} at once)"
+    if algo.crowd:
+        return byzantine + (
+            f" ({who} send B reports each: bit 0 on arm {config.attacked_arm}, bit 1 on arm "
+            f"{config.lie_arm}, alternately)"
+        )
     return byzantine + f" ({who} vote against arm {config.attacked_arm} only)"
 
 
@@ -643,7 +768,7 @@ def summary_table(
     table = Table(title=f"summary of {len(results)} trials", title_justify="left")
     for column in ("metric", "mean", "std", "95% CI"):
         table.add_column(column, justify="left" if column == "metric" else "right")
-    _add_means(table, summary, config.algorithm.vote_drop > 0)
+    _add_means(table, summary, config.algorithm.vote_drop > 0, config.algorithm.crowd)
     _add_rates(table, summary, len(results))
     if certified is not None:
         _add_certified(table, config, summary, certified[0], len(results))
@@ -664,8 +789,9 @@ def summary_table(
     return table
 
 
-def _add_means(table: Table, summary: dict[str, Any], settled: bool) -> None:
-    for metric, label in (("sample_complexity", "sample complexity"), ("messages", "messages")):
+def _add_means(table: Table, summary: dict[str, Any], settled: bool, crowd: bool = False) -> None:
+    labels = ("activations", "reports") if crowd else ("sample complexity", "messages")
+    for metric, label in zip(("sample_complexity", "messages"), labels, strict=True):
         s = summary[metric]
         ci = s["ci95"]
         table.add_row(
@@ -676,6 +802,8 @@ def _add_means(table: Table, summary: dict[str, Any], settled: bool) -> None:
         )
     if settled:
         table.add_row("  of which settled", fmt(summary["settled_messages"]), "", "")
+    if crowd:
+        table.add_row("exhausted (no answer)", str(summary["exhausted"]), "", "")
 
 
 def _add_rates(table: Table, summary: dict[str, Any], n: int) -> None:
@@ -709,6 +837,29 @@ def _add_certified(
         e0, hit = certified_epsilon(config), hit_rate_uniform_prior(config)
         table.add_row("certified epsilon e0", upper(e0 or 0.0), "", "any prior (see below)")
         table.add_row("hit rate, uniform prior", upper(hit or 0.0), "", "at most (see below)")
+
+
+def crowd_table(first: dict[str, Any]) -> Table:
+    """LDP: what the coordinator knew at the end of trial 0, each arm's mean and interval (they
+    hold together, at all times, with probability 1 - delta) and the leader's lift."""
+    table = Table(
+        title=f"trial 0: estimates (leader arm {first['best_arm']}, {first['stopped_by']})",
+        title_justify="left",
+    )
+    for column in ("arm", "reports", "mean", "interval", "lift of the leader", "its interval"):
+        table.add_column(column, justify="right")
+    lift = {d["vs"]: d for d in first["lift"]}
+    for e in first["estimates"]:
+        d = lift.get(e["index"])
+        table.add_row(
+            str(e["index"]),
+            f"{e['reports']:,}",
+            "-" if e["mean"] is None else f"{e['mean']:.3f}",
+            f"[{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]",
+            "leader" if d is None else ("-" if d["mean"] is None else f"{d['mean']:+.3f}"),
+            "" if d is None else f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]",
+        )
+    return table
 
 
 def _tie_candidates(results: list[TrialResult]) -> str:

@@ -488,3 +488,72 @@ def test_subroutines_widths_compares_the_bounds_and_refuses_bad_arguments() -> N
     for args, needle in ((["--eta", "1.5"], "eta=1.5 is invalid"), (["--arms", "1"], "arms=1")):
         bad = CliRunner().invoke(app, ["subroutines", "--widths", *args])
         _assert_one_line_error(bad.exit_code, bad.stdout, bad.stderr, needle)
+
+
+# ----------------------------------------------------------------------------- simulate ldp
+
+
+def test_ldp_json_has_activations_reports_and_the_first_trials_estimates() -> None:
+    doc = invoke_json(
+        "--algorithm", "ldp", "--agents", "2000", "--trials", "3", "--means", "0.9,0.1"
+    )
+    config, summary = doc["config"], doc["summary"]
+    assert config["dp_epsilon"] == 1.0 and config["reports_per_agent"] == 1  # LDP's defaults
+    assert config["user_privacy"] == 1.0 and config["reward_range"] == [0.0, 1.0]
+    assert doc["threshold"] is None and doc["certified_failure"] == 0.05
+    assert summary["activations"] == summary["sample_complexity"]
+    assert summary["reports"] == summary["messages"] and summary["failures"] == 0
+    for trial in doc["trials"]:  # two arms 0.8 apart: identified well before 2,000 reports
+        assert trial["stopped_by"] == "global" and trial["best_arm"] == 0
+        assert trial["messages"] <= trial["sample_complexity"]
+        assert [e["index"] for e in trial["estimates"]] == [0, 1]
+        assert [d["vs"] for d in trial["lift"]] == [1]
+    first = summary["first_trial"]
+    assert first["estimates"] == doc["trials"][0]["estimates"]
+    for e in first["estimates"]:  # the means are in their intervals
+        assert e["ci"][0] <= e["mean"] <= e["ci"][1]
+    lift = first["lift"][0]
+    assert lift["ci"][0] >= -0.25  # identified: the leader is within eps of arm 1 at worst
+
+
+def test_ldp_readable_output_names_the_reports_and_the_estimates() -> None:
+    args = [
+        "simulate",
+        "--algorithm",
+        "ldp",
+        "--agents",
+        "500",
+        "--trials",
+        "2",
+        "--dp-epsilon",
+        "2",
+    ]
+    result = CliRunner().invoke(app, [*args, "--reports-per-agent", "3", "--means", "0.9,0.1"])
+    assert result.exit_code == 0, result.output
+    assert "B=3 per agent, each eps=2-locally private (an agent's history: 6)" in result.stdout
+    assert "trial 0: estimates (leader arm 0, global)" in result.stdout
+
+
+BAD_LDP = [
+    (["--reports-per-agent", "2"], "reports_per_agent=2 is invalid: reports per agent are for"),
+    (["--reports-per-agent", "1", "--algorithm", "de"], "reports_per_agent=1 is invalid"),
+    (["--algorithm", "ldp", "--reports-per-agent", "0"], "reports_per_agent=0 is invalid"),
+    (["--algorithm", "ldp", "--dp-epsilon", "0"], "dp_epsilon=0.0 is invalid: must be in (0, 10]"),
+    (["--algorithm", "ldp", "--subroutine", "se"], "subroutine='se' is invalid: LDP has no local"),
+    (["--algorithm", "ldp", "--means", "0.6,0.4", "--drift", "0,0.1"], "drift=(0.0, 0.1) is"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"), BAD_LDP, ids=lambda v: " ".join(v) if isinstance(v, list) else None
+)
+def test_bad_ldp_arguments(args: list[str], needle: str) -> None:
+    result = CliRunner().invoke(app, ["simulate", *args, "--json"])
+    _assert_one_line_error(result.exit_code, result.stdout, result.stderr, needle)
+
+
+def test_ldp_attackers_beyond_the_tolerance_certify_nothing() -> None:
+    args = ["--algorithm", "ldp", "--agents", "200", "--attackers", "1", "--trials", "1"]
+    doc = invoke_json(*args, "--means", "0.9,0.1")
+    assert doc["certified_failure"] == 1.0
+    assert any("a tolerance f >= 1 (the liars) would certify it" in w for w in doc["warnings"])

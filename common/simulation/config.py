@@ -12,6 +12,7 @@ from common.activation import Activation
 from common.algorithms import AlgorithmConfig
 from common.environments import Environment
 from common.errors import ParameterError
+from common.ldp import Estimate, Lift
 from common.subroutines import LocalParams
 from common.votes import Elimination
 
@@ -66,7 +67,13 @@ class SimulationConfig:
     means. Bernoulli arms' rewards are 0 or 1, and the agents are told so
     (`declare_bernoulli`, as an experiment's `rewards: bernoulli`): CDE's T is then the exact
     binomial one (common.subroutines.bernoulli_budget); with `declare_bernoulli` False they are
-    told only that the rewards lie in [0, 1] (the sub-Gaussian T). Ignored for Gaussian arms."""
+    told only that the rewards lie in [0, 1] (the sub-Gaussian T). Ignored for Gaussian arms.
+
+    LDP (`algorithm.crowd`, common.ldp, engine common.simulation.ldp). No agent learns: each
+    activation plays an arm of the published allocation and, while the agent has sent fewer than
+    B reports, sends one private report. The stop rule plays no part (the coordinator stops);
+    Byzantine agents send B reports each that push the best arm down and `lie_arm` up. Drifting
+    rewards are refused (the intervals are for fixed means)."""
 
     environment: Environment
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
@@ -91,11 +98,11 @@ class SimulationConfig:
             raise ParameterError(
                 "attackers", a, f"must be an integer in [0, agents - 1 = {self.n_agents - 1}]"
             )
-        if a > 0 and not (self.algorithm.votes or self.algorithm.reports):
+        if a > 0 and not (self.algorithm.votes or self.algorithm.reports or self.algorithm.crowd):
             raise ParameterError(
                 "attackers",
                 a,
-                "Byzantine agents lie in their votes or reports: de, ce, dp-mase, cde",
+                "Byzantine agents lie in their votes or reports: de, ce, dp-mase, cde, ldp",
             )
         if self.attack not in ATTACKS:
             raise ParameterError("attack", self.attack, f"must be one of {', '.join(ATTACKS)}")
@@ -115,6 +122,12 @@ class SimulationConfig:
                 "drift",
                 self.environment.drift,
                 "CDE's fixed-budget run and its certificate are for fixed means",
+            )
+        if self.algorithm.crowd and self.environment.drift:
+            raise ParameterError(
+                "drift",
+                self.environment.drift,
+                "LDP's intervals are for fixed means: the honest reports on an arm must be i.i.d.",
             )
 
     @property
@@ -191,7 +204,8 @@ class TrialResult:
     # "all-agents" | "global" | "tie" (votes can remove no arm any more, several remain: see
     # `common.votes.is_tied`) | "exhausted" (no agent left to act; non-voting baselines only:
     # a voting run that exhausts with several arms left is a tie; CDE: no arm can reach the
-    # threshold any more) | "budget"
+    # threshold any more; LDP: every agent's B reports are spent, no answer, best_arm the leader)
+    # | "budget". LDP's answer (the leader identified) is "global".
     stopped_by: str
     eliminations: list[Elimination] = field(default_factory=list)
     resets: int = 0  # DSER4 global resets
@@ -214,6 +228,13 @@ class TrialResult:
     # stop) and the activation t at which it was sent (0: none). `messages` counts the reports.
     agent_reports: np.ndarray | None = None  # (N,) int
     agent_report_times: np.ndarray | None = None  # (N,) int
+    # LDP: the coordinator's last estimates (each arm's mean and interval, on the rewards' scale)
+    # and the leader's lift against each other arm; `messages` counts the reports. None elsewhere.
+    estimates: tuple[Estimate, ...] | None = None
+    lift: tuple[Lift, ...] | None = None
+    # LDP, on request only (common.simulation.ldp.run_trial(record=True)): (reports, 3) int, the
+    # agent, arm and bit of each report in order
+    report_log: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if not self.candidates:
@@ -235,7 +256,23 @@ class TrialResult:
                 {"arm": e.arm, "votes": e.votes, "time": e.time, "order": e.order, "epoch": e.epoch}
                 for e in self.eliminations
             ],
+            **({} if self.estimates is None else {"estimates": estimates_json(self.estimates)}),
+            **({} if self.lift is None else {"lift": lift_json(self.lift)}),
         }
+
+
+def estimates_json(estimates: Sequence[Estimate]) -> list[dict[str, object]]:
+    """Per arm: its index, reports, mean (None before its first report) and interval (arms have
+    no names in a simulation)."""
+    return [
+        {"index": e.index, "reports": e.reports, "mean": e.mean, "ci": [e.low, e.high]}
+        for e in estimates
+    ]
+
+
+def lift_json(lift: Sequence[Lift]) -> list[dict[str, object]]:
+    """The leader against each other arm: the difference of their means and its interval."""
+    return [{"vs": d.vs, "mean": d.mean, "ci": [d.low, d.high]} for d in lift]
 
 
 def tie_outcome(

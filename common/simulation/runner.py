@@ -35,6 +35,10 @@ def trial_seeds(seed: int, trials: int) -> list[np.random.SeedSequence]:
 
 def _run_one(args: tuple[SimulationConfig, np.random.SeedSequence, str]) -> TrialResult:
     config, seed, engine = args
+    if config.algorithm.crowd:  # LDP has one engine, numpy only: both names run it
+        from common.simulation.ldp import run_trial as ldp_trial
+
+        return ldp_trial(config, seed)
     return _engine(engine)(config, seed)
 
 
@@ -46,7 +50,8 @@ def run_trials(
     on_trial: Callable[[TrialResult], None] | None = None,
     workers: int = 1,
 ) -> list[TrialResult]:
-    """Trials in order; `workers` > 1 spreads them over processes (results are the same)."""
+    """Trials in order; `workers` > 1 spreads them over processes (results are the same). LDP
+    configurations run on common.simulation.ldp whichever engine is named."""
     if trials < 1:
         raise ParameterError("trials", trials, "must be >= 1")
     _engine(engine)
