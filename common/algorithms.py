@@ -27,7 +27,12 @@ from dataclasses import dataclass
 
 from common.cde import DEFAULT_PRIVACY, check_privacy, threshold_for
 from common.errors import ParameterError
-from common.ldp import DEFAULT_REPORTS_PER_AGENT, check_dp_epsilon, check_reports_per_agent
+from common.ldp import (
+    DEFAULT_DP_EPSILON,
+    DEFAULT_REPORTS_PER_AGENT,
+    check_dp_epsilon,
+    check_reports_per_agent,
+)
 from common.params import (
     check_agents_for_dropped_votes,
     check_agents_for_threshold,
@@ -56,6 +61,12 @@ HILLEL_ALGORITHMS = ("hillel-one-round", "hillel-multi-round")
 
 
 DEFAULTS_SUBROUTINE = "ser3"
+DP_MASE_EPSILON = 0.1  # DP-MASE's eps_dp per reward when none is given
+
+
+def default_dp_epsilon(algorithm: str) -> float:
+    """dp_epsilon when none is given: LDP's per report (1.0), else DP-MASE's per reward (0.1)."""
+    return DEFAULT_DP_EPSILON if algorithm == "ldp" else DP_MASE_EPSILON
 
 
 @dataclass(frozen=True)
@@ -72,7 +83,7 @@ class AlgorithmConfig:
     delta: float = 0.05
     eta: float = 0.9
     xi: float = 0.0
-    dp_epsilon: float = 0.1
+    dp_epsilon: float = DP_MASE_EPSILON  # ldp: pass default_dp_epsilon("ldp") (the CLI, the API)
     beta: float = 0.5
     phi: float = 0.0
     every_arm: bool = False

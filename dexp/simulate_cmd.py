@@ -15,10 +15,10 @@ from rich.table import Table
 
 from common.algorithms import (
     ALGORITHMS,
-    DEFAULTS,
     HILLEL_ALGORITHMS,
     USER_SUBROUTINES,
     AlgorithmConfig,
+    default_dp_epsilon,
 )
 from common.cde import DEFAULT_PRIVACY
 from common.certificate import REPORTS, VOTES, Certificate, certify_simulation
@@ -520,10 +520,8 @@ def check_cde_options(algorithm: str, privacy: float | None, exact_local_error: 
 
 
 def dp_epsilon_for(algorithm: str, dp_epsilon: float | None) -> float:
-    """--dp-epsilon as given, else the algorithm's default: LDP's (common.ldp), DP-MASE's."""
-    if dp_epsilon is not None:
-        return dp_epsilon
-    return DEFAULT_DP_EPSILON if algorithm == "ldp" else DEFAULTS.dp_epsilon
+    """--dp-epsilon as given, else the algorithm's default (common.algorithms)."""
+    return default_dp_epsilon(algorithm) if dp_epsilon is None else dp_epsilon
 
 
 def check_ldp_options(algorithm: str, reports_per_agent: int | None) -> None:
