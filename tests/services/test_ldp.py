@@ -9,6 +9,7 @@ allocation, the estimates and the lift; and enough simulated devices identify th
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from typing import Any
 
@@ -17,13 +18,18 @@ import pytest
 
 from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
-from common.ldp import Mechanism, decide
+from common.ldp import DEFAULT_DP_EPSILON, Mechanism, decide
+from coordinator.app import InvalidDefaultExperiment, ensure_default_experiment
 from coordinator.errors import Conflict, Invalid
 from coordinator.store import ExperimentStore, Limits
 
 from .helpers import (
+    DEFAULT_EXPERIMENT,
     RedisState,
+    admin_headers,
     bearer,
+    coordinator_settings,
+    create_experiment,
     open_store,
 )
 
@@ -46,6 +52,102 @@ def document(client: httpx.Client, exp: str) -> dict[str, Any]:
     assert reply.status_code == 200, reply.text
     body: dict[str, Any] = reply.json()
     return body
+
+
+def test_an_ldp_experiment_is_created_with_its_defaults_and_they_round_trip(
+    client: httpx.Client, clean_redis: str
+) -> None:
+    created = create_experiment(client, id="l", arms=ARMS, algorithm="ldp")
+    params = created["params"]
+    assert params["algorithm"] == "ldp"
+    assert params["dp_epsilon"] == DEFAULT_DP_EPSILON == 1.0  # LDP's, not DP-MASE's 0.1
+    assert params["reports_per_agent"] == 1 and params["tolerance"] == 0
+    assert created["dp_epsilon"] == 1.0 and created["reports_per_agent"] == 1
+    assert created["user_privacy"] == 1.0 == created["certified_epsilon"]
+    assert created["certified_failure"] == params["delta"] == 0.05
+    assert created["status"] == "exploring" and created["remaining_arms"] == [0, 1, 2]
+    assert created["reports"] == [0, 0, 0] and created["ones"] == [0, 0, 0]
+    assert created["reports_total"] == 0 and created["warnings"] == []
+    # before any report: no mean, the whole interval, and an allocation over every arm
+    assert [e["mean"] for e in created["estimates"]] == [None, None, None]
+    assert [e["ci"] for e in created["estimates"]] == [[0.0, 1.0]] * 3
+    assert [e["name"] for e in created["estimates"]] == ARMS
+    assert sum(created["allocation"]) == pytest.approx(1.0)
+    assert all(w > 0 for w in created["allocation"])
+    assert [lift["vs"] for lift in created["lift"]] == [1, 2]
+    assert all(lift["mean"] is None for lift in created["lift"])
+    assert document(client, "l") == created
+
+    custom = create_experiment(
+        client,
+        id="l2",
+        arms=ARMS,
+        algorithm="ldp",
+        dp_epsilon=2.0,
+        reports_per_agent=3,
+        tolerance=1,
+        rewards="bernoulli",
+    )
+    assert custom["user_privacy"] == 6.0 and custom["reports_per_agent"] == 3
+    assert custom["rewards"] == "bernoulli"
+
+    async def stored() -> AlgorithmConfig:
+        async with open_store(clean_redis) as store:
+            return (await store.get_with_status("l2")).design.config
+
+    assert asyncio.run(stored()) == AlgorithmConfig(
+        algorithm="ldp", dp_epsilon=2.0, reports_per_agent=3, tolerance=1
+    )
+    # the other algorithms' documents carry the LDP fields as null
+    other = create_experiment(client, id="d", arms=ARMS)
+    assert other["allocation"] is None and other["estimates"] is None and other["ones"] is None
+    best = client.get("/v1/experiments/l2/best-arm").json()
+    assert best["user_privacy"] == 6.0 and best["best_arm"] is None
+    assert best["allocation"] == custom["allocation"]
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"reports_per_agent": 2}, "reports_per_agent"),  # DE's agents vote
+        ({"algorithm": "cde", "agents": 10, "reports_per_agent": 1}, "reports_per_agent"),
+        ({"algorithm": "ldp", "reports_per_agent": 0}, "reports_per_agent"),
+        ({"algorithm": "ldp", "dp_epsilon": 0.0}, "dp_epsilon"),
+        ({"algorithm": "ldp", "dp_epsilon": 11.0}, "dp_epsilon"),
+        ({"algorithm": "ldp", "sigma": 0.5}, "sigma"),
+        ({"algorithm": "ldp", "subroutine": "lucb"}, "subroutine"),
+        ({"algorithm": "ldp", "agents": 10}, "agents"),
+        ({"algorithm": "ldp", "reports_per_agent": 1.5}, "reports_per_agent"),
+    ],
+)
+def test_a_bad_ldp_creation_is_422_and_changes_nothing(
+    client: httpx.Client, redis_state: RedisState, body: dict[str, Any], named: str
+) -> None:
+    before = redis_state()
+    reply = client.post(
+        "/v1/experiments", json={"id": "bad", "arms": ARMS, **body}, headers=admin_headers()
+    )
+    assert reply.status_code == 422, reply.text
+    assert named in json.dumps(reply.json()["detail"])
+    assert redis_state() == before
+
+
+def test_the_default_experiment_may_be_ldp_with_its_own_defaults(clean_redis: str) -> None:
+    """DEXP_ALGORITHM=ldp: dp_epsilon 1 unless DEXP_DP_EPSILON is set, B from
+    DEXP_REPORTS_PER_AGENT; B is refused for a voting default experiment, as the API refuses it."""
+
+    async def start(**overrides: Any) -> dict[str, Any]:
+        async with open_store(clean_redis) as store:
+            await store.redis.flushall()
+            await ensure_default_experiment(store, coordinator_settings(clean_redis, **overrides))
+            return (await store.get(DEFAULT_EXPERIMENT)).design.params
+
+    params = asyncio.run(start(algorithm="ldp", reports_per_agent=2))
+    assert params["dp_epsilon"] == 1.0 and params["reports_per_agent"] == 2
+    assert asyncio.run(start(algorithm="ldp", dp_epsilon=0.5))["dp_epsilon"] == 0.5
+    assert asyncio.run(start())["reports_per_agent"] == 1  # DE, as before
+    with pytest.raises(InvalidDefaultExperiment, match="reports_per_agent"):
+        asyncio.run(start(reports_per_agent=2))
 
 
 def test_store_refusals_of_the_script_change_nothing(
