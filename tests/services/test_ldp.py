@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -28,10 +29,13 @@ from .helpers import (
     RedisState,
     admin_headers,
     bearer,
+    coordinator,
     coordinator_settings,
     create_experiment,
+    enroll_agents,
     open_store,
 )
+from .sse import Stream
 
 ARMS = ["A", "B", "C"]
 CDE = {"algorithm": "cde", "eta": 0.1, "delta": 0.05, "privacy": 0.8, "epsilon": 0.5}
@@ -54,6 +58,7 @@ def document(client: httpx.Client, exp: str) -> dict[str, Any]:
     return body
 
 
+# -- creation -------------------------------------------------------------------------------------
 def test_an_ldp_experiment_is_created_with_its_defaults_and_they_round_trip(
     client: httpx.Client, clean_redis: str
 ) -> None:
@@ -150,6 +155,65 @@ def test_the_default_experiment_may_be_ldp_with_its_own_defaults(clean_redis: st
         asyncio.run(start(reports_per_agent=2))
 
 
+# -- reports: refusals, duplicates, B -------------------------------------------------------------
+def test_refused_reports_change_nothing(client: httpx.Client, redis_state: RedisState) -> None:
+    create_experiment(client, id="p", arms=ARMS, algorithm="ldp", reports_per_agent=2)
+    create_experiment(client, id="v", arms=ARMS, delta=0.2, eta=0.5)
+    create_experiment(client, id="c", arms=ARMS, agents=10, **CDE)
+    (device,) = enroll_agents(client, "p", 1)
+    (voter,) = enroll_agents(client, "v", 1)
+    (reporter,) = enroll_agents(client, "c", 1)
+    post = client.post
+    before = redis_state()
+    refusals = [
+        (send(client, "p", "p-0000000000.forged", 0, 1, 1), 401),
+        (send(client, "p", voter.token, 0, 1, 1), 403),  # another experiment's agent
+        (send(client, "v", voter.token, 0, 1, 1), 403),  # a private report where agents vote
+        (send(client, "c", reporter.token, 0, 1, 1), 403),  # ... and where they report once
+        (send(client, "nowhere", device.token, 0, 1, 1), 404),
+        (send(client, "p", device.token, 3, 1, 1), 422),  # no arm 3
+        (send(client, "p", device.token, 0, 2, 1), 422),  # a bit is 0 or 1
+        (send(client, "p", device.token, 0, 1, 0), 422),  # numbered from 1
+        (send(client, "p", device.token, 0, 1, 2), 409),  # out of order: 1 comes first
+        (send(client, "p", device.token, 0, 1, 3), 409),  # beyond B = 2
+        (post("/v1/experiments/p/reports", json={"arm": 0, "bit": True, "seq": 1}), 401),
+        (
+            post(
+                "/v1/experiments/p/reports",
+                json={"arm": 0, "bit": 1, "seq": 1, "reward": 1.0},
+                headers=device.headers,
+            ),
+            422,
+        ),
+        (
+            post(
+                "/v1/experiments/p/reports",
+                json={"arm": 0, "bit": "1", "seq": 1},
+                headers=device.headers,
+            ),
+            422,
+        ),
+        # votes, CDE's report and resets where devices send private reports
+        (post("/v1/experiments/p/votes", json={"arm": 1}, headers=device.headers), 403),
+        (
+            post("/v1/experiments/p/votes", json={"arm": 1, "epoch": 0}, headers=device.headers),
+            403,
+        ),
+        (post("/v1/experiments/p/report", json={"arm": 1}, headers=device.headers), 403),
+        (post("/v1/experiments/p/reset", headers=admin_headers()), 403),
+    ]
+    for response, status in refusals:
+        assert response.status_code == status, response.text
+        assert response.json()["detail"], response.text
+    details = [r.json()["detail"] for r, _ in refusals]
+    assert "is not LDP" in details[2] and "is not LDP" in details[3]
+    assert "out of order" in details[8] and "next one is seq=1" in details[8]
+    assert "reports spent" in details[9]
+    assert "is LDP" in details[13] and "POST /v1/experiments/p/reports" in details[14]
+    assert "never reset" in details[16]
+    assert redis_state() == before  # a refusal changes nothing
+
+
 def test_store_refusals_of_the_script_change_nothing(
     clean_redis: str, redis_state: RedisState
 ) -> None:
@@ -171,6 +235,54 @@ def test_store_refusals_of_the_script_change_nothing(
     asyncio.run(body())
 
 
+def test_duplicates_and_replays_change_nothing_and_b_is_enforced(
+    client: httpx.Client, redis_state: RedisState
+) -> None:
+    create_experiment(client, id="b", arms=ARMS, algorithm="ldp", reports_per_agent=2)
+    device, other = enroll_agents(client, "b", 2)
+    first = send(client, "b", device.token, 1, 1, 1)
+    assert first.json() == {"outcome": "counted", "counted": True, "sent": 1, "reports_left": 1}
+    document(client, "b")  # a read, so that nothing waits for a decision
+    before = redis_state()
+    for arm, bit in ((1, 1), (0, 0), (2, 1)):  # a retry, or a replay of another report: seq 1
+        again = send(client, "b", device.token, arm, bit, 1)
+        assert again.json() == {
+            "outcome": "duplicate",
+            "counted": False,
+            "sent": 1,
+            "reports_left": 1,
+        }
+    assert redis_state() == before
+    second = send(client, "b", device.token, 2, 0, 2)
+    assert second.json() == {"outcome": "counted", "counted": True, "sent": 2, "reports_left": 0}
+    assert send(client, "b", other.token, 1, 0, 1).json()["counted"]
+    doc = document(client, "b")  # DEXP_PUBLISH_BATCH = 1 here: every report at once
+    assert doc["reports"] == [0, 2, 1] and doc["ones"] == [0, 1, 0]
+    assert doc["reports_total"] == 3 and doc["messages"] == 3 and doc["votes"] == [0, 0, 0]
+    before = redis_state()
+    spent = send(client, "b", device.token, 0, 1, 3)
+    assert spent.status_code == 409 and "reports spent" in spent.json()["detail"]
+    replay = send(client, "b", device.token, 1, 1, 1)
+    assert replay.json()["outcome"] == "duplicate" and replay.json()["reports_left"] == 0
+    assert redis_state() == before
+    # the admin sees the live counts, and which agent sent how many reports is all that is kept
+    live = client.get("/v1/experiments/b/voters", headers=admin_headers())
+    assert live.status_code == 200
+
+
+def test_concurrent_replays_of_one_device_count_once(client: httpx.Client) -> None:
+    create_experiment(client, id="race", arms=ARMS, algorithm="ldp")
+    (device,) = enroll_agents(client, "race", 1)
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(
+            pool.map(lambda i: send(client, "race", device.token, i % 3, i % 2, 1), range(32))
+        )
+    outcomes = [r.json()["outcome"] for r in replies]
+    assert outcomes.count("counted") == 1 and outcomes.count("duplicate") == 31
+    assert document(client, "race")["reports_total"] == 1
+
+
+# -- the decision -----------------------------------------------------------------------------------
 def test_counts_move_only_at_a_publication_and_the_decision_applies_there(
     clean_redis: str,
 ) -> None:
@@ -252,3 +364,73 @@ def test_counts_move_only_at_a_publication_and_the_decision_applies_there(
             assert (await store.get_with_status("dec")).remaining_arms == [0]
 
     asyncio.run(body())
+
+
+# -- end to end -----------------------------------------------------------------------------------
+MEANS = (0.8, 0.5, 0.3)
+
+
+def test_devices_reporting_once_identify_the_best_arm(redis_url: str, clean_redis: str) -> None:
+    """Devices enrolled one by one, each reading the published allocation, playing an arm drawn
+    from it (Bernoulli rewards 0.8, 0.5, 0.3), privatizing its reward and sending one report,
+    until the coordinator identifies an arm: arm 0, with intervals that contain the true means;
+    the documents' tags move with the publications and the event stream ends identified."""
+    settings = coordinator_settings(
+        redis_url, publish_batch=5, enroll_rate=0, max_agents_per_client=0
+    )
+    rng = random.Random(2026)
+    mechanism = Mechanism(DEFAULT_DP_EPSILON)
+    with (
+        coordinator(settings) as server,
+        httpx.Client(base_url=server.url, timeout=10.0, trust_env=False) as http,
+    ):
+        created = create_experiment(http, id="e2e", arms=ARMS, algorithm="ldp", rewards="bernoulli")
+        assert created["dp_epsilon"] == DEFAULT_DP_EPSILON
+        tags = [http.get("/v1/experiments/e2e").headers["etag"]]
+        with Stream(server.url, "/v1/experiments/e2e/events") as stream:
+            assert stream.next_event().json()["status"] == "exploring"
+            doc = created
+            devices = 0
+            while doc["status"] == "exploring":
+                assert devices < 5000, "no decision after 5,000 devices"
+                (device,) = enroll_agents(http, "e2e", 1)
+                page = http.get("/v1/experiments/e2e")
+                doc = page.json()
+                if doc["status"] != "exploring":
+                    break
+                if page.headers["etag"] != tags[-1]:
+                    tags.append(page.headers["etag"])
+                arm = rng.choices(range(3), weights=doc["allocation"])[0]
+                reward = float(rng.random() < MEANS[arm])
+                bit = mechanism.privatize(reward, rng.random(), rng.random())
+                reply = send(http, "e2e", device.token, arm, bit, 1)
+                devices += 1
+                if reply.status_code == 409:  # decided between its read and its report
+                    assert "decided" in reply.json()["detail"]
+                    break
+                assert reply.json()["outcome"] == "counted", reply.text
+            doc = document(http, "e2e")
+            best = http.get("/v1/experiments/e2e/best-arm").json()
+            assert doc["status"] == best["status"] == "identified"
+            assert best["best_arm"] == {"index": 0, "name": "A"} and doc["remaining_arms"] == [0]
+            assert best["certified_failure"] == 0.05
+            for estimate, mean in zip(doc["estimates"], MEANS, strict=True):
+                low, high = estimate["ci"]
+                assert low <= mean <= high, (estimate, mean)
+            assert doc["estimates"] == best["estimates"] and doc["lift"] == best["lift"]
+            assert all(
+                lift["ci"][0] <= 0.8 - MEANS[lift["vs"]] <= lift["ci"][1] for lift in doc["lift"]
+            )
+            assert doc["allocation"] == [1.0, 0.0, 0.0]
+            assert doc["reports_total"] == sum(doc["reports"]) <= devices
+            assert len(tags) > 2  # the tag moved with the publications
+            # the event stream ends on the identification
+            while (event := stream.next_event().json())["status"] != "identified":
+                assert event["status"] == "exploring"
+            assert event["remaining_arms"] == [0]
+        late = enroll_agents(http, "e2e", 1)[0]
+        refused = send(http, "e2e", late.token, 0, 1, 1)
+        assert refused.status_code == 409 and "decided" in refused.json()["detail"]
+        current = http.get("/v1/experiments/e2e")
+        again = http.get("/v1/experiments/e2e", headers={"If-None-Match": current.headers["etag"]})
+        assert again.status_code == 304
