@@ -366,6 +366,45 @@ def test_counts_move_only_at_a_publication_and_the_decision_applies_there(
     asyncio.run(body())
 
 
+def test_a_publication_left_undecided_is_decided_by_the_next_read(clean_redis: str) -> None:
+    """A coordinator that published a batch and stopped before deciding: the publication waits
+    for its decision (no 304 is answered from the revision meanwhile: a publication is due), and
+    the next read, on any coordinator, decides it."""
+    config = AlgorithmConfig(algorithm="ldp", dp_epsilon=4.0, epsilon=0.05)
+    mechanism = Mechanism(4.0)
+    rng = random.Random(11)
+
+    async def undecided(exp: str) -> Any:
+        class Gone:  # what a coordinator that stops after the publication decides: nothing
+            outcome = "gone"
+
+        return Gone()
+
+    async def body() -> None:
+        async with open_store(clean_redis) as store:
+            store.limits = Limits(publish_batch=30, publish_cadence_seconds=3600)
+            await store.create("late", ARMS, config)
+            other = ExperimentStore(store.redis, store.limits)
+            await other.get("late")  # the creation's publication decided (nothing to decide)
+            store.writes.decisions.apply = undecided  # type: ignore[method-assign]
+            for i in range(300):
+                device = await store.enroll("late")
+                arm = i % 3
+                reward = float(rng.random() < (0.95, 0.9, 0.05)[arm])
+                bit = mechanism.privatize(reward, rng.random(), rng.random())
+                await store.crowd_report("late", device.token, arm, bit, 1)
+            meta = await store.redis.hgetall(keys.meta("late"))
+            assert meta[b"published"] != meta[b"decided"] and meta[b"p_remaining"] == b"[0,1,2]"
+            known = await other.revision("late", lease=False)
+            assert known is not None and known[2] == 0  # due now: no 304 from this revision
+            state = await other.get_with_status("late")
+            assert [e.arm for e in state.eliminations] == [2] and state.remaining_arms == [0, 1]
+            known = await other.revision("late", lease=False)
+            assert known is not None and known[2] is None
+
+    asyncio.run(body())
+
+
 # -- end to end -----------------------------------------------------------------------------------
 MEANS = (0.8, 0.5, 0.3)
 
