@@ -70,6 +70,19 @@ def report_counts(exp: str) -> str:
     return f"{PREFIX}:{{{exp}}}:report-counts"
 
 
+def report_ones(exp: str) -> str:
+    """Hash: arm index -> the LDP reports on it whose privatized bit is 1 (report_counts counts
+    them all): with those counts, all the coordinator learns (common/ldp.py)."""
+    return f"{PREFIX}:{{{exp}}}:report-ones"
+
+
+def report_seq(exp: str) -> str:
+    """Hash: agent id -> the LDP reports it sent that counted (1, 2, ... up to B): a report numbered
+    at most this is a duplicate, the next one counts (coordinator/store/lua/ldp_report.lua). Which
+    arms and bits an agent reported is not kept: only the counts."""
+    return f"{PREFIX}:{{{exp}}}:report-seq"
+
+
 def eliminations(exp: str) -> str:
     """List of JSON eliminations of the current epoch, in order."""
     return f"{PREFIX}:{{{exp}}}:eliminations"

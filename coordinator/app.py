@@ -39,7 +39,13 @@ async def ensure_default_experiment(store: ExperimentStore, settings: Settings) 
     coordinator with the reason."""
     if not settings.experiment:
         return
-    params = {f.name: getattr(settings, f.name) for f in fields(AlgorithmConfig)}
+    # dp_epsilon and B only when set: LDP's defaults are not the voting algorithms' (models.py)
+    given = settings.model_fields_set
+    params = {
+        f.name: getattr(settings, f.name)
+        for f in fields(AlgorithmConfig)
+        if f.name not in ("dp_epsilon", "reports_per_agent") or f.name in given
+    }
     try:
         body = ExperimentCreate(
             id=settings.experiment,

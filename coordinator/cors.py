@@ -4,7 +4,7 @@ An agent that runs in a web page on another origin calls the coordinator from Ja
 browser lets it read an answer only if the answer says its origin may, and asks first (a preflight
 OPTIONS) for a request with an Authorization or JSON Content-Type header. Starlette's
 CORSMiddleware answers, for the origins named in DEXP_CORS_ORIGINS ("*": any), and only on the
-device's routes: the public GET routes, the event stream, enrollment, votes, CDE's reports,
+device's routes: the public GET routes, the event stream, enrollment, votes, CDE's and LDP's reports,
 settled messages, resets, GET /v1/agents/me and the JavaScript SDK (GET /sdk/agent.js and
 /sdk/agent-<version>.js: a page imports it as an ES module, which a browser fetches in CORS mode),
 each with the methods a device uses on it. The admin routes, the dashboard (whose CSP stays
@@ -34,7 +34,7 @@ ROUTES: list[tuple[re.Pattern[str], tuple[str, ...]]] = [
     (re.compile(r"/v1/experiments"), ("GET",)),
     (re.compile(EXPERIMENT), ("GET",)),
     (re.compile(EXPERIMENT + r"/(best-arm|events)"), ("GET",)),
-    (re.compile(EXPERIMENT + r"/(votes|settled|reset|report)"), ("POST",)),
+    (re.compile(EXPERIMENT + r"/(votes|settled|reset|reports?)"), ("POST",)),
     (re.compile(r"/v1/agents"), ("POST",)),
     (re.compile(r"/v1/agents/me"), ("GET",)),
     (re.compile(r"/sdk/agent(-[^/]+)?\.js"), ("GET",)),  # the SDK, imported as a module

@@ -73,6 +73,8 @@ class Settings(SecretFileSettings):
     # CDE: P, the hit-rate bound under a uniform prior over which arm is best;
     # e0 = log(P (K-1)/(1-P))
     privacy: float = DEFAULTS.privacy
+    # LDP: B, the reports one device may send (unset: 1; refused for the other algorithms)
+    reports_per_agent: int | None = Field(None, ge=1)
     sigma: float | None = None  # reward scale for Gaussian rewards; unset: rewards in [0, 1]
     rewards: str = "bounded"  # with sigma unset: bounded ([0, 1]) or bernoulli (0 or 1)
     # CDE: the agents the default experiment expects, from which its threshold is chosen (unset:

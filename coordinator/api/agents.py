@@ -1,11 +1,11 @@
-"""Agents: enrollment (with a ticket, or the open-enrollment secret), votes and CDE's reports (with
-the agent's own token)."""
+"""Agents: enrollment (with a ticket, or the open-enrollment secret), votes, CDE's reports and
+LDP's private reports (with the agent's own token)."""
 
 from __future__ import annotations
 
 import json
 from functools import cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Request, status
 from fastapi.responses import JSONResponse, Response
@@ -27,6 +27,9 @@ router = APIRouter(prefix="/v1", tags=["agents"])
 VOTES = Counter("dexp_votes_total", "Votes received, by outcome", ["outcome"])
 SETTLED = Counter("dexp_settled_total", "Settled messages received (CE), by outcome", ["outcome"])
 REPORTS = Counter("dexp_reports_total", "Reports received (CDE), by outcome", ["outcome"])
+CROWD_REPORTS = Counter(
+    "dexp_private_reports_total", "Private reports received (LDP), by outcome", ["outcome"]
+)
 
 ExperimentId = Annotated[
     str,
@@ -124,6 +127,35 @@ class ReportPublic(BaseModel):
     )
     counted: bool = Field(description="this is the agent's report, counted for its arm")
     accepted: bool = Field(description="this report brought its arm to the threshold")
+
+
+class PrivateReportCreate(BaseModel):
+    """LDP's message (common/ldp.py): the arm the device played, drawn from the published
+    allocation, and the bit its mechanism made of the reward (Mechanism.privatize, on the
+    device: the coordinator never sees a reward), numbered by the device from 1."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arm: StrictInt = Field(ge=0, description="index of the arm played", examples=[0])
+    bit: StrictInt = Field(ge=0, le=1, description="the privatized bit, 0 or 1", examples=[1])
+    seq: StrictInt = Field(
+        ge=1,
+        le=1_000_000,
+        description="this report's number for the device: 1, 2, ... up to reports_per_agent. "
+        "A number already counted is a duplicate (a retry changes nothing); only the next one "
+        "counts",
+        examples=[1],
+    )
+
+
+class PrivateReportPublic(BaseModel):
+    outcome: Literal["counted", "duplicate"] = Field(
+        description="counted: this report counts for its arm; duplicate: a report with this "
+        "number was counted before (nothing changes, whatever it says)"
+    )
+    counted: bool = Field(description="this request counted a report")
+    sent: int = Field(description="the device's reports counted so far")
+    reports_left: int = Field(description="the reports it may still send: reports_per_agent - sent")
 
 
 class SettledCreate(BaseModel):
@@ -311,6 +343,48 @@ async def report(
     REPORTS.labels(outcome=str(result.outcome)).inc()
     return ReportPublic(
         outcome=str(result.outcome), counted=result.counted, accepted=result.accepted
+    )
+
+
+@router.post(
+    "/experiments/{experiment}/reports",
+    response_model=PrivateReportPublic,
+    responses=problems(
+        401,
+        403,
+        404,
+        409,
+        422,
+        429,
+        s401="missing or invalid agent token",
+        s403="the agent is enrolled in another experiment, or the experiment is not LDP",
+        s409="reports spent (seq beyond reports_per_agent), out of order (seq is not the next "
+        "number), or the experiment is decided",
+        s422="invalid body (strict integers: arm, bit 0 or 1, seq >= 1; nothing else), or an "
+        "arm index out of range",
+        s429="this agent sends too fast (DEXP_VOTE_RATE, DEXP_VOTE_BURST: votes and reports "
+        "together): retry after Retry-After seconds",
+    ),
+)
+async def private_report(
+    experiment: ExperimentId, body: PrivateReportCreate, store: StoreDep, credentials: Credentials
+) -> PrivateReportPublic:
+    """LDP only, with the agent's own bearer token: one private report, the arm played and its
+    privatized bit. A device sends at most reports_per_agent (B), numbered 1 to B: the next number
+    counts, a number already counted is a `duplicate` that changes nothing (retries are safe),
+    any other is refused (409). Counted reports are published with their batch
+    (DEXP_PUBLISH_BATCH), and at each publication the coordinator decides (common/ldp.py): arms
+    that cannot be the best leave, and once the leader is epsilon-optimal with probability
+    1 - delta the experiment is identified. A refused report (4xx) changes nothing at all."""
+    result = await store.crowd_report(
+        experiment, bearer_token(credentials), body.arm, body.bit, body.seq
+    )
+    CROWD_REPORTS.labels(outcome=result.outcome).inc()
+    return PrivateReportPublic(
+        outcome="counted" if result.counted else "duplicate",
+        counted=result.counted,
+        sent=result.sent,
+        reports_left=result.budget - result.sent,
     )
 
 

@@ -13,6 +13,7 @@ from common import cde
 from common.algorithms import AlgorithmConfig
 from common.certificate import Certificate, certify, upper
 from common.votes import tie_certificate
+from coordinator.api.crowd import crowd_certificate, crowd_fields
 from coordinator.api.deps import (
     AdminDep,
     Credentials,
@@ -80,9 +81,11 @@ def certificate_of(state: ExperimentState, agents: int | None = None) -> Certifi
 
 def certified_fields(state: ExperimentState, settings: Settings) -> dict[str, Any]:
     """The certificate's fields of both documents: the bound with the agents enrolled, and with
-    as many as the cap lets in; CDE's privacy."""
-    certificate = certificate_of(state)
+    as many as the cap lets in; CDE's privacy. LDP's: delta, whatever the agents."""
     cap = settings.max_agents
+    if state.design.crowd:
+        return crowd_certificate(state, cap)
+    certificate = certificate_of(state)
     return {
         "certified_failure": certificate.failure,
         "certified_agents": certificate.agents,
@@ -105,9 +108,12 @@ def privacy_fields(config: AlgorithmConfig, n_arms: int) -> dict[str, Any]:
 
 
 def warnings_of(state: ExperimentState) -> list[str]:
-    """What the experiment risks with the agents enrolled now, without being invalid."""
+    """What the experiment risks with the agents enrolled now, without being invalid (LDP: nothing
+    it certifies depends on them)."""
     agents, threshold = state.agents, state.threshold
     config = state.design.config
+    if config.crowd:
+        return []
     warnings = []
     if config.reports:
         if agents < threshold:
@@ -144,7 +150,10 @@ def warnings_of(state: ExperimentState) -> list[str]:
 
 def _public(state: ExperimentState, settings: Settings) -> ExperimentPublic:
     return ExperimentPublic(
-        **state.document(), warnings=warnings_of(state), **certified_fields(state, settings)
+        **state.document(),
+        warnings=warnings_of(state),
+        **crowd_fields(state),
+        **certified_fields(state, settings),
     )
 
 
@@ -358,6 +367,7 @@ async def best_arm(
         else {arms[a]: n for a, n in enumerate(state.reports)},
         version=state.version,
         epoch=state.epoch,
+        **crowd_fields(state),
         **certified_fields(state, settings),
     )
 

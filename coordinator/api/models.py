@@ -22,6 +22,7 @@ from pydantic import (
 
 from common.algorithms import DEFAULTS, AlgorithmConfig
 from common.errors import ParameterError
+from common.ldp import DEFAULT_DP_EPSILON, DEFAULT_REPORTS_PER_AGENT
 from common.subroutines import USER_SUBROUTINES
 from coordinator.api.arm_names import MAX_ARM_NAME, arm_name, distinct_arms
 from coordinator.errors import Invalid
@@ -65,10 +66,12 @@ class ExperimentCreate(BaseModel):
         ),
         AfterValidator(distinct_arms),
     ]
-    algorithm: Literal["de", "ce", "dp-mase", "cde"] = Field(
+    algorithm: Literal["de", "ce", "dp-mase", "cde", "ldp"] = Field(
         DEFAULTS.algorithm,  # type: ignore[arg-type]  # a str there, one of these
-        description="de, ce, dp-mase (agents vote against arms), or cde (each agent sends one "
-        "randomized report, POST .../report; docs/CDE.md)",
+        description="de, ce, dp-mase (agents vote against arms), cde (each agent sends one "
+        "randomized report, POST .../report; docs/CDE.md), or ldp (no device learns: each sends "
+        "up to reports_per_agent private one-bit reports, POST .../reports, and the coordinator "
+        "decides; common/ldp.py)",
     )
     subroutine: SubroutineName = DEFAULTS.subroutine
     epsilon: StrictFloat = positive(
@@ -87,7 +90,15 @@ class ExperimentCreate(BaseModel):
         ge=0,
         le=MAX_NUMBER,
         allow_inf_nan=False,
-        description="DP-MASE: privacy budget",
+        description="DP-MASE: privacy budget; LDP: each report's local privacy, in (0, 10] "
+        f"(default {DEFAULT_DP_EPSILON:g} for ldp)",
+    )
+    reports_per_agent: StrictInt | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="LDP only: B, the reports one device may send (its privacy over its whole "
+        f"reward history is B x dp_epsilon); null: {DEFAULT_REPORTS_PER_AGENT}",
     )
     beta: StrictFloat = unit(DEFAULTS.beta, "DP-MASE: local confidence")
     phi: StrictFloat = unit(DEFAULTS.phi, "SER4: reset probability")
@@ -97,7 +108,8 @@ class ExperimentCreate(BaseModel):
         ge=0,
         le=1_000_000,
         description="f, the Byzantine (lying) agents tolerated: an arm leaves at M + f distinct "
-        "votes, so f agents voting against the best arm cannot remove it",
+        "votes, so f agents voting against the best arm cannot remove it. LDP: the intervals hold "
+        "whatever f x reports_per_agent of the reports are",
     )
     sigma: StrictFloat | None = positive(
         None, "sub-Gaussian scale of the rewards; null: rewards in [0, 1]"
@@ -128,6 +140,17 @@ class ExperimentCreate(BaseModel):
     )
 
     def algorithm_config(self) -> AlgorithmConfig:
+        ldp = self.algorithm == "ldp"
+        if self.reports_per_agent is not None and not ldp:
+            raise Invalid(
+                f"reports_per_agent={self.reports_per_agent}: only LDP's devices send several "
+                f"reports; {self.algorithm}'s agents do not"
+            )
+        if ldp and self.sigma is not None:
+            raise Invalid("sigma: LDP needs rewards in [0, 1] (each report privatizes one)")
+        # LDP's own default: the voting algorithms' DP-MASE budget (0.1) is not a report's
+        given = "dp_epsilon" in self.model_fields_set
+        dp_epsilon = DEFAULT_DP_EPSILON if ldp and not given else float(self.dp_epsilon)
         try:
             return AlgorithmConfig(
                 algorithm=self.algorithm,
@@ -136,7 +159,8 @@ class ExperimentCreate(BaseModel):
                 delta=float(self.delta),
                 eta=float(self.eta),
                 xi=float(self.xi),
-                dp_epsilon=float(self.dp_epsilon),
+                dp_epsilon=dp_epsilon,
+                reports_per_agent=self.reports_per_agent or DEFAULT_REPORTS_PER_AGENT,
                 beta=float(self.beta),
                 phi=float(self.phi),
                 every_arm=self.every_arm,
@@ -232,7 +256,8 @@ class Certified(BaseModel):
         "its rewards, are multiplied by at most e^e0 = P (K - 1) / (1 - P) by its report, P = "
         "params.privacy (docs/CDE.md, section 2); null for the voting algorithms (DP-MASE's "
         "dp_epsilon is per reward, not about the agent's answer, which its votes reveal: "
-        "docs/PRIVACY.md)",
+        "docs/PRIVACY.md). LDP: user_privacy, B x dp_epsilon, a device's local privacy over "
+        "every report it may send",
     )
     hit_rate_uniform_prior: float | None = Field(
         None,
@@ -240,12 +265,65 @@ class Certified(BaseModel):
         "over which arm is best: it names an agent's eps-optimal arm from its report at most this "
         "often, e^e0 / (e^e0 + K - 1) = params.privacy when one arm alone is eps-optimal. Another "
         "prior gives another hit rate (0.5 for a prior of 0.5 on one arm, report or not); null "
-        "for the voting algorithms",
+        "for the voting algorithms and LDP",
     )
     privacy_certificate: str | None = Field(
         None,
         description="CDE: certified_epsilon and hit_rate_uniform_prior in plain sentences (and the "
-        "hit rate when two arms are eps-optimal); null for the voting algorithms",
+        "hit rate when two arms are eps-optimal); LDP: certified_epsilon's; null for the voting "
+        "algorithms",
+    )
+
+
+class ArmEstimate(BaseModel):
+    index: int
+    name: str
+    reports: int = Field(description="the reports on this arm, as last published")
+    mean: float | None = Field(
+        description="the estimated mean reward, in [0, 1]; null before the arm's first report"
+    )
+    ci: tuple[float, float] = Field(
+        description="[low, high]: every arm's interval holds at all times together with "
+        "probability >= 1 - delta, whatever f x reports_per_agent of the reports are"
+    )
+
+
+class ArmLift(BaseModel):
+    vs: int = Field(description="the other arm's index")
+    name: str = Field(description="the other arm's name")
+    mean: float | None = Field(
+        description="the leader's estimated mean less this arm's; null if either has no report"
+    )
+    ci: tuple[float, float] = Field(description="[low, high], from the two arms' intervals")
+
+
+class Crowd(BaseModel):
+    """LDP's fields (coordinator/api/crowd.py), from the last publication; null for the other
+    algorithms. Listed between Certified and a document's own fields among its bases."""
+
+    allocation: list[float] | None = Field(
+        None,
+        description="LDP: the weight of each arm (0 for an arm out of the global set, summing to "
+        "1): a device draws the arm it plays from it at each activation",
+    )
+    estimates: list[ArmEstimate] | None = Field(
+        None, description="LDP: each arm's estimated mean reward and its interval"
+    )
+    lift: list[ArmLift] | None = Field(
+        None,
+        description="LDP: the leader (the remaining arm with the highest estimate) against "
+        "each other arm",
+    )
+    dp_epsilon: float | None = Field(None, description="LDP: each report's local privacy")
+    reports_per_agent: int | None = Field(
+        None, description="LDP: B, the reports one device may send"
+    )
+    user_privacy: float | None = Field(
+        None, description="LDP: B x dp_epsilon, a device's local privacy over all it sends"
+    )
+    reports_total: int | None = Field(None, description="LDP: the reports published, every arm")
+    ones: list[int] | None = Field(
+        None, description="LDP: the published reports of each arm whose bit is 1"
     )
 
 
@@ -387,7 +465,7 @@ class ExperimentFields(BaseModel):
     )
 
 
-class ExperimentPublic(Certified, ExperimentFields):  # no docstring: the schema has none
+class ExperimentPublic(Certified, Crowd, ExperimentFields):  # no docstring: the schema has none
     pass
 
 
@@ -478,7 +556,7 @@ class BestArmFields(BaseModel):
     epoch: int
 
 
-class BestArm(Certified, BestArmFields):  # no docstring: the schema has none
+class BestArm(Certified, Crowd, BestArmFields):  # no docstring: the schema has none
     pass
 
 

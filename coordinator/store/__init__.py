@@ -15,7 +15,8 @@ experiment's keys, hence to its hash slot (common/redis_keys.py); the index of e
 agents' activation streams, in other slots, are never in a script or transaction with them.
 
 The parts, by concern: reads.ExperimentReads (states, listings, revisions, status),
-writes.ScriptWrites (creation, deletion, votes, reports, settled messages, resets) and
+writes.ScriptWrites (creation, deletion, votes, reports, LDP's private reports, settled messages,
+resets), decisions.Decisions (LDP's decision at each publication, common/ldp.py) and
 enrollment.Enrollments (tickets, enrollment, tokens, agents' views), over one core.StoreCore.
 ExperimentStore is the one object the routes hold: it only puts them together.
 """
@@ -28,6 +29,7 @@ from coordinator.redis_client import AnyRedis
 from coordinator.store.core import (
     SERVICE_ALGORITHMS,
     TICKET_PREFIX,
+    CrowdReport,
     Enrollment,
     Limits,
     ReportResult,
@@ -71,6 +73,7 @@ __all__ = [
     "TIE_CACHE_SIZE",
     "WRONG_MESSAGE",
     "Counters",
+    "CrowdReport",
     "Design",
     "Elimination",
     "Enrollment",
@@ -129,6 +132,7 @@ class ExperimentStore:
         self.delete = writes.delete
         self.vote = writes.vote
         self.report = writes.report
+        self.crowd_report = writes.crowd_report
         self.settle = writes.settle
         self.reset = writes.reset
         # agents

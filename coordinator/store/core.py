@@ -17,7 +17,7 @@ from coordinator.errors import NotFound
 from coordinator.redis_client import AnyRedis
 from coordinator.store.scripts import Scripts
 
-SERVICE_ALGORITHMS = ("de", "ce", "dp-mase", "cde")
+SERVICE_ALGORITHMS = ("de", "ce", "dp-mase", "cde", "ldp")
 Status = Literal["exploring", "identified", "tied"]
 TICKET_PREFIX = "ticket"
 
@@ -141,6 +141,22 @@ class ReportResult:
     @property
     def accepted(self) -> bool:
         return self.outcome == ReportOutcome.ACCEPTED
+
+
+@dataclass(frozen=True)
+class CrowdReport:
+    """What an LDP report did (lua/ldp_report.lua): counted or duplicate, the agent's reports
+    counted so far (`sent`) of its `budget` B, and whether its batch was published now (then the
+    coordinator decides on it). Nothing of the others' reports."""
+
+    outcome: str
+    sent: int
+    budget: int
+    published: bool = False
+
+    @property
+    def counted(self) -> bool:
+        return self.outcome == "counted"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from common.votes import is_tied, reports_exhausted
 from coordinator import results
 from coordinator.errors import NotFound
 from coordinator.store.core import Status, StoreCore, now_ms, text
+from coordinator.store.decisions import Decisions, pending
 from coordinator.store.state import (
     PUBLICATION_FIELDS,
     REVISION_FIELDS,
@@ -120,6 +121,7 @@ class ExperimentReads:
     def __init__(self, core: StoreCore) -> None:
         self.core = core
         self.redis = core.redis
+        self.decisions = Decisions(core)  # LDP's, on each publication a read takes or finds
         # exp -> (what the verdict depends on, tied): see get_with_status
         self._ties: OrderedDict[str, tuple[tuple[int, ...], bool]] = OrderedDict()
 
@@ -258,8 +260,11 @@ class ExperimentReads:
             named.one("agents", pipe.zcard(keys.agents(exp)))
             if document is not None:
                 n_arms = len(document["arms"])
-                if document["params"].get("algorithm") == "cde":
+                algorithm = document["params"].get("algorithm")
+                if algorithm in ("cde", "ldp"):
                     named.one("report_counts", pipe.hgetall(keys.report_counts(exp)))
+                if algorithm == "ldp":
+                    named.one("report_ones", pipe.hgetall(keys.report_ones(exp)))
                 named.one("settled", pipe.smembers(keys.settled(exp)))
                 named.one("remaining", pipe.smembers(keys.remaining(exp)))
                 named.one("eliminations", pipe.lrange(keys.eliminations(exp), 0, -1))
@@ -280,12 +285,16 @@ class ExperimentReads:
         """Take the publication that is due, if one is (lua/published.lua decides again, atomically):
         before a public read, so that an elimination shows at its cadence's tick even when no vote
         comes after it. An experiment never published (created before publications) gets its
-        first one, from its voter sets."""
+        first one, from its voter sets. LDP: the decision on the publication taken, or on the last
+        one if it waits for its decision (decisions.pending). True: read again."""
         core = self.core
         now = now_ms()
         batch, cadence = core.publish_batch, core.publish_cadence_ms
         if "p_votes" in meta and not publication_due(meta, now, batch, cadence):
-            return False
+            if not pending(meta):
+                return False
+            await self.decisions.apply(exp)
+            return True
         unpublished = "p_votes" not in meta
         taken = await core.scripts.published(
             meta_key=keys.meta(exp),
@@ -301,6 +310,8 @@ class ExperimentReads:
         )
         if int(taken) == 1:
             core.on_change(exp)
+        if meta.get("algorithm") == "ldp":
+            await self.decisions.apply(exp)
         return True
 
     async def revision(
@@ -327,13 +338,14 @@ class ExperimentReads:
         )
 
     def due_at(self, fields: Sequence[bytes | str | None]) -> int | None:
-        """When a publication is due (ms; 0: now), given PUBLICATION_FIELDS' values as read;
-        None if none waits: until then the public documents, and their tags, stay as they are."""
+        """When a publication is due (ms; 0: now, as when an LDP publication waits for its
+        decision), given PUBLICATION_FIELDS' values as read; None if none waits: until then the
+        public documents, and their tags, stay as they are."""
         meta = {
             name: None if value is None else text(value)
             for name, value in zip(PUBLICATION_FIELDS, fields, strict=True)
         }
-        if meta["p_votes"] is None:
+        if meta["p_votes"] is None or pending(meta):  # LDP: a decision waits too
             return 0
         if int(meta["messages"] or 0) - int(meta["p_messages"] or 0) >= self.core.publish_batch:
             return 0
@@ -365,6 +377,8 @@ class ExperimentReads:
         With fewer agents than the threshold the status is exploring: no arm can leave before
         more enroll."""
         state = await self.get(exp, voters=voters)
+        if state.design.crowd:
+            return await self._with_result(exp, state, self._crowd_status(exp, state))
         if state.reports is not None:
             return await self._with_result(exp, state, self._report_status(exp, state))
         tally = Tally.of(state)
@@ -429,6 +443,13 @@ class ExperimentReads:
         )
         self._remember(exp, Tally.of(state), tied)
         return "identified" if len(remaining) < 2 else "tied" if tied else "exploring"
+
+    def _crowd_status(self, exp: str, state: ExperimentState) -> Status:
+        """LDP's status: identified once a decision identified an arm (the others left), else
+        exploring (never tied: more reports can always come). Remembered as a tie verdict is, so
+        that a listing reads no state for it."""
+        self._remember(exp, Tally.of(state), tied=False)
+        return "identified" if len(state.remaining_arms) < 2 else "exploring"
 
     def _known_status(self, exp: str, tally: Tally) -> Status | None:
         """The status if it shows without the voter sets (None: they must be read)."""

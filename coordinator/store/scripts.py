@@ -93,6 +93,37 @@ SCRIPTS: dict[str, ScriptInputs] = {
         ),
         helpers=("gcra.lua", *PUBLISHED),
     ),
+    "ldp_report": ScriptInputs(
+        "ldp_report.lua",
+        keys=(
+            "meta_key",
+            "remaining_key",
+            "report_counts_key",
+            "report_ones_key",
+            "report_seq_key",
+            "eliminations_key",
+            "credentials_key",
+            "vote_rate_key",
+        ),
+        args=(
+            "agent_id",
+            "arm_index",
+            "bit",
+            "seq",
+            "now_ms",
+            "token_digest",
+            *RATE,
+            "changes_channel",
+            *PUBLICATION,
+        ),
+        helpers=("gcra.lua", *PUBLISHED),
+    ),
+    "ldp_decide": ScriptInputs(
+        "ldp_decide.lua",
+        keys=("meta_key", "remaining_key", "eliminations_key"),
+        args=("created_at", "publication", "eliminate", "leader", "now_ms", "changes_channel"),
+        helpers=("changes.lua",),
+    ),
     "settled": ScriptInputs(
         "settled.lua",
         keys=("meta_key", "settled_key", "remaining_key", "credentials_key", "vote_rate_key"),
@@ -221,6 +252,8 @@ class Scripts:
     def __init__(self, redis: AnyRedis) -> None:
         self.vote = Script(redis, SCRIPTS["vote"])
         self.report = Script(redis, SCRIPTS["report"])
+        self.ldp_report = Script(redis, SCRIPTS["ldp_report"])
+        self.ldp_decide = Script(redis, SCRIPTS["ldp_decide"])
         self.settled = Script(redis, SCRIPTS["settled"])
         self.reset = Script(redis, SCRIPTS["reset"])
         self.create = Script(redis, SCRIPTS["create"])

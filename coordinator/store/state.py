@@ -45,8 +45,19 @@ SUMMARY_FIELDS = (
     "p_messages",
     "p_ignored",
 )
-# What publication_due needs: read with the revision by coordinator/caching.py.
-PUBLICATION_FIELDS = ("messages", "p_messages", "version", "p_version", "changed_at", "p_votes")
+# What publication_due needs, and whether an LDP publication waits for its decision
+# (store/decisions.py, `pending`): read with the revision by coordinator/caching.py.
+PUBLICATION_FIELDS = (
+    "messages",
+    "p_messages",
+    "version",
+    "p_version",
+    "changed_at",
+    "p_votes",
+    "decided",
+    "published",
+    "p_remaining",
+)
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,11 @@ class Design:
     def reporting(self) -> bool:
         """CDE: its agents report once each; nobody votes."""
         return self.params.get("algorithm") == "cde"
+
+    @property
+    def crowd(self) -> bool:
+        """LDP: devices send private one-bit reports, the coordinator decides (common/ldp.py)."""
+        return self.params.get("algorithm") == "ldp"
 
     @property
     def tolerance(self) -> int:
@@ -142,13 +158,14 @@ class ExperimentState:
     design: Design
     remaining_arms: list[int]
     votes: list[int]  # distinct voters against each arm (CDE: zeros)
-    reports: list[int] | None  # CDE: reports per arm; None for the voting algorithms
+    reports: list[int] | None  # CDE, LDP: reports per arm; None for the voting algorithms
     eliminations: list[Elimination]
     counters: Counters
     load_generator: dict[str, Any] | None  # the lease's figures (load_generator_figures)
     tags: Tags
     votes_history: list[list[int]] | None = None  # the public view's: [[unix ms, votes], ...]
     live: LiveVoters | None = None  # the admin's view's
+    ones: list[int] | None = None  # LDP: the reports of each arm whose bit is 1; None otherwise
     status: Status | None = None
     result: dict[str, Any] | None = None
 
@@ -222,7 +239,8 @@ def state_of(
     """The state from the experiment's configuration `document`, its `meta` hash and the named
     replies of store.get's pipeline: `agents` (ZCARD), `lease` (GET), then either the public
     view's `settled` (SCARD) and `eliminations` (LRANGE), or the live view's `settled`,
-    `remaining` and `voters` (SMEMBERS), `eliminations` and, for CDE, `report_counts` (HGETALL)."""
+    `remaining` and `voters` (SMEMBERS), `eliminations` and, for CDE and LDP, `report_counts`
+    (HGETALL), and for LDP `report_ones` (HGETALL)."""
     arms: list[str] = document["arms"]
     design = Design(
         arms=arms,
@@ -255,14 +273,14 @@ def state_of(
         eliminations.append(
             Elimination(e["arm"], arms[e["arm"]], e["votes"], e["time"], e["order"])
         )
-    reports = None
-    if design.reporting:  # CDE: the counters count reports (lua/report.lua); nobody votes
-        if live:
-            counts = {int(text(a)): int(n) for a, n in replies["report_counts"].items()}
-            reports = [counts.get(a, 0) for a in range(len(arms))]
-        else:
-            reports = votes
+    reports: list[int] | None = None
+    ones: list[int] | None = None
+    if design.reporting or design.crowd:  # the counters count reports (lua/report.lua,
+        # lua/ldp_report.lua); nobody votes
+        reports = per_arm(replies["report_counts"], len(arms)) if live else votes
         votes = [0] * len(arms)
+    if design.crowd:  # LDP: and the ones among them (published beside them, p_ones)
+        ones = per_arm(replies["report_ones"], len(arms)) if live else json.loads(meta["p_ones"])
     lease = replies["lease"]
     return ExperimentState(
         id=exp,
@@ -301,7 +319,14 @@ def state_of(
         )
         if live
         else None,
+        ones=ones,
     )
+
+
+def per_arm(counts: Mapping[Any, Any], n_arms: int) -> list[int]:
+    """A hash of arm index -> count as read (HGETALL), as a list over every arm."""
+    got = {int(text(a)): int(n) for a, n in counts.items()}
+    return [got.get(a, 0) for a in range(n_arms)]
 
 
 def epoch_started_at(meta: Mapping[str, str]) -> int | None:

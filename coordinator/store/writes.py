@@ -1,5 +1,6 @@
 """The writes of an experiment: its creation and deletion, and the scripts that apply the agents'
-messages (votes, CDE reports, settled messages) and resets, one atomic round trip each."""
+messages (votes, CDE reports, LDP's private reports, settled messages) and resets, one atomic
+round trip each (an LDP report whose batch is published: one more, its decision)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from common.votes import ReportOutcome, VoteOutcome
 from coordinator.errors import Conflict, CoordinatorError, Forbidden, Invalid, NotFound, RateLimited
 from coordinator.store.core import (
     SERVICE_ALGORITHMS,
+    CrowdReport,
     ReportResult,
     ResetOutcome,
     SettleResult,
@@ -27,15 +29,30 @@ from coordinator.store.core import (
     now_ms,
     text,
 )
+from coordinator.store.decisions import Decisions
 from coordinator.store.reads import ExperimentReads
 from coordinator.store.state import ExperimentState
 
-# A vote where agents report (CDE), or a report where they vote: refused (403), nothing changed.
+# A vote where agents report (CDE, LDP), or a report where they do not: refused (403), nothing
+# changed.
 WRONG_MESSAGE = {
     "not_voting": "experiment {exp!r} is CDE: its agents do not vote, each sends one report "
     "(POST /v1/experiments/{exp}/report)",
     "not_reporting": "experiment {exp!r} is not CDE: its agents vote (POST "
     "/v1/experiments/{exp}/votes); reports are CDE's one message per agent",
+    "crowd": "experiment {exp!r} is LDP: its devices neither vote nor send CDE's report, they "
+    "send private reports (POST /v1/experiments/{exp}/reports)",
+    "not_crowd": "experiment {exp!r} is not LDP: private reports (POST .../reports) are LDP's; "
+    "its agents vote (POST /v1/experiments/{exp}/votes) or, under CDE, send one report (POST "
+    "/v1/experiments/{exp}/report)",
+}
+# An LDP report refused for its number or the experiment's state (409), nothing changed.
+CROWD_CONFLICT = {
+    "decided": "experiment {exp!r} is decided: no report counts any more",
+    "spent": "reports spent: agent {agent} sent its {budget} report(s), the most one device "
+    "may send (reports_per_agent)",
+    "out_of_order": "report seq={seq} is out of order: agent {agent} sent {sent} report(s) that "
+    "counted, so its next one is seq={next}",
 }
 DELETE_CHUNK = 1000  # activation streams per DEL when an experiment is deleted
 
@@ -51,6 +68,7 @@ class ScriptWrites:
         self.redis = core.redis
         self.reads = reads
         self.refusal = refusal
+        self.decisions: Decisions = reads.decisions
 
     async def create(
         self,
@@ -80,6 +98,8 @@ class ScriptWrites:
             raise Invalid(str(exc)) from None
         if config.algorithm == "dp-mase" and sigma is not None:
             raise Invalid("sigma: DP-MASE needs rewards in [0, 1]")
+        if config.crowd and sigma is not None:
+            raise Invalid("sigma: LDP needs rewards in [0, 1] (each report privatizes one)")
         try:
             bernoulli = check_reward_family(rewards, sigma)
         except ParameterError as exc:
@@ -174,8 +194,43 @@ class ScriptWrites:
             await self.redis.publish(keys.events(exp), int(reply[1]))
         return result
 
+    async def crowd_report(self, exp: str, token: str, arm: int, bit: int, seq: int) -> CrowdReport:
+        """Apply the LDP report number `seq` of the agent whose bearer token is `token`: one round
+        trip to Redis (lua/ldp_report.lua), and, when its batch was published, the decision on
+        that publication (Decisions.apply). Refusals (4xx) change nothing."""
+        reply = await self.core.scripts.ldp_report(
+            **self._message_inputs(exp, token, arm),
+            report_counts_key=keys.report_counts(exp),
+            report_ones_key=keys.report_ones(exp),
+            report_seq_key=keys.report_seq(exp),
+            bit=bit,
+            seq=seq,
+        )
+        outcome = text(reply[0])
+        await self._refuse(
+            outcome, reply, exp, token, arm, "sends too fast: at most {} votes and reports"
+        )
+        if outcome == "bad_bit":
+            raise Invalid(f"bit={bit} is invalid: a report's bit is 0 or 1")
+        if outcome == "bad_seq":
+            raise Invalid(f"seq={seq} is invalid: reports are numbered from 1")
+        if outcome in CROWD_CONFLICT:
+            sent, budget = int(reply[1]), int(reply[2])
+            raise Conflict(
+                CROWD_CONFLICT[outcome].format(
+                    exp=exp, agent=agent_of(token), budget=budget, seq=seq, sent=sent, next=sent + 1
+                )
+            )
+        result = CrowdReport(outcome, int(reply[1]), int(reply[2]), bool(int(reply[3])))
+        if result.counted:
+            self.core.on_change(exp)
+        if result.published:
+            await self.decisions.apply(exp)
+        return result
+
     def _message_inputs(self, exp: str, token: str, arm: int) -> dict[str, Any]:
-        """The inputs an agent's message shares across its scripts (vote.lua, report.lua): who
+        """The inputs an agent's message shares across its scripts (vote.lua, report.lua,
+        ldp_report.lua): who
         sends it (checked against the token's digest), its arm, its rate limit and the
         publication's batch and cadence."""
         core = self.core
@@ -300,6 +355,12 @@ class ScriptWrites:
                 "experiment, and a new epoch would let it report again (two reports are only "
                 "2 e0-private, not e0: its certified epsilon); delete it and create a new one"
             )
+        if code == -4:
+            raise Forbidden(
+                f"experiment {exp!r} is LDP, which is never reset: its decisions are final (an "
+                "arm that left never returns), and each device's reports_per_agent reports are "
+                "its whole privacy budget; delete it and create a new one"
+            )
         if code == -2:
             wait = int(reply[1]) / 1000
             raise RateLimited(
@@ -333,5 +394,7 @@ def experiment_keys(exp: str, n_arms: int) -> list[str]:
         keys.load_generator(exp),
         keys.reporters(exp),
         keys.report_counts(exp),
+        keys.report_ones(exp),
+        keys.report_seq(exp),
         *[keys.voters(exp, arm) for arm in range(n_arms)],
     ]

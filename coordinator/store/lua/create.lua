@@ -11,7 +11,8 @@ local threshold = ARGV[2]
 local n_arms = ARGV[3]
 local created_at = ARGV[4]  -- ms
 local changes_channel = ARGV[5]  -- the experiment's changes channel
--- the algorithm (the scripts that take votes and reports check it: vote.lua, report.lua, reset.lua)
+-- the algorithm (the scripts that take votes and reports check it: vote.lua, report.lua,
+-- ldp_report.lua, reset.lua; LDP's publications carry the ones too, p_ones)
 local algorithm = ARGV[6]
 
 if redis.call('EXISTS', meta_key) == 1 then return 0 end
@@ -24,5 +25,9 @@ next_event_id(meta_key)
 redis.call('HSET', meta_key, 'p_votes', zeros(tonumber(n_arms)), 'pending_votes', '{}',
   'p_remaining', '[]', 'p_eliminations', 0, 'p_messages', 0, 'p_ignored', 0,
   'p_epoch_messages', 0, 'p_version', 0, 'published', 0)
+if algorithm == 'ldp' then  -- `decided`: the publication last decided (ldp_decide.lua)
+  redis.call('HSET', meta_key, 'p_ones', zeros(tonumber(n_arms)), 'pending_ones', '{}',
+    'decided', 0)
+end
 publish(meta_key, remaining_key, eliminations_key, changes_channel)
 return 1

@@ -8,6 +8,9 @@
 -- arrive with the others of its batch, never alone unless it removed an arm in a quiet moment
 -- (docs/PRIVACY.md). batch 1 and cadence 0: every vote is published at once.
 -- pending_vote(meta, arm): a counted vote, in `pending_votes` until the next publication.
+-- pending_one(meta, arm): LDP: a counted report whose bit is 1 (its report is a pending_vote), in
+--   `pending_ones` until the next publication, which adds them to `p_ones` (LDP's experiments only
+--   have it: create.lua).
 -- changed(meta, now): the global set changed at `now` (ms): published at the next tick.
 -- due(meta, now, batch, cadence): whether a publication is due.
 -- publish(meta, remaining, eliminations, channel): take it: the document's `published` counter
@@ -46,6 +49,12 @@ local function pending_vote(meta, arm)
   pending[key] = (pending[key] or 0) + 1
   redis.call('HSET', meta, 'pending_votes', cjson.encode(pending))
 end
+local function pending_one(meta, arm)
+  local pending = cjson.decode(redis.call('HGET', meta, 'pending_ones') or '{}')
+  local key = tostring(arm)
+  pending[key] = (pending[key] or 0) + 1
+  redis.call('HSET', meta, 'pending_ones', cjson.encode(pending))
+end
 local function changed(meta, now)
   redis.call('HSET', meta, 'changed_at', now)
 end
@@ -61,11 +70,19 @@ local function due(meta, now, batch, cadence)
 end
 local function publish(meta, remaining, eliminations, channel)
   local m = redis.call('HMGET', meta, 'p_votes', 'pending_votes', 'messages', 'ignored',
-    'epoch_messages', 'version', 'p_version')
+    'epoch_messages', 'version', 'p_version', 'p_ones', 'pending_ones')
   local votes = cjson.decode(m[1])
   for arm, n in pairs(cjson.decode(m[2] or '{}')) do
     local i = tonumber(arm) + 1
     votes[i] = votes[i] + n
+  end
+  if m[8] then  -- LDP: the ones move with the reports
+    local ones = cjson.decode(m[8])
+    for arm, n in pairs(cjson.decode(m[9] or '{}')) do
+      local i = tonumber(arm) + 1
+      ones[i] = ones[i] + n
+    end
+    redis.call('HSET', meta, 'p_ones', cjson.encode(ones), 'pending_ones', '{}')
   end
   local arms = {}
   for _, arm in ipairs(redis.call('SMEMBERS', remaining)) do arms[#arms + 1] = tonumber(arm) end

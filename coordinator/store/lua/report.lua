@@ -7,7 +7,8 @@
 -- same whatever the others reported meanwhile, accepted or not), decided (a first report after an
 -- arm was accepted: ignored); each a message (`messages`, `epoch_messages`), the last two ignored
 -- ones. Or an error sentinel that changes nothing and counts no message: {'no_experiment'},
--- {'unauthorized'}, {'not_reporting'} (not a CDE experiment: agents vote there), {'bad_arm',
+-- {'unauthorized'}, {'not_reporting'} (not a CDE experiment: agents vote there), {'crowd'} (an
+-- LDP experiment: its devices send private reports, lua/ldp_report.lua), {'bad_arm',
 -- n_arms}, {'rate_limited', ms to wait}. Which arm an agent reported is not kept, only the counts.
 local meta_key = KEYS[1]  -- meta hash
 local remaining_key = KEYS[2]  -- remaining set
@@ -36,6 +37,7 @@ local threshold = tonumber(meta[1])
 if not threshold then return {'no_experiment'} end
 -- A plain comparison of digests, as in vote.lua.
 if redis.call('HGET', credentials_key, agent_id) ~= token_digest then return {'unauthorized'} end
+if meta[3] == 'ldp' then return {'crowd'} end
 if meta[3] ~= 'cde' then return {'not_reporting'} end
 local n_arms = tonumber(meta[2])
 local arm = tonumber(arm_index)

@@ -8,7 +8,8 @@
 -- recorded and the quorum not reached yet; {-1, 0, 0, 0} if the experiment does not exist; {-2, ms
 -- to wait, 0, 0} if the agent or the experiment resets too fast; {-3, 0, 0, 0} if it is a CDE
 -- experiment, which is never reset: each agent reports once per experiment, and a new epoch would
--- let it report again (nothing changes).
+-- let it report again (nothing changes); {-4, 0, 0, 0} if it is an LDP experiment, never reset
+-- either: its decisions are final, and each device's B reports are its privacy budget.
 local meta_key = KEYS[1]  -- meta hash
 local remaining_key = KEYS[2]  -- remaining set
 local eliminations_key = KEYS[3]  -- eliminations list
@@ -33,7 +34,9 @@ local quorum = ARGV[8]
 local quorum_window_ms = ARGV[9]  -- the window in which those requests must fall
 
 if redis.call('EXISTS', meta_key) == 0 then return {-1, 0, 0, 0} end
-if redis.call('HGET', meta_key, 'algorithm') == 'cde' then return {-3, 0, 0, 0} end
+local algorithm = redis.call('HGET', meta_key, 'algorithm')
+if algorithm == 'cde' then return {-3, 0, 0, 0} end
+if algorithm == 'ldp' then return {-4, 0, 0, 0} end
 if agent_id ~= '' then
   -- Both limits are checked before either is recorded: a refusal changes nothing.
   local rate, burst = tonumber(agent_reset_rate), tonumber(agent_reset_burst)

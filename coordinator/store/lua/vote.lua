@@ -3,7 +3,8 @@
 -- (publish.lua: a reply shows no more than a reader sees); outcome is one of counted, eliminated,
 -- duplicate, arm_out, last_arm, stale_epoch, or an error sentinel that changes nothing and counts
 -- no message: no_experiment, unauthorized (no such agent in this experiment, or a wrong token),
--- not_voting (a CDE experiment: its agents send one report each, lua/report.lua),
+-- not_voting (a CDE experiment: its agents send one report each, lua/report.lua), crowd (an LDP
+-- experiment: its devices send private reports, lua/ldp_report.lua),
 -- bad_arm (then the second element is the number of arms), rate_limited (then the second element
 -- is the ms the agent must wait). Any other vote is a message: one more in `messages` (every
 -- epoch's) and in `epoch_messages` (this epoch's; reset.lua zeroes it). A vote against the last
@@ -50,6 +51,7 @@ if redis.call('HGET', credentials_key, agent_id) ~= token_digest then
   return {'unauthorized', 0, 0, 0}
 end
 if meta[6] == 'cde' then return {'not_voting', 0, 0, 0} end
+if meta[6] == 'ldp' then return {'crowd', 0, 0, 0} end
 local n_arms = tonumber(meta[2])
 local arm = tonumber(arm_index)
 if not arm or arm < 0 or arm >= n_arms or arm ~= math.floor(arm) then
