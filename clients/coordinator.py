@@ -377,6 +377,20 @@ class CoordinatorClient:
         )
         return result
 
+    def private_report(
+        self, experiment: str, token: str, arm: int, bit: int, seq: int
+    ) -> dict[str, Any]:
+        """LDP: report number `seq` (1..B) of this agent, the arm it played and the privatized
+        bit (common.ldp.Mechanism.privatize). A retry is harmless: a number already counted is
+        a duplicate (nothing changes), so a reply lost on the way costs nothing."""
+        result: dict[str, Any] = self.request(
+            "POST",
+            f"/v1/experiments/{experiment}/reports",
+            token=token,
+            json={"arm": arm, "bit": bit, "seq": seq},
+        )
+        return result
+
     def settled(self, experiment: str, token: str, epoch: int) -> dict[str, Any]:
         """CE: this agent's local set holds one arm (it votes no more). The reply has
         `remaining_arms`, the global set when the message was applied."""

@@ -17,6 +17,10 @@ eps-optimal arms). DE, CE and DP-MASE certify the papers' (eps, eta) privacy lev
 (common.privacy.papers_privacy), which bounds no hit rate (docs/PRIVACY.md): it is shown as
 `papers_privacy`, and --privacy, a bound asked on the hit rate, keeps only CDE.
 
+- LDP at a few privacy levels per report (--dp-epsilon) with B reports per device: it certifies
+  delta with any N, and is listed when N B reports suffice (else excluded, with the devices it
+  needs: five runs with a fleet too large to run out say how many reports it takes).
+
 Activations: a short run of the fast simulator per configuration (few trials, a time budget),
 with a 95% interval; the lower bound is common.lower_bound's (docs/LOWER_BOUND.md).
 """
@@ -47,6 +51,7 @@ from common.certificate import (
 )
 from common.environments import Environment, build_problem
 from common.errors import ParameterError
+from common.ldp import check_dp_epsilon, check_reports_per_agent
 from common.params import ceil_log_ratio
 from common.privacy import certifies, papers_privacy
 from common.rounding import upper
@@ -68,6 +73,9 @@ if TYPE_CHECKING:  # common.lower_bound loads scipy: imported by make_plan, when
 CDE_ETAS = (0.05, 0.2, 0.5)  # CDE's local error bounds tried by default
 CDE_ETAS_TEXT = ",".join(f"{eta:g}" for eta in CDE_ETAS)
 CE_XI = 0.1  # Rio et al.'s faster setting
+LDP_EPSILONS = (0.5, 1.0, 2.0)  # LDP: each report's privacy, tried by default
+LDP_EPSILONS_TEXT = ",".join(f"{e:g}" for e in LDP_EPSILONS)
+LDP_SIZING_AGENTS = 10**7  # a fleet large enough that the reports never run out: what one needs
 DP_EPSILON = 0.1  # Rio et al.'s middle setting
 # (label, algorithm, subroutine): the voting configurations searched
 VOTING_CANDIDATES = (
@@ -118,7 +126,10 @@ class Candidate:
 
     @property
     def certified_epsilon(self) -> float | None:
-        """CDE's e0 (common.cde.report_epsilon); None for the voting ones."""
+        """CDE's e0 (common.cde.report_epsilon); LDP's B x dp_epsilon, the local privacy of all a
+        device sends; None for the voting ones."""
+        if self.algo.crowd:
+            return self.algo.user_privacy
         if not self.algo.reports:
             return None
         return cde.report_epsilon(self.algo.privacy, self.certificate.arms)
@@ -134,6 +145,8 @@ class Candidate:
             return {"eta": a.eta, "privacy": a.privacy}
         if a.algorithm == "dp-mase":
             return {"beta": a.beta, "dp_epsilon": a.dp_epsilon}
+        if a.crowd:
+            return {"dp_epsilon": a.dp_epsilon, "reports_per_agent": a.reports_per_agent}
         if a.algorithm == "ce":
             return {"eta": a.eta, "xi": a.xi}
         return {"eta": a.eta}
@@ -357,6 +370,40 @@ def cde_candidate(
     return Candidate("CDE", algo, cert, hit, None)
 
 
+def ldp_candidate(
+    dp_epsilon: float,
+    reports_per_agent: int,
+    base: AlgorithmConfig,
+    n_arms: int,
+    agents: int,
+    environment: Environment,
+    activation: Activation,
+    seed: int,
+) -> Candidate | Excluded:
+    """LDP at one report's privacy dp_epsilon: it certifies delta with any N (common.ldp), but
+    N B reports must suffice. Five trials with a fleet too large to run out (the reports do not
+    depend on N, docs/LDP.md) say how many reports it needs; fewer devices are excluded, with the
+    number it needs."""
+    algo = replace(
+        base, algorithm="ldp", dp_epsilon=dp_epsilon, reports_per_agent=reports_per_agent
+    )
+    label = f"LDP at dp_epsilon={dp_epsilon:g}, B={reports_per_agent}"
+    sizing = SimulationConfig(
+        environment=environment, algorithm=algo, n_agents=LDP_SIZING_AGENTS, activation=activation
+    )
+    sized = measure(sizing, 5, 60.0, seed)
+    assert sized is not None
+    needed = math.ceil(sized.messages / reports_per_agent)
+    if agents * reports_per_agent < sized.messages:
+        return Excluded(
+            label,
+            f"{agents:,} devices send at most {agents * reports_per_agent:,} reports; it needs "
+            f"about {sized.messages:,.0f} (mean of {sized.trials} runs)",
+            needed,
+        )
+    return Candidate("LDP", algo, certify(algo, n_arms, agents), None, None)
+
+
 # ----------------------------------------------------------------------------- measuring
 
 
@@ -390,6 +437,8 @@ def make_plan(
     tolerance: int = 0,
     hit_rate: float | None = None,
     cde_etas: Sequence[float] = CDE_ETAS,
+    ldp_epsilons: Sequence[float] = LDP_EPSILONS,
+    reports_per_agent: int = 1,
     trials: int = 5,
     seconds: float = 20.0,
     seed: int = 0,
@@ -411,6 +460,9 @@ def make_plan(
     for eta in cde_etas:
         if not 0.0 < eta < 1.0:
             raise ParameterError("eta", eta, "CDE's local error bound must be in (0, 1)")
+    for e in ldp_epsilons:
+        check_dp_epsilon(e)
+    check_reports_per_agent(reports_per_agent)
     from common.lower_bound import lower_bound
 
     bound = lower_bound(environment, epsilon, delta)
@@ -436,6 +488,10 @@ def make_plan(
                 f"promise {hit_rate:g}",
             )
         )
+    found += [
+        ldp_candidate(e, reports_per_agent, base, k, agents, environment, activation, seed)
+        for e in ldp_epsilons
+    ]
     for item in found:
         if isinstance(item, Excluded):
             plan.excluded.append(item)
@@ -463,7 +519,7 @@ def nothing_certifies(plan: Plan, hit_rate: float | None) -> str:
         else ""
     )
     said = []
-    for family in ("CDE", "DE"):  # per family, the one that needs the fewest agents
+    for family in ("LDP", "CDE", "DE"):  # per family, the one that needs the fewest agents
         mine = [e for e in plan.excluded if e.label.startswith(family)]
         helped = [e for e in mine if e.agents is not None]
         if helped:
@@ -511,7 +567,9 @@ def print_plan(plan: Plan, title: str) -> None:
         table.add_column(column, justify="left" if column == "configuration" else "right")
     for c in plan.candidates:
         e0 = c.certified_epsilon
-        if e0 is not None and c.hit_rate_bound is not None:
+        if c.algo.crowd and e0 is not None:
+            privacy = [f"{e0:g} (local)", "-"]
+        elif e0 is not None and c.hit_rate_bound is not None:
             privacy = [upper(e0), upper(c.hit_rate_bound)]
         else:
             privacy = ["none", f"none (papers' {upper(c.papers_privacy or 0.0)})"]
@@ -540,7 +598,8 @@ def print_plan(plan: Plan, title: str) -> None:
         "its corollary, how often an adversary with a uniform prior over which arm is best names "
         "the agent's eps-optimal arm, at most (another prior gives another hit rate). DE, CE and "
         "DP-MASE certify neither: their papers' figure says how sure an adversary may be, and the "
-        "audit beats it (dexp audit votes)."
+        "audit beats it (dexp audit votes). LDP: everything one device sends is B x dp_epsilon "
+        "locally private with respect to its rewards (docs/LDP.md); no device has an answer to hit."
     )
     for reason in plan.excluded:
         out.print(f"not listed: {reason}")
@@ -568,6 +627,12 @@ def plan(
     eta: Annotated[
         str, typer.Option(help="CDE: the local error bounds to try, comma-separated.")
     ] = CDE_ETAS_TEXT,
+    dp_epsilon: Annotated[
+        str, typer.Option(help="LDP: each report's privacy levels to try, comma-separated.")
+    ] = LDP_EPSILONS_TEXT,
+    reports_per_agent: Annotated[
+        int, typer.Option(help="LDP: B, the reports one device may send.")
+    ] = 1,
     trials: Annotated[
         int, typer.Option(help="Fast-simulator trials per configuration (0: no run).")
     ] = 5,
@@ -600,6 +665,8 @@ def plan(
         tolerance=tolerance,
         hit_rate=privacy,
         cde_etas=parse_list("eta", eta, float),
+        ldp_epsilons=parse_list("dp_epsilon", dp_epsilon, float),
+        reports_per_agent=reports_per_agent,
         trials=trials,
         seconds=seconds,
         seed=seed,
