@@ -75,7 +75,7 @@ CDE_ETAS_TEXT = ",".join(f"{eta:g}" for eta in CDE_ETAS)
 CE_XI = 0.1  # Rio et al.'s faster setting
 LDP_EPSILONS = (0.5, 1.0, 2.0)  # LDP: each report's privacy, tried by default
 LDP_EPSILONS_TEXT = ",".join(f"{e:g}" for e in LDP_EPSILONS)
-LDP_SIZING_AGENTS = 10**7  # a fleet large enough that the reports never run out: what one needs
+LDP_SIZING_AGENTS = 10**6  # a fleet large enough that the reports never run out: what one needs
 DP_EPSILON = 0.1  # Rio et al.'s middle setting
 # (label, algorithm, subroutine): the voting configurations searched
 VOTING_CANDIDATES = (
