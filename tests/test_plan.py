@@ -33,8 +33,9 @@ def plan_json(*args: str) -> dict[str, Any]:
 
 
 def config_of(row: dict[str, Any], tolerance: int = 0) -> AlgorithmConfig:
-    fields = {k: row[k] for k in ("eta", "xi", "beta", "dp_epsilon", "privacy") if k in row}
-    sub = "ser3" if row["algorithm"] == "cde" else row["subroutine"].replace("dp-se", "se")
+    names = ("eta", "xi", "beta", "dp_epsilon", "privacy", "reports_per_agent")
+    fields = {k: row[k] for k in names if k in row}
+    sub = "ser3" if row["algorithm"] in ("cde", "ldp") else row["subroutine"].replace("dp-se", "se")
     return AlgorithmConfig(
         algorithm=row["algorithm"], subroutine=sub, tolerance=tolerance, **fields
     )
@@ -46,13 +47,15 @@ def test_every_configuration_certifies_and_its_threshold_is_the_smallest(
 ) -> None:
     doc = plan_json("--agents", str(agents), "--tolerance", str(tolerance))
     rows = doc["configurations"]
-    assert {r["algorithm"] for r in rows} == {"cde", "de", "ce", "dp-mase"}
+    # LDP needs about 600 reports at dp_epsilon 2 on Problem 1: one per device (B = 1)
+    ldp = {"ldp"} if agents >= 1024 else set()
+    assert {r["algorithm"] for r in rows} == {"cde", "de", "ce", "dp-mase"} | ldp
     for row in rows:
         algo = config_of(row, tolerance)
         cert = certify(algo, K, agents)
         assert cert.failure == row["certified_failure"] <= 0.05
         assert cert.threshold == row["threshold"]
-        if row["algorithm"] == "cde":
+        if row["algorithm"] in ("cde", "ldp"):
             continue
         # No smaller threshold certifies with any confidence b of its interval: the smallest error
         # bound of M's interval is c b at b just above delta^(1/(M-1)).
@@ -77,7 +80,10 @@ def test_cde_rows_have_the_strongest_privacy_that_certifies() -> None:
             row["privacy"] * (K - 1) / (1 - row["privacy"])
         )
         assert row["papers_privacy"] is None
-    voting = [r for r in doc["configurations"] if r["algorithm"] != "cde"]
+    for r in (r for r in doc["configurations"] if r["algorithm"] == "ldp"):
+        assert r["certified_epsilon"] == r["dp_epsilon"] * r["reports_per_agent"]
+        assert r["hit_rate_uniform_prior"] is None and r["papers_privacy"] is None
+    voting = [r for r in doc["configurations"] if r["algorithm"] not in ("cde", "ldp")]
     for r in voting:
         assert r["certified_epsilon"] is None and r["hit_rate_uniform_prior"] is None
         assert 0 < r["papers_privacy"] < 1
@@ -113,7 +119,7 @@ def test_what_cannot_be_certified_exits_2_with_one_line(args: list[str], says: s
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0]
 
 
-@pytest.mark.parametrize(("privacy", "family"), [(None, "DE-SER3"), (0.5, "CDE")])
+@pytest.mark.parametrize(("privacy", "family"), [(None, "DE-SER3"), (0.5, "CDE"), (None, "LDP")])
 def test_the_fewest_agents_the_error_names_are_the_fewest(
     privacy: float | None, family: str
 ) -> None:

@@ -22,7 +22,7 @@ from numba import njit
 from numba.core import types
 from numba.experimental import structref
 
-from common.simulation import cde_fast
+from common.simulation import cde_fast, ldp
 from common.simulation.config import (
     SimulationConfig,
     TrialResult,
@@ -1450,9 +1450,12 @@ def _central_result(
 
 def run_trial(config: SimulationConfig, seed: np.random.SeedSequence | int) -> TrialResult:
     """One trial, same semantics (and output distribution) as `reference.run_trial`; CDE's
-    trials are drawn by their own vectorized engine (common.simulation.cde_fast)."""
+    trials are drawn by their own vectorized engine (common.simulation.cde_fast), LDP's by
+    common.simulation.ldp (no agent learns: nothing of this engine applies)."""
     if config.algorithm.reports:
         return cde_fast.run_trial(config, seed)
+    if config.algorithm.crowd:
+        return ldp.run_trial(config, seed)
     env = config.environment
     algo = config.algorithm
     n_agents = config.n_agents

@@ -61,6 +61,10 @@ class _AgentDraws:
 
 
 def run_trial(config: SimulationConfig, seed: int | np.random.SeedSequence) -> TrialResult:
+    if config.algorithm.crowd:  # LDP: no agent learns; the coordinator's rule, vectorized
+        from common.simulation import ldp
+
+        return ldp.run_trial(config, seed)
     env = config.environment
     algo = config.algorithm
     n_arms, n_agents = env.n_arms, config.n_agents

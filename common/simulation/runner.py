@@ -35,10 +35,6 @@ def trial_seeds(seed: int, trials: int) -> list[np.random.SeedSequence]:
 
 def _run_one(args: tuple[SimulationConfig, np.random.SeedSequence, str]) -> TrialResult:
     config, seed, engine = args
-    if config.algorithm.crowd:  # LDP has one engine, numpy only: both names run it
-        from common.simulation.ldp import run_trial as ldp_trial
-
-        return ldp_trial(config, seed)
     return _engine(engine)(config, seed)
 
 
@@ -51,7 +47,7 @@ def run_trials(
     workers: int = 1,
 ) -> list[TrialResult]:
     """Trials in order; `workers` > 1 spreads them over processes (results are the same). LDP
-    configurations run on common.simulation.ldp whichever engine is named."""
+    configurations run on common.simulation.ldp whichever engine is named (both dispatch)."""
     if trials < 1:
         raise ParameterError("trials", trials, "must be >= 1")
     _engine(engine)
