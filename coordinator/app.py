@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import fields
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -18,8 +17,8 @@ from starlette.routing import Match
 
 from common.algorithms import AlgorithmConfig
 from coordinator import dashboard, sdk
-from coordinator.api import agents, events, experiments, tickets
-from coordinator.api.deps import Problem, problems
+from coordinator.api import agents, events, experiments, health, tickets
+from coordinator.api.deps import problems
 from coordinator.api.models import ExperimentCreate
 from coordinator.caching import RevisionCache
 from coordinator.edge import Edge
@@ -89,8 +88,10 @@ def allowed_methods(request: Request) -> str:
     return ", ".join(sorted(methods))
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or get_settings()
+def lifespan_of(settings: Settings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """What a process opens at start and closes at stop: its Redis client, the store and its
+    figures, the revision cache (304s without a round trip), the event streams' hub on a pub/sub
+    client of its own, and the default experiment."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -104,13 +105,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.redis = instrument(redis)  # its commands' latency and errors in /metrics
         app.state.store = ExperimentStore(redis, Limits.of(settings))
         app.state.figures = StoreFigures(app.state.store)
-        # what the process knows of each experiment's revision: 304s without a round trip
         app.state.revisions = RevisionCache(
             None if settings.redis_cluster else settings.redis_url, settings.redis_timeout_seconds
         )
         app.state.store.on_change = app.state.revisions.forget
         app.state.revisions.start()
-        # the event streams' one pub/sub connection, on a client (and pool) of its own
         listener = client(
             settings.redis_url,
             settings.redis_cluster,
@@ -134,12 +133,64 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await listener.aclose()
             await redis.aclose()
 
+    return lifespan
+
+
+async def domain_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, CoordinatorError)
+    return JSONResponse({"detail": exc.message}, status_code=exc.status, headers=exc.headers())
+
+
+async def store_unavailable(_: Request, exc: Exception) -> JSONResponse:
+    error = StoreUnavailable.of(exc)
+    log.warning("redis error: %s", exc)
+    return JSONResponse(
+        {"detail": error.message}, status_code=error.status, headers=error.headers()
+    )
+
+
+async def validation_error(_: Request, exc: Exception) -> JSONResponse:
+    """422 with the first problem in `detail` ("body.arms: ..."), every one in `errors`."""
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+        for e in exc.errors()
+    ]
+    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+    where = ".".join(str(p) for p in first["loc"])
+    return JSONResponse({"detail": f"{where}: {first['msg']}", "errors": errors}, status_code=422)
+
+
+async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers or {})
+    status, detail = exc.status_code, exc.detail
+    if status == 400:  # FastAPI's "error parsing the body" (e.g. not UTF-8): 422, as bad JSON
+        status, detail = 422, f"body: {detail}"
+    if status == 405:  # Starlette names only the first route of the path's methods
+        headers["Allow"] = allowed_methods(request)
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+
+# Every error answers JSON with a `detail`: the domain's, Redis's, validation's and Starlette's.
+ERROR_HANDLERS = (
+    (CoordinatorError, domain_error),
+    (RedisError, store_unavailable),
+    (RequestValidationError, validation_error),
+    (StarletteHTTPException, http_error),
+)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The application: its lifespan, its routers, the edge in front of them (one middleware,
+    coordinator/edge.py) and the error handlers."""
+    settings = settings or get_settings()
     app = FastAPI(
         title="dexp coordinator",
         version="0.1.0",
         description="Global arm set and vote counters of decentralized best-arm identification. "
         "Agents send only votes (an arm index); an arm leaves once M distinct agents voted.",
-        lifespan=lifespan,
+        lifespan=lifespan_of(settings),
         responses=problems(413, 503),  # any route: a body over the limit; Redis unreachable
     )
     app.state.settings = settings
@@ -150,66 +201,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(dashboard.router)  # GET /dashboard: static page over the public GET routes
     app.state.sdk = sdk.Build.find(settings.sdk_dir)  # the JavaScript SDK's build, or None
     app.include_router(sdk.router)  # GET /sdk/agent.js: the SDK, for pages to import
+    app.include_router(health.router)  # /healthz, /readyz, /metrics
     # The edge, one middleware: metrics, CORS, throttle, 304s, body limit, vote fast path, gzip,
     # rendered documents, credential gate, in that order (the table of coordinator/edge.py).
     app.add_middleware(Edge, settings=settings, routes=lambda: app.router.routes)
-
-    @app.exception_handler(CoordinatorError)
-    async def domain_error(_: Request, exc: CoordinatorError) -> JSONResponse:
-        return JSONResponse({"detail": exc.message}, status_code=exc.status, headers=exc.headers())
-
-    @app.exception_handler(RedisError)
-    async def store_unavailable(_: Request, exc: RedisError) -> JSONResponse:
-        error = StoreUnavailable.of(exc)
-        log.warning("redis error: %s", exc)
-        return JSONResponse(
-            {"detail": error.message}, status_code=error.status, headers=error.headers()
-        )
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [
-            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-            for e in exc.errors()
-        ]
-        first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
-        where = ".".join(str(p) for p in first["loc"])
-        return JSONResponse(
-            {"detail": f"{where}: {first['msg']}", "errors": errors}, status_code=422
-        )
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        headers = dict(exc.headers or {})
-        status, detail = exc.status_code, exc.detail
-        if status == 400:  # FastAPI's "error parsing the body" (e.g. not UTF-8): 422, as bad JSON
-            status, detail = 422, f"body: {detail}"
-        if status == 405:  # Starlette names only the first route of the path's methods
-            headers["Allow"] = allowed_methods(request)
-        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
-
-    @app.get("/healthz", tags=["health"])
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get(
-        "/readyz",
-        tags=["health"],
-        responses={503: {"model": Problem, "description": "Redis does not answer"}},
-    )
-    async def readyz(request: Request) -> JSONResponse:
-        try:
-            await request.app.state.redis.ping()
-        except Exception:  # its text may name Redis's address: the log has it, not the answer
-            log.warning("readyz: Redis unreachable", exc_info=True)
-            return JSONResponse(
-                {"status": "unavailable", "detail": "Redis unreachable"}, status_code=503
-            )
-        return JSONResponse({"status": "ready"})
-
-    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
-    async def metrics(request: Request) -> PlainTextResponse:
-        await request.app.state.figures.refresh()  # experiments by status, agents enrolled
-        return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
-
+    for error, handler in ERROR_HANDLERS:
+        app.add_exception_handler(error, handler)
     return app
