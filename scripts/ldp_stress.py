@@ -1,0 +1,70 @@
+"""How close the LDP mode's failures come to delta, its certificate (docs/LDP.md, section 3).
+
+    PYTHONPATH=$PWD python scripts/ldp_stress.py            # about a minute on 2 cores
+    PYTHONPATH=$PWD python scripts/ldp_stress.py --trials 2000 --delta 0.2
+
+Each configuration is hard in its own way: two arms a little more than eps apart (the answer is
+decided at the edge of the intervals), the same with f liars at the tolerance (corrupt = f B), and
+Problem 1. For each, the rate of wrong answers and the rate of runs whose final intervals miss a
+mean, with 95 % Clopper-Pearson intervals, beside delta.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from common.activation import Activation
+from common.algorithms import AlgorithmConfig
+from common.environments import Environment, problem
+from common.simulation import SimulationConfig, TrialResult, run_trials
+from common.stats import clopper_pearson
+
+
+def misses(result: TrialResult, means: tuple[float, ...]) -> bool:
+    assert result.estimates is not None
+    return any(not e.low <= mu <= e.high for e, mu in zip(result.estimates, means, strict=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--trials", type=int, default=400)
+    parser.add_argument("--delta", type=float, default=0.2)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    eps = 0.1
+    algo = AlgorithmConfig("ldp", epsilon=eps, delta=args.delta, dp_epsilon=1.0)
+    close = Environment((0.6, 0.6 - eps - 0.005))
+    skewed = Activation("groups", (0.01, 0.5))  # 1 % of the devices make half the activations
+    configs = {
+        "two arms eps + 0.005 apart": SimulationConfig(close, algo, n_agents=100_000),
+        "the same, 20 liars at the tolerance": SimulationConfig(
+            close,
+            dataclasses.replace(algo, tolerance=20),
+            n_agents=100_000,
+            attackers=20,
+            activation=skewed,
+        ),
+        "Problem 1": SimulationConfig(problem("feraud-1").environment, algo, n_agents=100_000),
+    }
+    print(
+        f"LDP, dp_epsilon 1, B = 1, eps {eps:g}, delta {args.delta:g}, {args.trials} trials each, "
+        f"seed {args.seed}; rates with 95 % Clopper-Pearson intervals"
+    )
+    for name, config in configs.items():
+        results = run_trials(config, args.trials, seed=args.seed, workers=args.workers)
+        wrong = sum(not r.correct for r in results)
+        missed = sum(misses(r, config.environment.means) for r in results)
+        reports = sum(r.messages for r in results) / len(results)
+        lo_w, hi_w = clopper_pearson(wrong, len(results))
+        lo_m, hi_m = clopper_pearson(missed, len(results))
+        print(
+            f"  {name:38s} wrong {wrong / len(results):.4f} [{lo_w:.4f}, {hi_w:.4f}]   "
+            f"intervals missing a mean at the stop {missed / len(results):.4f} "
+            f"[{lo_m:.4f}, {hi_m:.4f}]   reports {reports:,.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
