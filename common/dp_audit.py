@@ -266,6 +266,30 @@ def distinguishing_attack(
     return evaluate_test(selection, (fresh[pair, 0], fresh[pair, 1]), confidence)
 
 
+class Audited:
+    """A mechanism the attack runs on: `sample` runs it on a job's side of one of `n_pairs`
+    neighbouring pairs, and `attack` selects a test and bounds epsilon from below."""
+
+    @property
+    def n_pairs(self) -> int:
+        raise NotImplementedError
+
+    def sample(self, job: SampleJob) -> np.ndarray:
+        raise NotImplementedError
+
+    def attack(
+        self,
+        selection_runs: int,
+        runs: int,
+        confidence: float = 0.95,
+        map_fn: MapFunction = map,
+        chunk: int | None = None,
+    ) -> AttackResult:
+        return distinguishing_attack(
+            self.sample, self.n_pairs, selection_runs, runs, confidence, map_fn, chunk
+        )
+
+
 # ----------------------------------------------------------------------------- DP-MASE
 
 
@@ -361,7 +385,7 @@ DEFAULT_OFFSETS = tuple(float(x) for x in range(-2, 7))
 
 
 @dataclass(frozen=True)
-class DPMASEAudit:
+class DPMASEAudit(Audited):
     """DP-MASE's local algorithm on fixed datasets; `sample` is the protocol's (picklable) sampler.
 
     Statistics: per arm, the elimination epoch (not eliminated = max_epochs + 1, later than any).
@@ -509,17 +533,9 @@ class DPMASEAudit:
             out[row] = self.statistics(self.run(prefix, rng))
         return out
 
-    def attack(
-        self,
-        selection_runs: int,
-        runs: int,
-        confidence: float = 0.95,
-        map_fn: MapFunction = map,
-        chunk: int | None = None,
-    ) -> AttackResult:
-        return distinguishing_attack(
-            self.sample, len(self.pairs()), selection_runs, runs, confidence, map_fn, chunk
-        )
+    @property
+    def n_pairs(self) -> int:
+        return len(self.pairs())
 
 
 # Building a dataset costs far more than a run, and the jobs of one pair come one after the

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.dp_audit import AttackResult, MapFunction, SampleJob, distinguishing_attack
+from common.dp_audit import Audited, SampleJob
 from common.errors import ParameterError
 from common.ldp import Mechanism, check_dp_epsilon, check_reports_per_agent
 
@@ -25,7 +25,7 @@ STATISTICS = ("the number of ones reported", "the first report's bit")
 
 
 @dataclass(frozen=True)
-class LDPAudit:
+class LDPAudit(Audited):
     dp_epsilon: float
     reports_per_agent: int = 1
     noise_multiplier: float = 1.0
@@ -36,6 +36,10 @@ class LDPAudit:
         check_reports_per_agent(self.reports_per_agent)
         if not 0.0 < self.noise_multiplier <= 1e3:
             raise ParameterError("noise_multiplier", self.noise_multiplier, "must be in (0, 1000]")
+
+    @property
+    def n_pairs(self) -> int:
+        return len(PAIRS)
 
     @property
     def mechanism(self) -> Mechanism:
@@ -69,15 +73,3 @@ class LDPAudit:
             ]
             out[row] = (sum(bits), bits[0])
         return out
-
-    def attack(
-        self,
-        selection_runs: int,
-        runs: int,
-        confidence: float = 0.95,
-        map_fn: MapFunction = map,
-        chunk: int | None = None,
-    ) -> AttackResult:
-        return distinguishing_attack(
-            self.sample, len(PAIRS), selection_runs, runs, confidence, map_fn, chunk
-        )
