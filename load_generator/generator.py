@@ -957,7 +957,12 @@ def format_summary(summary: Summary, as_json: bool) -> str:
             if summary.epochs_seen > 1
             else f"this run saw 1 epoch ({summary.epoch})"
         ),
-        f"agents            {summary.agents} (M = {summary.threshold})",
+        f"agents            {summary.agents} "
+        + (
+            f"(each sends at most B = {summary.reports_per_agent} private reports)"
+            if summary.algorithm == "ldp"
+            else f"(M = {summary.threshold})"
+        ),
     ]
     if summary.visits_per_user:
         lines.append(
