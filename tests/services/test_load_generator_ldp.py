@@ -2,7 +2,7 @@
 "one visit per user" traffic: each simulated user is activated at most B times (the default for
 ldp), drawn fresh from a skewed activation distribution, and sends one private report per visit;
 the coordinator identifies the right arm, and its own counts show that no user reported more than
-B times."""
+B times; and a restarted agent sends the report on its record, never another."""
 
 from __future__ import annotations
 
@@ -15,9 +15,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import redis
 
+from agent.library import Agent, GlobalView
+from agent.state import AgentRecord
+from clients.coordinator import CoordinatorClient
 from common import redis_keys as keys
 from load_generator.generator import LoadGenerator, exit_code, format_summary
 from load_generator.settings import LoadSettings
@@ -126,3 +130,48 @@ def test_one_visit_per_user_identifies_the_best_arm_within_b_reports_each(
         assert estimate["ci"][0] <= mean <= estimate["ci"][1], estimate
     assert [item["vs"] for item in summary.lift or []] == [1, 2]
     assert "estimates" in text and "lift              A (index 0) - arm" in text
+
+
+def test_a_restarted_agent_sends_its_report_on_record_and_never_another(
+    client: httpx.Client, coordinator_url: str, clean_redis: str
+) -> None:
+    """An agent whose process died between making a report and hearing the coordinator's answer:
+    restarted from its record, it sends that same report (a duplicate if it had arrived), then
+    makes no more than B = 2 in all (later visits play nothing)."""
+    create_experiment(client, id="r", arms=["A", "B"], algorithm="ldp", reports_per_agent=2)
+    coordinator_client = CoordinatorClient(coordinator_url)
+    try:
+        view = GlobalView.fetch(coordinator_client, "r")
+        saved: list[dict[str, Any]] = []
+        first = Agent.enroll(coordinator_client, view, ENROLLMENT_SECRET, np.random.default_rng(1))
+        first.persist = lambda: saved.append(first.record.to_json())
+        (arm,) = first.choose()
+        first.observe([arm], [1.0])
+        assert first.record.private_sent == 1 and first.record.private_pending is None
+        # the record as written just before that report was sent: made, not answered
+        died = AgentRecord.from_json(saved[0])
+        assert died.private_pending is not None and died.private_sent == 0
+        restarted = Agent(
+            coordinator_client,
+            view,
+            died.agent_id,
+            died.token,
+            np.random.default_rng(2),
+            record=died,
+        )
+        restarted.resend_pending()
+        assert died.private_sent == 1 and died.private_pending is None
+        for _ in range(5):  # five more visits: one more report, then B is spent
+            arms = restarted.choose()
+            if arms:
+                restarted.observe(arms, [0.0])
+        assert died.private_sent == 2 and restarted.choose() == []
+    finally:
+        coordinator_client.close()
+    store = redis.Redis.from_url(clean_redis)
+    try:
+        assert int(store.hget(keys.report_seq("r"), died.agent_id) or 0) == 2
+    finally:
+        store.close()
+    doc = client.get("/v1/experiments/r").json()
+    assert sum(doc["reports"]) == 2  # the copy sent after the restart was a duplicate
