@@ -274,6 +274,7 @@ class Discovery:
         hosted = self.hosted.get(experiment)
         if hosted is None:
             view = GlobalView.fetch(self.client, experiment)
+            view.allocation_seconds = self.settings.allocation_seconds
             state = self.state.of(experiment) if self.state else None
             saved = state.load(view.created_at) if state else []
             if len(saved) > n:

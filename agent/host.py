@@ -157,7 +157,7 @@ class AgentService:
             sum(a.votes_resent for a in agents),
             sum(a.checks for a in agents),
             sum(a.settled_sent for a in agents),
-            sum(a.reports_sent for a in agents),
+            sum(a.reports_sent + (a.crowd.sent if a.crowd else 0) for a in agents),
             sum(a.resets_limited for a in agents),
             self.discovery.rounds,
             next(iter(remaining.values()))

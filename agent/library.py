@@ -30,6 +30,10 @@ report (common.cde), records it (agent.state.AgentRecord.report: a restart sends
 again, never draws another), sends it once (POST .../report; a retry is a duplicate, which
 changes nothing), and stops. Once an arm is accepted it stops too, reported or not.
 
+Under LDP (the algorithm "ldp") the agent never learns: at each activation it plays an arm drawn
+from the allocation the coordinator published and sends one private report of that reward, at most
+B in all (agent/crowd.py).
+
     view = GlobalView.fetch(client, "demo")
     agent = Agent.enroll(client, view, secret="ticket...", rng=np.random.default_rng())
     arms = agent.choose()                   # arms to play now
@@ -40,6 +44,7 @@ changes nothing), and stops. Once an arm is accepted it stops too, reported or n
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -48,6 +53,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from agent.crowd import CrowdReporter
 from agent.protocol import DeviceProtocol, Exchange, client_transport, next_seq, run
 from agent.state import AgentRecord
 from clients.coordinator import CoordinatorClient
@@ -102,6 +108,12 @@ class GlobalView:
     # "bounded" or "bernoulli": in a Bernoulli experiment the agents refuse any reward but 0 and 1
     rewards: str = BOUNDED_REWARDS
     pulls_per_arm: int | None = None  # CDE: the T the experiment published (its agents play it)
+    # LDP: the allocation the coordinator published (a weight per arm), and how often it is read
+    # again (it moves at publications, which the event stream does not announce: see crowd.py)
+    allocation: tuple[float, ...] = ()
+    allocation_seconds: float = 1.0
+    allocation_read_at: float = -math.inf
+    etag: str | None = None
 
     @classmethod
     def fetch(cls, client: CoordinatorClient, experiment: str) -> GlobalView:
@@ -163,7 +175,20 @@ class GlobalView:
         )
         for arm, count in enumerate(self.votes):
             self.observe_count(arm, epoch, count)
+        if state.get("allocation") is not None:  # a document (an event carries none)
+            self.allocation = tuple(float(w) for w in state["allocation"])
+            self.allocation_read_at = time.monotonic()
         return changed
+
+    def refresh_allocation(self, client: CoordinatorClient, now: float) -> bool:
+        """LDP: read the document again (If-None-Match) once `allocation_seconds` have passed
+        since the allocation was last read; True if the global set changed."""
+        if now - self.allocation_read_at < self.allocation_seconds:
+            return False
+        self.allocation_read_at = now
+        seq = next_seq()
+        document, self.etag = client.experiment_if_changed(self.experiment, self.etag)
+        return False if document is None else self.update(document, seq)
 
     def observe_count(self, arm: int, epoch: int, votes: int) -> None:
         """An arm's vote count, as a state read or a vote reply showed it (in `epoch`): below the
@@ -296,6 +321,12 @@ class Agent:
             next_check=time.monotonic() + reconcile_seconds * (1 + self._jitter.random()),
         )
         self._transport = client_transport(client)
+        # LDP: no local statistics are used; the reports (agent/crowd.py)
+        self.crowd = (
+            CrowdReporter(client, view, self.record, rng, lambda: self.persist())
+            if view.config.crowd
+            else None
+        )
 
     @classmethod
     def enroll(
@@ -335,7 +366,10 @@ class Agent:
     def choose(self) -> list[int]:
         """Sync with the global set (maybe voting, or resetting under DSER4); the arms to play.
         CDE: the arms of its fixed budget until its report is drawn, then none; once an arm is
-        accepted, that arm."""
+        accepted, that arm. LDP: an arm drawn from the published allocation (agent/crowd.py)."""
+        if self.crowd is not None:
+            self.view.refresh_allocation(self.client, time.monotonic())
+            return self.crowd.choose()
         if self.reporting:
             self._sync()
             if self.view.identified:
@@ -377,6 +411,10 @@ class Agent:
         and nothing is recorded."""
         if self.view.bernoulli:
             check_bernoulli_rewards(rewards)
+        if self.crowd is not None:
+            if len(arms) == 1:
+                self.crowd.observe(int(arms[0]), float(rewards[0]))
+            return []
         if self.reporting:
             if not self.reported and not self.local.done:
                 self.local.observe(arms, rewards)
@@ -407,7 +445,11 @@ class Agent:
 
     def resend_pending(self) -> int:
         """After a restart: send again the votes decided but not known to be acknowledged, and
-        CDE's unanswered report (see DeviceProtocol.resend_pending). The votes sent again."""
+        CDE's unanswered report (see DeviceProtocol.resend_pending), and LDP's. The votes sent
+        again."""
+        if self.crowd is not None:
+            self.crowd.deliver("pending")
+            return 0
         return self._run(self.protocol.resend_pending())
 
     def check_reason(self, now: float | None = None) -> str | None:

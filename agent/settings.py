@@ -80,6 +80,13 @@ class AgentSettings(SecretFileSettings):
         "a process following many experiments without their event streams polls each one every "
         "max(DEXP_POLL_SECONDS, experiments / DEXP_POLL_RATE) seconds",
     )
+    allocation_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="ldp: how often an experiment's document is read again (If-None-Match) for "
+        "the allocation its agents draw arms from (it moves at publications, which the event "
+        "stream does not announce)",
+    )
     retry_max_seconds: float = Field(5.0, gt=0, description="cap of the vote retry back-off")
     reconcile_seconds: float = Field(
         30.0, gt=0, description="period (staggered per agent) of the check of its own votes"

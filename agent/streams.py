@@ -71,6 +71,9 @@ HOT_SECONDS = 2.0
 # The pending entries of every stream are read again when a read may have lost its reply (a Redis
 # error, a retry by redis-py), and, as a safety net, this often.
 DRAIN_SECONDS = 30.0
+# A read whose entries take longer than this to feed is acknowledged in parts, one per this long:
+# under LDP each activation is a report (an HTTP request), and a read of 1,000 streams takes seconds.
+ACK_SECONDS = 1.0
 
 
 class StreamReader:
@@ -129,12 +132,20 @@ class StreamReader:
         """Feed one read's entries (every stream of it) to their agents, then acknowledge them all
         in one transaction: one round trip per read, not one per stream (with thousands of agents
         a read holds a few entries per stream, and per-stream round trips were most of the time);
-        on a cluster, one per hash tag. An entry is acknowledged only after the votes it caused
+        on a cluster, one per hash tag; a read that takes longer than ACK_SECONDS to feed, one
+        per ACK_SECONDS. An entry is acknowledged only after the votes it caused
         were (they are sent as it is fed). The number of entries fed."""
         done: dict[str, list[bytes]] = {}
         failures: list[tuple[Hosted, CoordinatorError]] = []
         refed = 0  # entries read again after a failover (a cluster only): not fed again
+        acknowledged, since = 0, time.monotonic()
         for raw, entries in reply:
+            if done and time.monotonic() - since >= ACK_SECONDS:
+                # a long read (LDP: every activation is a report, an HTTP request): what was fed
+                # so far is acknowledged now, so that the backlog the load generator sees moves
+                acknowledged += sum(len(ids) for ids in done.values())
+                self._acknowledge(done)
+                done, since = {}, time.monotonic()
             stream = _text(raw)
             found = self.discovery.streams.get(stream)
             if found is None or not entries:  # dropped meanwhile, or nothing
@@ -165,7 +176,7 @@ class StreamReader:
                 if newest > self.last_fed.get(stream, (0, 0)):
                     self.last_fed[stream] = newest
             done[stream] = ids
-        count = sum(len(ids) for ids in done.values()) - refed
+        count = acknowledged + sum(len(ids) for ids in done.values()) - refed
         self.activations += count
         if refed:
             self.refed += refed

@@ -20,7 +20,7 @@ from rich.progress import (
 from rich.table import Table
 from typer.core import TyperGroup
 
-from common.algorithms import USER_SUBROUTINES, AlgorithmConfig
+from common.algorithms import USER_SUBROUTINES, AlgorithmConfig, default_dp_epsilon
 from common.cde import DEFAULT_PRIVACY
 from common.errors import ParameterError
 from common.rounding import upper
@@ -49,6 +49,10 @@ from dexp.plan import plan
 from dexp.simulate_cmd import simulate
 from dexp.terminal import console, fmt, progress
 from dexp.watch import watch
+
+# `dexp demo --algorithm ldp`: simulated users who visit once each; Problem 1 at dp_epsilon 1 is
+# identified after about 1,600 reports (common.ldp.decide in simulation), so twice that many
+LDP_DEMO_AGENTS = 3_000
 
 
 def _fail(message: str, code: int = 2, prefix: str = "error") -> NoReturn:
@@ -497,9 +501,17 @@ def demo(
     declare: DeclareOption = "bernoulli",
     drift: DriftOption = None,
     activation: ActivationOption = None,
-    agents: Annotated[int, typer.Option(help="Agents in all (must reach the threshold M).")] = 32,
+    agents: Annotated[
+        int | None,
+        typer.Option(
+            help="Agents in all (must reach the threshold M). Default 32; ldp: "
+            f"{LDP_DEMO_AGENTS:,}, simulated users who visit once each (B times with "
+            "--reports-per-agent B).",
+            show_default=False,
+        ),
+    ] = None,
     processes: Annotated[int, typer.Option(help="Agent processes hosting them.")] = 2,
-    algorithm: Annotated[str, typer.Option(help="de | ce | dp-mase | cde")] = "de",
+    algorithm: Annotated[str, typer.Option(help="de | ce | dp-mase | cde | ldp")] = "de",
     subroutine: Annotated[str, typer.Option(help=" | ".join(USER_SUBROUTINES))] = "ser3",
     epsilon: Annotated[float, typer.Option(help="Target accuracy.")] = 0.25,
     delta: Annotated[float, typer.Option(help="Global failure probability.")] = 0.05,
@@ -516,6 +528,22 @@ def demo(
         float,
         typer.Option(help=f"{PRIVACY_HELP} (its threshold is chosen for --agents)."),
     ] = DEFAULT_PRIVACY,
+    dp_epsilon: Annotated[
+        float | None,
+        typer.Option(
+            help="DP-MASE: the privacy of each agent's rewards (default 0.1); ldp: of each "
+            "report (default 1).",
+            show_default=False,
+        ),
+    ] = None,
+    reports_per_agent: Annotated[
+        int | None,
+        typer.Option(
+            help="ldp only: B, the private reports of one agent (default 1); each simulated user "
+            "visits B times.",
+            show_default=False,
+        ),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of agents and environment.")] = None,
     rate: Annotated[
         float, typer.Option(help="Activations per second; 0: as fast as it goes.")
@@ -559,8 +587,12 @@ def demo(
     from dexp.demo import DEMO_FAILED, DemoFailed, DemoSummary, format_demo_summary, run_demo
     from load_generator.generator import exit_code
 
+    if agents is None:
+        agents = LDP_DEMO_AGENTS if algorithm == "ldp" else 32
     check_at_least("agents", agents, 1)
     check_at_least("processes", processes, 1)
+    if reports_per_agent is not None and algorithm != "ldp":
+        _fail(f"--reports-per-agent is for --algorithm ldp only (not {algorithm})")
     name = problem if problem is not None or means is not None else DEFAULT_PROBLEM
 
     def show(summary: DemoSummary) -> None:  # while the stack runs: its dashboard still answers
@@ -575,9 +607,13 @@ def demo(
             eta=default_eta(algorithm) if eta is None else eta,
             xi=xi,
             privacy=privacy,
+            dp_epsilon=default_dp_epsilon(algorithm) if dp_epsilon is None else dp_epsilon,
+            reports_per_agent=1 if reports_per_agent is None else reports_per_agent,
         )
-        if algorithm not in ("de", "ce", "dp-mase", "cde"):
-            raise ParameterError("algorithm", algorithm, "the services run de, ce, dp-mase or cde")
+        if algorithm not in ("de", "ce", "dp-mase", "cde", "ldp"):
+            raise ParameterError(
+                "algorithm", algorithm, "the services run de, ce, dp-mase, cde or ldp"
+            )
         summary = run_demo(
             name,
             config,

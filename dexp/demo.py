@@ -614,7 +614,12 @@ def local_stack(
             "DEXP_EXPERIMENT": EXPERIMENT,
             **({"DEXP_REDIS_CLUSTER": "true"} if redis_cluster else {}),
         }
-        params = {f"DEXP_{k.upper()}": str(v) for k, v in config.__dict__.items()}
+        # B only for ldp: the coordinator refuses reports_per_agent for the voting algorithms
+        params = {
+            f"DEXP_{k.upper()}": str(v)
+            for k, v in config.__dict__.items()
+            if k != "reports_per_agent" or config.crowd
+        }
         for name, url in stack.coordinators.items():  # all started, then all waited for
             stack.spawn(
                 name,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -28,6 +28,9 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from common.algorithms import default_dp_epsilon
+from common.errors import ParameterError
+from common.ldp import check_dp_epsilon, check_reports_per_agent
 from common.params import REWARD_FAMILIES
 from common.rounding import upper
 from common.subroutines import USER_SUBROUTINES
@@ -48,7 +51,7 @@ from dexp.options import PRIVACY_HELP
 COMMAND = "dexp experiments"
 # What the coordinator's POST /v1/experiments accepts (coordinator/api/models.py,
 # ExperimentCreate; tests/test_manage_cli.py checks that the two agree).
-ALGORITHMS = ("de", "ce", "dp-mase", "cde")
+ALGORITHMS = ("de", "ce", "dp-mase", "cde", "ldp")
 SUBROUTINES = USER_SUBROUTINES
 PAGE_SIZE = 100  # the coordinator's largest page
 BAR_WIDTH = 20
@@ -202,7 +205,68 @@ def privacy_text(doc: dict[str, Any]) -> str | None:
 
 def reporting(doc: dict[str, Any]) -> bool:
     """A CDE experiment's document: its counts are reports of arms, not votes against them."""
-    return isinstance(doc.get("reports"), list)
+    return isinstance(doc.get("reports"), list) and not crowd(doc)
+
+
+def crowd(doc: dict[str, Any]) -> bool:
+    """An LDP experiment's document: estimates and lift from private reports, no threshold."""
+    return isinstance(doc.get("estimates"), list)
+
+
+def _ci(ci: Any) -> str:
+    return f"[{float(ci[0]):.3f}, {float(ci[1]):.3f}]"
+
+
+def _signed(value: Any, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{float(value):+.3f}" if signed else f"{float(value):.3f}"
+
+
+def estimates_table(doc: dict[str, Any]) -> Table:
+    """LDP: each arm's mean reward and interval (simultaneous and anytime at 1 - delta), its
+    reports, its weight in the published allocation, and whether it is still in play."""
+    remaining = set(doc.get("remaining_arms", []))
+    allocation = doc.get("allocation") or []
+    table = Table(
+        title="estimates (mean reward, interval at 1 - delta for all arms and all times)",
+        title_justify="left",
+    )
+    for column in ("#", "arm", "reports", "mean", "interval", "allocation", "state"):
+        table.add_column(column, justify="right" if column in ("#", "reports") else "left")
+    for e in doc["estimates"]:
+        arm = int(e["index"])
+        weight = f"{float(allocation[arm]):.2f}" if arm < len(allocation) else "-"
+        state = Text("in", style="green") if arm in remaining else Text("out", style="red")
+        table.add_row(
+            str(arm),
+            str(e.get("name", arm_label(doc, arm))),
+            _count(e.get("reports")),
+            _signed(e.get("mean")),
+            _ci(e["ci"]),
+            weight,
+            state,
+        )
+    return table
+
+
+def lift_table(doc: dict[str, Any]) -> Table | None:
+    """LDP: the leader's lift over each other arm (difference of means) and its interval."""
+    lift = doc.get("lift") or []
+    if not lift:
+        return None
+    others = {int(item["vs"]) for item in lift}
+    leader = next((int(e["index"]) for e in doc["estimates"] if int(e["index"]) not in others), 0)
+    table = Table(title=f"lift of the leader {arm_label(doc, leader)}", title_justify="left")
+    for column in ("vs", "lift", "interval"):
+        table.add_column(column)
+    for item in lift:
+        table.add_row(
+            str(item.get("name", arm_label(doc, int(item["vs"])))),
+            _signed(item.get("mean"), signed=True),
+            _ci(item["ci"]),
+        )
+    return table
 
 
 def summaries_table(experiments: Sequence[dict[str, Any]], title: str) -> Table:
@@ -304,7 +368,17 @@ def overview_table(
     )
     tolerance = doc.get("params", {}).get("tolerance", 0)
     liars = f" (f = {tolerance} may lie)" if tolerance else ""
-    if reporting(doc):
+    if crowd(doc):
+        table.add_row(
+            "privacy",
+            f"each report {_value(doc.get('dp_epsilon'))}-locally private, at most "
+            f"{doc.get('reports_per_agent')} per agent: {_value(doc.get('user_privacy'))} per "
+            "agent over everything it sends",
+        )
+        table.add_row(
+            "agents", f"{_count(doc.get('agents'))} ({_count(doc.get('reports_total'))} reports)"
+        )
+    elif reporting(doc):
         table.add_row(
             "threshold",
             f"{doc.get('threshold')} reports accept an arm, one per agent{liars}; chosen for "
@@ -379,8 +453,14 @@ def experiment_view(
     doc: dict[str, Any], outcome: dict[str, Any] | None = None, now: float | None = None
 ) -> Group:
     """`dexp experiments show` (and create): overview, arms, eliminations, warnings, the tie."""
-    parts: list[RenderableType] = [overview_table(doc, outcome, now), arms_table(doc)]
-    for part in (eliminations_table(doc), warnings_table(doc), outcome_text(doc, outcome)):
+    parts: list[RenderableType] = [overview_table(doc, outcome, now)]
+    if crowd(doc):
+        parts.append(estimates_table(doc))
+        extra: tuple[RenderableType | None, ...] = (lift_table(doc),)
+    else:
+        parts.append(arms_table(doc))
+        extra = (eliminations_table(doc),)
+    for part in (*extra, warnings_table(doc), outcome_text(doc, outcome)):
         if part is not None:
             parts.append(part)
     return Group(*parts)
@@ -450,6 +530,14 @@ def _choice(value: str | None, choices: Sequence[str], hint: str) -> str | None:
     if value is not None and value not in choices:
         raise typer.BadParameter(f"{value!r}: one of {', '.join(choices)}", param_hint=hint)
     return value
+
+
+def _checked(check: Callable[[Any], None], value: Any, hint: str) -> None:
+    """`check(value)` (common's rule), its ParameterError a usage error (exit 2, one line)."""
+    try:
+        check(value)
+    except ParameterError as exc:
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
 
 
 def _stdin_is_interactive() -> bool:
@@ -525,7 +613,18 @@ def create_command(
     eta: Annotated[float | None, typer.Option(help="Local failure probability (DE, CE).")] = None,
     xi: Annotated[float | None, typer.Option(help="CE: probability of dropping a vote.")] = None,
     dp_epsilon: Annotated[
-        float | None, typer.Option(help="DP-MASE: eps_dp, the privacy of each agent's rewards.")
+        float | None,
+        typer.Option(
+            help="DP-MASE: eps_dp, the privacy of each agent's rewards; LDP: of each report "
+            f"(default {default_dp_epsilon('ldp'):g} for ldp)."
+        ),
+    ] = None,
+    reports_per_agent: Annotated[
+        int | None,
+        typer.Option(
+            help="LDP only: B, the private reports one agent may send (its privacy over its "
+            "rewards is B x dp_epsilon)."
+        ),
     ] = None,
     beta: Annotated[float | None, typer.Option(help="DP-MASE: local failure probability.")] = None,
     phi: Annotated[float | None, typer.Option(help="SER4: reset probability.")] = None,
@@ -573,6 +672,18 @@ def create_command(
     the values (422 with what is wrong)."""
     check_experiment(experiment)
     body: dict[str, Any] = {"id": experiment, "arms": parse_arms(arms)}
+    _choice(algorithm, ALGORITHMS, "'--algorithm'")
+    if algorithm == "ldp":
+        dp_epsilon = default_dp_epsilon("ldp") if dp_epsilon is None else dp_epsilon
+        _checked(check_dp_epsilon, dp_epsilon, "'--dp-epsilon'")
+        if reports_per_agent is not None:
+            _checked(check_reports_per_agent, reports_per_agent, "'--reports-per-agent'")
+    elif reports_per_agent is not None:
+        raise typer.BadParameter(
+            f"for --algorithm ldp only (not {algorithm or 'de'}): its agents send private "
+            "reports, the others' do not",
+            param_hint="'--reports-per-agent'",
+        )
     given = {
         "algorithm": _choice(algorithm, ALGORITHMS, "'--algorithm'"),
         "subroutine": _choice(subroutine, SUBROUTINES, "'--subroutine'"),
@@ -581,6 +692,7 @@ def create_command(
         "eta": eta,
         "xi": xi,
         "dp_epsilon": dp_epsilon,
+        "reports_per_agent": reports_per_agent,
         "beta": beta,
         "phi": phi,
         "tolerance": tolerance,

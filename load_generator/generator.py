@@ -139,6 +139,15 @@ class Summary:
     certified_epsilon: float | None = None
     hit_rate_uniform_prior: float | None = None
     privacy_certificate: str | None = None
+    # ldp: what the coordinator learned (its documents' fields): the allocation, per arm the
+    # estimate {index, name, reports, mean, ci}, the leader's lift {vs, name, mean, ci} over each
+    # other arm; B and dp_epsilon; and the visits one user could have in this run (0: no limit)
+    allocation: list[float] | None = None
+    estimates: list[dict[str, Any]] | None = None
+    lift: list[dict[str, Any]] | None = None
+    dp_epsilon: float | None = None
+    reports_per_agent: int | None = None
+    visits_per_user: int = 0
 
     @property
     def epochs_seen(self) -> int:
@@ -162,6 +171,8 @@ def agents_needed(state: dict[str, Any]) -> int:
     with probability xi, M / (1 - xi) (fewer cannot remove an arm in expectation)."""
     threshold = int(state["threshold"])
     params = state.get("params", {})
+    if params.get("algorithm") == "ldp":
+        return max(1, threshold)  # no threshold: any fleet reports, at least one agent to play
     xi = float(params.get("xi", 0.0)) if params.get("algorithm") == "ce" else 0.0
     return max(threshold, math.ceil(threshold / (1.0 - xi) - 1e-9)) if xi else threshold
 
@@ -191,6 +202,8 @@ class _Feed:
     best: dict[str, Any] = field(default_factory=dict)
     stall: list[str] = field(default_factory=list)
     unreachable: bool = False  # stalled because the coordinator or Redis stopped answering
+    budget: int = 0  # the activations this run may deliver: the budget, or every visit left
+    visits_left: np.ndarray | None = None  # per agent, when visits per user are capped
 
 
 class LoadGenerator:
@@ -220,6 +233,7 @@ class LoadGenerator:
         self._shown_at = -math.inf
         self._quiet_noted = False
         self.lease: Lease | None = None  # this run's lease, while run() runs
+        self.visits = 0  # the visits one user may have in this run (0: no limit)
 
     def close(self) -> None:
         self.client.close()
@@ -254,6 +268,8 @@ class LoadGenerator:
                     print(f"warning: {warning}", file=self.out)
                 return agents, state
             if time.monotonic() > deadline:
+                if state.get("reports_per_agent") is not None:
+                    raise NotEnoughAgents(f"experiment {exp!r} has no agent to report: run agents")
                 if count < threshold:
                     needs = (
                         f"is accepted at M={threshold} reports, one per agent"
@@ -307,7 +323,9 @@ class LoadGenerator:
                 f"experiment {s.experiment!r} has {len(state['arms'])} arms, "
                 f"the problem has {env.n_arms}"
             )
-        feed = self._start_feed(agents)
+        visits = self.visits_per_user(state)
+        self.visits = visits
+        feed = self._start_feed(agents, visits)
         try:
             self._play(feed, lease)
         except (ConnectionError, redis.ConnectionError, redis.TimeoutError) as exc:
@@ -321,7 +339,15 @@ class LoadGenerator:
             ]
         return self._finish(feed, before, state, lease)
 
-    def _start_feed(self, agents: list[str]) -> _Feed:
+    def visits_per_user(self, state: dict[str, Any]) -> int:
+        """The visits one user may have (0: no limit): DEXP_VISITS_PER_USER, or for an ldp
+        experiment its reports_per_agent B (a visit beyond B would carry no report)."""
+        if self.settings.visits_per_user is not None:
+            return self.settings.visits_per_user
+        params = state.get("params", {})
+        return int(params.get("reports_per_agent", 1)) if params.get("algorithm") == "ldp" else 0
+
+    def _start_feed(self, agents: list[str], visits: int = 0) -> _Feed:
         """The run's state before the first batch: every stream read once, the entries an earlier
         run left included."""
         s = self.settings
@@ -348,6 +374,9 @@ class LoadGenerator:
             last_full=start,
             progress_at=start,
         )
+        feed.budget = s.budget if not visits else min(s.budget, visits * len(agents))
+        if visits:
+            feed.visits_left = np.full(len(agents), visits, dtype=np.int64)
         reading = gauge.poll()  # every stream: the entries an earlier run left included
         feed.backlog, feed.own_backlog = reading.backlog, reading.own
         return feed
@@ -362,7 +391,7 @@ class LoadGenerator:
                 feed.last_poll = now
                 if self._poll(feed, lease, now):
                     break
-            if feed.delivered >= s.budget:
+            if feed.delivered >= feed.budget:
                 time.sleep(0.05)
                 continue
             if feed.backlog >= s.max_backlog:
@@ -373,7 +402,7 @@ class LoadGenerator:
                 continue
             self._deliver(feed)
             # At the budget, let the agents finish what this run put in flight, then stop.
-            if feed.delivered >= s.budget and feed.gauge.poll(full=True).own == 0:
+            if feed.delivered >= feed.budget and feed.gauge.poll(full=True).own == 0:
                 break
 
     def _poll(self, feed: _Feed, lease: Lease, now: float) -> bool:
@@ -384,7 +413,7 @@ class LoadGenerator:
         # Every stream is read (at most once a second) while no consumption is seen, and at the
         # budget's end: a stall, quiet agents and the end are judged on exact figures, never on a
         # sample.
-        full = feed.delivered >= s.budget or (
+        full = feed.delivered >= feed.budget or (
             now - feed.progress_at >= 1.0 and now - feed.last_full >= 1.0
         )
         reading = feed.gauge.poll(full)
@@ -420,7 +449,7 @@ class LoadGenerator:
             feed.status = "timeout"
             return True
         # the budget is spent and the agents processed all of it
-        return feed.delivered >= s.budget and feed.own_backlog == 0
+        return feed.delivered >= feed.budget and feed.own_backlog == 0
 
     def _back_off(self, feed: _Feed) -> None:
         """The backlog is at its limit: wait about as long as the agents take to consume the
@@ -437,14 +466,14 @@ class LoadGenerator:
         """One batch: activation times, the rewards of every arm at those times, the agent each
         activation goes to (by the activation process), written to the streams."""
         s, env = self.settings, self.problem.environment
-        n = min(s.batch, s.budget - feed.delivered)
+        n = min(s.batch, feed.budget - feed.delivered)
         t = np.arange(feed.delivered, feed.delivered + n)
         mu = np.asarray(env.means, dtype=float) + env.drift_array * t[:, None]
         if env.bounded:
             rewards = (self.rng.random((n, env.n_arms)) < np.clip(mu, 0.0, 1.0)).astype(float)
         else:
             rewards = self.rng.normal(mu, env.sigma)
-        who = self.rng.choice(len(feed.agents), size=n, p=feed.p)
+        who = self._who(feed, n)
         rows = encode_rewards(rewards, env.bounded)
         batch: list[tuple[str, dict[Any, Any]]] = [
             (feed.streams[who[i]], {"t": int(t[i]), "r": rows[i]}) for i in range(n)
@@ -457,6 +486,20 @@ class LoadGenerator:
         feed.gauge.delivered(np.bincount(who, minlength=len(feed.streams)))
         feed.backlog, feed.own_backlog = feed.backlog + n, feed.own_backlog + n
         feed.peak_backlog = max(feed.peak_backlog, feed.backlog)
+
+    def _who(self, feed: _Feed, n: int) -> np.ndarray:
+        """The agents of `n` activations, by the activation process; with visits capped, only
+        agents with visits left, each taking one (fresh users, as a site sees new visitors)."""
+        if feed.visits_left is None:
+            return self.rng.choice(len(feed.agents), size=n, p=feed.p)
+        left, chosen = feed.visits_left, list[int]()
+        while len(chosen) < n and left.any():
+            weights = feed.p * (left > 0)
+            for i in self.rng.choice(len(left), size=n - len(chosen), p=weights / weights.sum()):
+                if left[i] > 0:
+                    left[i] -= 1
+                    chosen.append(int(i))
+        return np.asarray(chosen, dtype=np.int64)
 
     def _finish(
         self, feed: _Feed, before: dict[str, Any], state: dict[str, Any], lease: Lease
@@ -598,7 +641,9 @@ class LoadGenerator:
             first_epoch=min(int(before["epoch"]), int(final["epoch"])),
             epoch_votes=sum(int(v) for v in counted),
             epoch_messages=_epoch_messages(final),
-            message_bound=threshold * n_arms - 1 if reports is None else int(final["agents"]),
+            message_bound=threshold * n_arms - 1
+            if reports is None
+            else int(final["agents"]) * int(final.get("reports_per_agent") or 1),
             run_messages=max(0, int(final["messages"]) - int(before["messages"])),
             algorithm=str(params.get("algorithm", "")),
             certified_failure=_number(final.get("certified_failure")),
@@ -612,6 +657,12 @@ class LoadGenerator:
                 if isinstance(final.get("privacy_certificate"), str)
                 else None
             ),
+            allocation=final.get("allocation"),
+            estimates=final.get("estimates"),
+            lift=final.get("lift"),
+            dp_epsilon=_number(final.get("dp_epsilon")) if final.get("estimates") else None,
+            reports_per_agent=final.get("reports_per_agent"),
+            visits_per_user=self.visits,
         )
 
     # -- stalls ---------------------------------------------------------------------------
@@ -890,6 +941,9 @@ def format_summary(summary: Summary, as_json: bool) -> str:
         f"{summary.epoch_votes} reports counted, {summary.epoch_messages} messages; bound N = "
         f"{summary.message_bound} (one report per agent)"
         if summary.algorithm == "cde"
+        else f"{summary.epoch_votes} private reports counted, {summary.epoch_messages} messages; "
+        f"bound N x B = {summary.message_bound} (B = {summary.reports_per_agent} per agent)"
+        if summary.algorithm == "ldp"
         else f"{summary.epoch_votes} votes counted, {summary.epoch_messages} messages this epoch; "
         f"bound M*K-1 = {summary.message_bound} (counted votes per epoch, agents acting one at a "
         "time)"
@@ -903,11 +957,64 @@ def format_summary(summary: Summary, as_json: bool) -> str:
             if summary.epochs_seen > 1
             else f"this run saw 1 epoch ({summary.epoch})"
         ),
-        f"agents            {summary.agents} (M = {summary.threshold})",
+        f"agents            {summary.agents} "
+        + (
+            f"(each sends at most B = {summary.reports_per_agent} private reports)"
+            if summary.algorithm == "ldp"
+            else f"(M = {summary.threshold})"
+        ),
     ]
+    if summary.visits_per_user:
+        lines.append(
+            f"visits per user   at most {summary.visits_per_user} (fresh users drawn from the "
+            "activation distribution)"
+        )
+    lines += crowd_lines(summary.estimates, summary.lift, summary.allocation)
     lines += certified_lines(summary)
     lines += summary.stall
     return "\n".join(lines)
+
+
+def _interval(ci: list[float]) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def _mean(value: float | None, signed: bool = False) -> str:
+    return "-" if value is None else f"{value:+.3f}" if signed else f"{value:.3f}"
+
+
+def crowd_lines(
+    estimates: list[dict[str, Any]] | None,
+    lift: list[dict[str, Any]] | None,
+    allocation: list[float] | None = None,
+) -> list[str]:
+    """ldp: each arm's estimate (mean and interval, simultaneous and anytime at 1 - delta) and
+    the leader's lift over each other arm; nothing for the other algorithms. Shared by the load
+    generator's summary, `dexp experiments show` and `dexp demo`."""
+    if not estimates:
+        return []
+    lines = ["estimates         arm: mean [interval] (reports, allocation)"]
+    for e in estimates:
+        weight = (
+            f", allocation {allocation[e['index']]:.2f}"
+            if allocation and e["index"] < len(allocation)
+            else ""
+        )
+        lines.append(
+            f"  {e['name']} (index {e['index']}): {_mean(e['mean'])} {_interval(e['ci'])} "
+            f"({e['reports']} reports{weight})"
+        )
+    if lift:
+        others = {item["vs"] for item in lift}
+        leader = next((e for e in estimates if e["index"] not in others), None)
+        named = f"{leader['name']} (index {leader['index']})" if leader else "the leader"
+        lines.append(f"lift              {named} - arm: mean [interval]")
+        lines += [
+            f"  vs {item['name']} (index {item['vs']}): {_mean(item['mean'], True)} "
+            f"{_interval(item['ci'])}"
+            for item in lift
+        ]
+    return lines
 
 
 def certified_lines(summary: Summary) -> list[str]:

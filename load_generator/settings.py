@@ -30,6 +30,14 @@ class LoadSettings(SecretFileSettings):
     )
     seed: int | None = None
     rate: float = Field(0.0, ge=0, description="activations per second; 0: as fast as it goes")
+    visits_per_user: int | None = Field(
+        None,
+        ge=0,
+        description="how often one simulated user (an agent) may be activated: 0 no limit; unset: "
+        "an ldp experiment's reports_per_agent B (one visit, one report), no limit otherwise. "
+        "Capped, activations go to users with visits left, drawn from the activation "
+        "distribution over those; when none is left the run ends as a budget run",
+    )
     budget: int = Field(50_000_000, ge=1, description="most activations before giving up")
     max_seconds: float = Field(3600.0, gt=0, description="most wall time before giving up")
     batch: int = Field(500, ge=1, le=100_000)

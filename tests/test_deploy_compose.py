@@ -17,8 +17,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from agent.settings import AgentSettings
 from common import redis_acl as acl
 from coordinator.settings import Settings
+from load_generator.settings import LoadSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTION = "docker-compose.production.yml"
@@ -260,3 +262,24 @@ def test_the_swarm_production_stack_holds_no_secret() -> None:
     command = specs["redis"]["command"]
     assert "--user" not in command and "--requirepass" not in command
     assert command[command.index("--aclfile") + 1] == "/run/secrets/redis-users.acl"
+
+
+@pytest.mark.parametrize(
+    ("service", "variable", "settings"),
+    [
+        ("coordinator", "DEXP_DP_EPSILON", Settings),
+        ("coordinator", "DEXP_REPORTS_PER_AGENT", Settings),
+        ("agent", "DEXP_ALLOCATION_SECONDS", AgentSettings),
+        ("load_generator", "DEXP_VISITS_PER_USER", LoadSettings),
+    ],
+)
+def test_the_ldp_demo_runs_through_compose(service: str, variable: str, settings: type) -> None:
+    """`DEXP_ALGORITHM=ldp docker compose up`: the algorithm reaches the coordinator, and LDP's
+    settings are passed on from the environment only when set (a null value: compose leaves the
+    variable unset otherwise), so that each algorithm keeps its own default; each is a setting
+    of the service it is given to."""
+    env = services("docker-compose.yml")[service]["environment"]
+    assert variable in env and env[variable] is None
+    assert variable.removeprefix("DEXP_").lower() in settings.model_fields
+    coordinator = services("docker-compose.yml")["coordinator"]["environment"]
+    assert coordinator["DEXP_ALGORITHM"] == "${DEXP_ALGORITHM:-de}"

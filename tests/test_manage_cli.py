@@ -25,6 +25,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
+from common.algorithms import default_dp_epsilon
 from coordinator.api.models import ExperimentCreate
 from dexp import manage
 from dexp import watch as watch_module
@@ -251,6 +252,42 @@ def test_create_sends_exactly_the_options_given(url: str) -> None:
     assert typing.get_args(fields["subroutine"].annotation) == manage.SUBROUTINES
 
 
+def test_ldp_create_and_show_the_estimates_and_the_lift(url: str, http: httpx.Client) -> None:
+    """`create --algorithm ldp` sends dp_epsilon (LDP's default when omitted) and B; `show`
+    prints each arm's mean and interval, and the leader's lift over each arm with its interval."""
+    made = dexp(
+        url, "experiments", "create", "p", "--arms", "A,B,C", "--algorithm", "ldp", "--json"
+    )
+    assert made.exit_code == 0, made.stderr
+    params = json.loads(made.stdout)["params"]
+    assert params["dp_epsilon"] == default_dp_epsilon("ldp") and params["reports_per_agent"] == 1
+    args = ("--algorithm", "ldp", "--dp-epsilon", "2", "--reports-per-agent", "3")
+    result = dexp(url, "experiments", "create", "q", "--arms", "A,B,C", *args)
+    assert result.exit_code == 0, result.stderr
+    assert "each report 2-locally private, at most 3 per agent: 6 per agent" in result.stdout
+    # reports: A's bits all 1, B's half, C's all 0 (published one by one: batch 1)
+    for i, agent in enumerate(enroll_agents(http, "q", 12)):
+        arm, bit = i % 3, [1, i % 2, 0][i % 3]
+        reply = http.post(
+            "/v1/experiments/q/reports",
+            json={"arm": arm, "bit": bit, "seq": 1},
+            headers=agent.headers,
+        )
+        assert reply.status_code == 200, reply.text
+    doc = http.get("/v1/experiments/q").json()
+    shown = dexp(url, "experiments", "show", "q")
+    assert shown.exit_code == 0, shown.stderr
+    text = " ".join(shown.stdout.replace("│", " ").split())  # the tables' cells, in order
+    assert "12 reports" in text and "lift of the leader A" in text
+    for e in doc["estimates"]:
+        low, high = e["ci"]
+        assert f"{e['mean']:.3f} [{low:.3f}, {high:.3f}]" in text, (e, text)
+    for lift in doc["lift"]:
+        low, high = lift["ci"]
+        assert f"{lift['name']} {lift['mean']:+.3f} [{low:.3f}, {high:.3f}]" in text, (lift, text)
+    assert "votes against" not in text and "threshold" not in text
+
+
 # ----------------------------------------------------------------------------- errors
 
 
@@ -282,6 +319,16 @@ def test_refusals_are_one_line_and_status_1(url: str) -> None:
         (["create", "one", "--arms", "A,B", "--algorithm", "ucb"], "'--algorithm'"),
         (["create", "one", "--arms", "A,B", "--eta", "high"], "'--eta'"),
         (["create", "o/ne", "--arms", "A,B"], "'EXPERIMENT'"),
+        (["create", "one", "--arms", "A,B", "--reports-per-agent", "2"], "ldp only"),
+        (
+            ["create", "one", "--arms", "A,B", "--algorithm", "cde", "--reports-per-agent", "1"],
+            "ldp only",
+        ),
+        (["create", "one", "--arms", "A,B", "--algorithm", "ldp", "--dp-epsilon", "0"], "(0, 10]"),
+        (
+            ["create", "one", "--arms", "A,B", "--algorithm", "ldp", "--reports-per-agent", "0"],
+            "'--reports-per-agent'",
+        ),
         (["show", "x", "--coordinator-url", "localhost:8000"], "'--coordinator-url'"),
         (["delete", "x"], "pass --yes"),  # stdin is not a terminal: nobody can confirm
     ],

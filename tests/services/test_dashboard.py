@@ -483,3 +483,94 @@ def test_lost_connection_is_shown_and_recovers(desktop: Watched, client: httpx.C
     )
     expect(state).to_have_text("Live", timeout=WAIT)
     assert desktop.dialogs == [] and desktop.errors == []
+
+
+def test_an_ldp_experiment_shows_its_estimates_allocation_and_lift(
+    desktop: Watched, client: httpx.Client, screenshots: Path
+) -> None:
+    """LDP (private reports, no threshold): the estimates card shows each arm's mean with its
+    interval and reports, the allocation, and the leader's lift over each arm with its interval,
+    all as the document says; the votes table is gone, and the certified privacy is B x
+    dp_epsilon with the document's sentence."""
+    from playwright.sync_api import expect
+
+    page = desktop.page
+    arms = ["A", "B", "C"]
+    create_experiment(
+        client, id="crowd", arms=arms, algorithm="ldp", dp_epsilon=2.0, reports_per_agent=2
+    )
+    # A's bits mostly 1, B's half, C's mostly 0: A leads, C leaves
+    bits = {0: [1, 1, 1, 1, 0, 1, 1, 1], 1: [1, 0, 1, 0, 1, 0, 0, 1], 2: [0, 0, 0, 1, 0, 0, 0, 0]}
+    for i, agent in enumerate(enroll_agents(client, "crowd", 12)):
+        for seq in (1, 2):
+            arm = (2 * i + seq) % 3
+            bit = bits[arm][(2 * i + seq) % 8]
+            reply = client.post(
+                "/v1/experiments/crowd/reports",
+                json={"arm": arm, "bit": bit, "seq": seq},
+                headers=agent.headers,
+            )
+            assert reply.status_code == 200, reply.text
+    doc = client.get("/v1/experiments/crowd").json()
+    assert doc["reports_total"] == 24
+    page.goto(f"/dashboard?{POLL}#crowd")
+    expect(page.locator("#crowd-card")).to_be_visible(timeout=WAIT)
+    expect(page.locator("#arms-card")).to_be_hidden()
+    expect(page.locator("#crowd-note")).to_contain_text(
+        "24 reports published, each 2-locally private; at most 2 per device (ε = 4"
+    )
+    rows = page.locator("#estimates tr")
+    expect(rows).to_have_count(3)
+    for e in doc["estimates"]:
+        low, high = e["ci"]
+        mean = "–" if e["mean"] is None else f"{e['mean']:.3f}"
+        row = page.locator(f'#estimates tr[data-arm="{e["index"]}"]')
+        expect(row.locator(".ci-text")).to_have_text(
+            f"{mean} [{low:.3f}, {high:.3f}] · {e['reports']} reports"
+        )
+        expect(row.locator(".alloc")).to_have_text(f"{doc['allocation'][e['index']]:.2f}")
+    leader = next(e for e in doc["estimates"] if e["index"] not in {x["vs"] for x in doc["lift"]})
+    expect(page.locator("#lift-caption")).to_contain_text(
+        f"Lift of the leader {arms[leader['index']]}"
+    )
+    for lift in doc["lift"]:
+        low, high = lift["ci"]
+        expect(page.locator(f'#lift tr[data-vs="{lift["vs"]}"] .ci-text')).to_have_text(
+            f"{lift['mean']:+.3f} [{low:+.3f}, {high:+.3f}]"
+        )
+    expect(page.locator("#certified-epsilon")).to_have_text("ε = 4")
+    expect(page.locator("#privacy-odds")).to_have_text(doc["privacy_certificate"])
+    params = page.locator("#params")
+    expect(params).to_contain_text("DP ε2")
+    expect(params).to_contain_text("B (reports per device, LDP)2")
+    expect(params).not_to_contain_text("η (eta)")
+    expect(page.locator("#facts")).not_to_contain_text("Threshold M")
+    expect(page.locator("#experiments .exp-meta")).to_have_text("3 of 3 arms · 12 agents")
+    page.screenshot(path=str(screenshots / "dashboard-ldp.png"), full_page=True)
+    page.locator("#crowd-card").screenshot(path=str(screenshots / "dashboard-ldp-estimates.png"))
+    desktop.assert_clean()
+
+
+def test_an_ldp_experiment_fits_a_phone(
+    phone: Watched, client: httpx.Client, screenshots: Path
+) -> None:
+    """The estimates and the lift, with a long arm name, wrap on a 390 px screen."""
+    from playwright.sync_api import expect
+
+    page = phone.page
+    names = ["control", "Variant-with-an-unbroken-name-" + "x" * 30, "C"]
+    create_experiment(client, id="crowd", arms=names, algorithm="ldp")
+    for i, agent in enumerate(enroll_agents(client, "crowd", 6)):
+        reply = client.post(
+            "/v1/experiments/crowd/reports",
+            json={"arm": i % 3, "bit": int(i % 3 == 0), "seq": 1},
+            headers=agent.headers,
+        )
+        assert reply.status_code == 200, reply.text
+    page.goto(f"/dashboard?{POLL}#crowd")
+    expect(page.locator("#estimates tr")).to_have_count(3, timeout=WAIT)
+    expect(page.locator("#lift tr")).to_have_count(2)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the page is {width} px wide on a 390 px screen"
+    page.screenshot(path=str(screenshots / "dashboard-ldp-phone.png"), full_page=True)
+    phone.assert_clean()

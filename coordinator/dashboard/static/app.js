@@ -309,7 +309,8 @@ function renderList() {
         el("span", { class: `badge small ${statusClass(e.status)}`, text: e.status }),
         el("span", {
           class: "exp-meta",
-          text: `${num(e.remaining)} of ${num(e.n_arms)} arms · M ${num(e.threshold)} · ${num(e.agents)} agents`,
+          // LDP has no threshold (0): no M
+          text: `${num(e.remaining)} of ${num(e.n_arms)} arms · ${e.threshold ? `M ${num(e.threshold)} · ` : ""}${num(e.agents)} agents`,
         }),
         e.result ? el("span", { class: "exp-meta exp-result", text: resultLine(e.result) }) : null,
       );
@@ -413,6 +414,10 @@ function renderExperiment(d, best) {
     ),
   );
 
+  const crowd = Array.isArray(d.estimates);
+  $("arms-card").hidden = crowd;
+  renderCrowd(d, remaining, bestIndex);
+
   renderFacts(d, M, arms.length);
   renderParams(d);
   renderCertificate(d);
@@ -421,6 +426,81 @@ function renderExperiment(d, best) {
   const warnings = d.warnings || [];
   $("warnings-card").hidden = warnings.length === 0;
   fill($("warnings"), ...warnings.map((w) => el("li", { text: w })));
+}
+
+// LDP (d.estimates): each arm's mean and interval, the allocation, the leader's lift with its
+// interval; every figure is the coordinator's, from the last publication of the reports
+function fixed(x, signed) {
+  if (typeof x !== "number" || !Number.isFinite(x)) return "–";
+  return signed && x >= 0 ? `+${x.toFixed(3)}` : x.toFixed(3);
+}
+
+function rangeBar(lo, hi, at, scaleLo, zero) {
+  // an interval [lo, hi] and a tick at `at`, on the scale [scaleLo, scaleLo + span]
+  const span = scaleLo < 0 ? 2 : 1;
+  const frac = (v) => String(Math.min(1, Math.max(0, (v - scaleLo) / span)));
+  const bar = el("div", { class: "range", "aria-hidden": "true" }, el("div", { class: "span" }));
+  bar.firstChild.style.setProperty("--lo", frac(lo));
+  bar.firstChild.style.setProperty("--hi", frac(hi));
+  if (zero) bar.append(el("div", { class: "zero" }));
+  if (typeof at === "number") {
+    const tick = el("div", { class: "tick" });
+    tick.style.setProperty("--at", frac(at));
+    bar.append(tick);
+  }
+  return bar;
+}
+
+function renderCrowd(d, remaining, bestIndex) {
+  const card = $("crowd-card");
+  card.hidden = !Array.isArray(d.estimates);
+  if (card.hidden) return;
+  const arms = d.arms || [];
+  const allocation = d.allocation || [];
+  $("crowd-note").textContent =
+    `${num(d.reports_total)} reports published, each ${paramValue(d.dp_epsilon)}-locally private; ` +
+    `at most ${num(d.reports_per_agent)} per device (ε = ${paramValue(d.user_privacy)} over everything it sends). ` +
+    `The intervals hold together and at all times with probability at least 1 − δ.`;
+  fill(
+    $("estimates"),
+    ...d.estimates.map((e) => {
+      const [lo, hi] = e.ci;
+      const out = !remaining.has(e.index);
+      const rowClass = out ? "arm-out" : e.index === bestIndex ? "arm-best" : "arm-in";
+      const weight = typeof allocation[e.index] === "number" ? allocation[e.index].toFixed(2) : "–";
+      return el(
+        "tr",
+        { class: rowClass, "data-arm": e.index },
+        el("th", { scope: "row", class: "arm-name" }, el("span", { class: "arm-index", text: `${e.index}` }), el("span", { class: "name", text: arms[e.index] !== undefined ? arms[e.index] : e.name })),
+        el("td", { class: "ci" }, el("div", { class: "ci-cell" },
+          rangeBar(lo, hi, e.mean, 0, false),
+          el("span", { class: "ci-text" }, `${fixed(e.mean)} [${fixed(lo)}, ${fixed(hi)}]`,
+            el("span", { class: "muted", text: ` · ${num(e.reports)} reports` })))),
+        el("td", { class: "alloc", text: weight }),
+        el("td", { class: "state" }, el("span", { class: "pill", text: out ? "out" : e.index === bestIndex ? "best arm" : "in" })),
+      );
+    }),
+  );
+  const lift = d.lift || [];
+  const others = new Set(lift.map((l) => l.vs));
+  const leader = d.estimates.find((e) => !others.has(e.index));
+  const leaderName = leader ? (arms[leader.index] !== undefined ? arms[leader.index] : leader.name) : "–";
+  $("lift-caption").textContent =
+    `Lift of the leader ${leaderName}: its mean minus each other arm's, with the interval (the bar, on −1 to 1; the line is 0).`;
+  fill(
+    $("lift"),
+    ...lift.map((l) => {
+      const [lo, hi] = l.ci;
+      return el(
+        "tr",
+        { "data-vs": l.vs },
+        el("th", { scope: "row", class: "arm-name" }, el("span", { class: "arm-index", text: `${l.vs}` }), el("span", { class: "name", text: arms[l.vs] !== undefined ? arms[l.vs] : l.name })),
+        el("td", { class: "ci" }, el("div", { class: "ci-cell" },
+          rangeBar(lo, hi, l.mean, -1, true),
+          el("span", { class: "ci-text", text: `${fixed(l.mean, true)} [${fixed(lo, true)}, ${fixed(hi, true)}]` }))),
+      );
+    }),
+  );
 }
 
 function renderStatus(d, best, arms, remaining) {
@@ -475,6 +555,13 @@ function renderCertificate(d) {
   const e0 = d.certified_epsilon;
   privacy.hidden = typeof e0 !== "number";
   if (privacy.hidden) return;
+  if (Array.isArray(d.estimates)) {
+    // LDP: each device's local privacy over everything it sends, B x dp_epsilon, whatever the prior
+    $("certified-epsilon").textContent = `ε = ${upperText(e0)}`;
+    $("privacy-odds").textContent = d.privacy_certificate || "";
+    $("privacy-uniform").textContent = "";
+    return;
+  }
   $("certified-epsilon").textContent = `ε₀ = ${upperText(e0)}`;
   $("privacy-odds").textContent =
     "Whatever it believed before, any adversary's odds about one agent's answer, hence its " +
@@ -504,7 +591,12 @@ function renderFacts(d, M, K) {
     fact(dl, "Settled agents (CE)", num(d.settled_agents));
   }
   fact(dl, "Messages (all epochs)", `${num(d.messages)}`, el("span", { class: "muted", text: ` · ${num(d.ignored_messages)} ignored` }));
-  if (typeof d.epoch_messages === "number") {
+  const crowd = Array.isArray(d.estimates);
+  if (crowd) {
+    fact(dl, "Reports published", num(d.reports_total));
+    fact(dl, "Reports per device (B)", num(d.reports_per_agent));
+  }
+  if (typeof d.epoch_messages === "number" && !crowd) {
     const bound = M * K - 1;
     fact(
       dl,
@@ -515,7 +607,7 @@ function renderFacts(d, M, K) {
   }
   fact(dl, "Epoch", num(d.epoch));
   fact(dl, "Version", num(d.version));
-  fact(dl, "Threshold M", num(M));
+  if (!crowd) fact(dl, "Threshold M", num(M));
   fact(dl, "Created", typeof d.created_at === "number" ? dateTime.format(new Date(d.created_at)) : "–");
 }
 
@@ -532,12 +624,18 @@ const PARAM_LABELS = {
   every_arm: "Every arm per activation",
   tolerance: "f (tolerance)",
   privacy: "P (privacy, CDE)",
+  reports_per_agent: "B (reports per device, LDP)",
 };
 
-// Which parameters apply: xi to CE, the DP budget and beta to DP-MASE, phi to SER4, P to CDE.
+// Which parameters apply: xi to CE, the DP budget to DP-MASE and LDP, beta to DP-MASE, B to LDP,
+// phi to SER4, P to CDE.
 const APPLIES = {
   xi: (p) => p.algorithm === "ce",
-  dp_epsilon: (p) => p.algorithm === "dp-mase",
+  dp_epsilon: (p) => p.algorithm === "dp-mase" || p.algorithm === "ldp",
+  reports_per_agent: (p) => p.algorithm === "ldp",
+  eta: (p) => p.algorithm !== "ldp", // LDP: no agent learns, so no local run, no vote
+  subroutine: (p) => p.algorithm !== "ldp",
+  every_arm: (p) => p.algorithm !== "ldp",
   beta: (p) => p.algorithm === "dp-mase",
   phi: (p) => p.subroutine === "ser4",
   privacy: (p) => p.algorithm === "cde",
