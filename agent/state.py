@@ -65,6 +65,11 @@ class AgentRecord:
     epoch_starts: dict[int, int] = field(default_factory=dict)
     report: int | None = None  # CDE: the randomized report, once drawn (sent, or about to be)
     report_outcome: str | None = None  # the coordinator's answer to it (None: not seen yet)
+    # LDP (agent/private_device.py): the reports the coordinator counted, and the one decided and
+    # not seen answered, (arm, bit, seq): saved before it is sent, so that a restart sends that
+    # same report again (a duplicate if it was counted), never privatizes the reward again.
+    private_sent: int = 0
+    private_pending: tuple[int, int, int] | None = None
 
     def forget_lost_epoch(self, epoch: int, started: int | None) -> bool:
         """The coordinator's epoch `epoch` began at `started`: if this agent's votes of an epoch of
@@ -98,11 +103,16 @@ class AgentRecord:
         }
         if self.report is not None:  # CDE only: [arm, outcome or null]
             document["report"] = [self.report, self.report_outcome]
+        if self.private_sent or self.private_pending is not None:  # LDP only
+            pending = None if self.private_pending is None else list(self.private_pending)
+            document["private"] = {"sent": self.private_sent, "pending": pending}
         return document
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AgentRecord:
         report = data.get("report")
+        private = data.get("private") or {}
+        pending = private.get("pending")
         return cls(
             str(data["agent_id"]),
             str(data["token"]),
@@ -111,6 +121,8 @@ class AgentRecord:
             {int(e): int(s) for e, s in data.get("epoch_starts", {}).items()},
             None if report is None else int(report[0]),
             None if report is None or report[1] is None else str(report[1]),
+            int(private.get("sent", 0)),
+            None if pending is None else (int(pending[0]), int(pending[1]), int(pending[2])),
         )
 
 
