@@ -12,6 +12,11 @@ HTTP alone. docs/DEVICES.md is its guide.
         agent.observe(arms, rewards_of(arms))   # the rewards stay here; maybe a vote leaves
     agent.close()
 
+In an LDP experiment (`algorithm: ldp`, docs/LDP.md) `enroll` gives a PrivateDeviceAgent (below,
+the logic in agent/private_device.py): no local learning; `choose` draws one arm from the published
+allocation, `observe` sends one private report (the arm, one bit, its number) while the device has
+reports left.
+
 What leaves the device: the enrollment ticket (once), votes (an arm index and an epoch), CE's
 "settled" messages (an epoch), CDE's one report (an arm index, randomized, sent at the activation
 that ends its fixed budget), the reads of the experiment's public state and its event stream,

@@ -83,6 +83,7 @@ def test_devices_each_reporting_once_identify_the_best_arm(
     store = redis.Redis.from_url(clean_redis)
     with coordinator(settings) as server, httpx.Client(base_url=server.url) as http:
         body = {"id": exp, "arms": ARMS, "algorithm": "ldp", "dp_epsilon": 2.0}
+        body |= {"epsilon": 0.25}  # arm 1 (0.5) is 0.3 below the best: only arm 0 is good
         created = http.post(
             "/v1/experiments", json={**body, "rewards": "bernoulli"}, headers=admin_headers()
         )

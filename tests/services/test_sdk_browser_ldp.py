@@ -11,6 +11,8 @@ and none carried the reward (only arm, bit and seq)."""
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,3 +137,64 @@ def test_one_visit_one_report_pages_identify_the_best_arm(
             shown = [sum(v["arm"] == a for v in visits) for a in range(3)]
             assert min(shown) > 0, shown  # every arm drawn from the allocation
     print(f"{len(visits)} visits, {len(sent)} reports, arms shown {shown}")
+
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "DEVICES.md"
+
+
+def guide_page() -> str:
+    """The web page of docs/DEVICES.md's section "LDP: one visit, one private report"."""
+    text = GUIDE.read_text()
+    start = text.index("\n## LDP: one visit, one private report\n")
+    section = text[start : text.index("\n## ", start + 1)]
+    page = re.search(r"^```html\n(.*?)^```$", section, flags=re.M | re.S)
+    assert page is not None
+    return page.group(1)
+
+
+def test_the_guides_page_reports_once_when_the_visitor_leaves(
+    browser: Browser, redis_url: str, clean_redis: str
+) -> None:
+    """The guide's page as written (the coordinator's URL and a ticket put in): the visitor sees
+    an offer, clicks it and leaves; at `pagehide` one report leaves (the offer shown, bit, seq 1)
+    and is counted. The same visitor comes back (same localStorage): the same agent, an offer
+    still shown, and nothing more sent."""
+    store = redis.Redis.from_url(clean_redis)
+    with StaticSite(PAGES) as site:
+        settings = coordinator_settings(redis_url, cors_origins=site.origin)
+        with coordinator(settings) as server, httpx.Client(base_url=server.url) as http:
+            create_experiment(http, id="offers", arms=ARMS, algorithm="ldp")
+            issued = http.post(
+                "/v1/experiments/offers/tickets", json={"count": 1}, headers=admin_headers()
+            )
+            (ticket,) = issued.json()["tickets"]
+            code = guide_page().replace("https://coordinator.example", server.url)
+            site.pages["/ldp_guide.html"] = code.replace('"TICKET"', json.dumps(ticket))
+            window = Window(browser)
+            shown = "document.getElementById('offer').textContent"
+            counts = keys.report_counts("offers")
+            for visit in range(2):
+                window.page.goto(f"{site.origin}/ldp_guide.html")
+                window.page.wait_for_function(f"{shown} !== ''", polling=50, timeout=20_000)
+                offer = window.page.evaluate(shown)
+                assert offer in ARMS
+                saved = window.page.evaluate("JSON.parse(localStorage.getItem('dexp-offers'))")
+                assert saved.get("private") == (
+                    None if visit == 0 else {"sent": 1, "pending": None}
+                )
+                window.page.click("#offer")
+                window.page.goto("about:blank")  # the visitor leaves: pagehide, the report
+                if visit == 0:  # (sent with keepalive: the page is gone, Redis tells)
+                    deadline = time.monotonic() + 20
+                    while not store.hlen(keys.report_seq("offers")):
+                        assert time.monotonic() < deadline, "no report counted"
+                        time.sleep(0.05)
+                    assert store.hgetall(counts) == {str(ARMS.index(offer)).encode(): b"1"}
+                    agent = saved["agent_id"]
+                else:
+                    assert saved["agent_id"] == agent  # resumed from localStorage
+            # the second visit (the same agent, its one report spent) sent nothing
+            assert [int(n) for n in store.hvals(keys.report_seq("offers"))] == [1]
+            assert sum(int(n) for n in store.hvals(counts)) == 1
+            agents = http.get("/v1/experiments/offers").json()["agents"]
+            assert agents == 1 and not window.errors, window.errors
