@@ -508,8 +508,9 @@ class PrivateDeviceAgent(DeviceAgent):
 
     def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
         """The reward of the arm `choose` gave: privatized (one bit) and reported while the
-        device has reports left; the arms reported now ([arm], or [] once spent or decided). The
-        reward never leaves; a reward the experiment does not take (outside [0, 1] without a
+        device has reports left; the arms reported now ([arm], or [] once spent or decided; a
+        report an earlier call could not deliver is sent first, in its place). The reward never
+        leaves; a reward the experiment does not take (outside [0, 1] without a
         declared range, not 0 or 1 under Bernoulli) is refused (ParameterError), nothing sent."""
         if len(arms) != 1 or len(rewards) != 1:
             raise ValueError("observe(arms, rewards): the one arm `choose` gave, and its reward")
@@ -517,11 +518,15 @@ class PrivateDeviceAgent(DeviceAgent):
         with self._lock, self._gone_on_404():
             self.protocol.check(arm, reward)
             report = self.protocol.decide(arm, reward, self.uniform(), self.uniform())
-            if report is None:
+            pending = self.record.private_pending
+            if pending is None:
                 return []
-            outcome = run(self.protocol.deliver("decided"), self._transport)
+            # a report still pending (its reply lost by an earlier call) goes again, unchanged,
+            # instead of a new one
+            kind = "decided" if report is not None else "pending"
+            outcome = run(self.protocol.deliver(kind), self._transport)
             self._catch_up()
-            return [arm] if outcome in ("counted", "duplicate") else []
+            return [pending[0]] if outcome in ("counted", "duplicate") else []
 
     def resend_pending(self) -> str | None:
         """After a restart: the report decided and not seen answered, sent again (the same arm,

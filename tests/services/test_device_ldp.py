@@ -206,6 +206,31 @@ def test_a_restarted_device_resends_its_pending_report_and_never_sends_beyond_b(
     assert counted(store, exp) == (2, {first.agent_id: 2})
 
 
+def test_a_report_whose_reply_was_lost_goes_again_at_the_next_observe(
+    coordinator_url: str, store: redis.Redis, two_reports: str
+) -> None:
+    """In the same run: the next activation sends the pending report again, unchanged (a
+    duplicate), instead of privatizing its own reward; the one after sends report 2."""
+    agent = private(DeviceAgent.enroll(coordinator_url, "ldp-b2", two_reports, seed=5))
+    transport = Recording(client_transport(agent.client))
+    agent._transport = transport
+    try:
+        (arm,) = agent.choose()
+        transport.drop = True
+        with pytest.raises(LostReply):
+            agent.observe([arm], [0.9])
+        (other,) = agent.choose()
+        assert agent.observe([other], [0.1]) == [arm]  # the pending one, not this activation's
+        assert agent.protocol.outcomes == {"duplicate": 1} and agent.sent == 1
+        (last,) = agent.choose()
+        assert agent.observe([last], [0.4]) == [last] and agent.sent == 2 and agent.done
+    finally:
+        agent.close()
+    bodies = [m.body for m in transport.sent]
+    assert bodies[0] == bodies[1] and [b["seq"] for b in bodies if b] == [1, 1, 2]
+    assert counted(store, "ldp-b2") == (2, {agent.agent_id: 2})
+
+
 def test_a_reward_the_experiment_does_not_take_is_refused_and_nothing_leaves(
     coordinator_url: str, store: redis.Redis, two_reports: str
 ) -> None:

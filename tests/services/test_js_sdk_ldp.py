@@ -41,7 +41,7 @@ def test_a_node_ldp_agent_resends_a_lost_reply_s_report_and_never_sends_beyond_b
     driver("lose", name="a")
     lost = driver("play", name="a", rewards=REWARDS, activations=1)
     assert lost.get("message") == "the reply was lost", lost
-    driver("close", name="a")
+    driver("close", name="a")  # (closed with the report pending: the next start sends it)
     saved = json.loads(state.read_text())
     assert saved["private"]["sent"] == 0 and saved["private"]["pending"][2] == 1
     assert not {"local", "rewards"} & set(saved)
@@ -62,6 +62,16 @@ def test_a_node_ldp_agent_resends_a_lost_reply_s_report_and_never_sends_beyond_b
     assert sum(int(n) for n in store.hvals(keys.report_counts(EXPERIMENT))) == 2
     assert json.loads(state.read_text())["private"] == {"sent": 2, "pending": None}
 
+    # in one run: the activation after a lost reply sends the pending report again, not its own
+    (second,) = tickets(client, EXPERIMENT, 1)
+    other = driver("enroll", name="c", options=options | {"ticket": second})
+    driver("lose", name="c")
+    assert "message" in driver("play", name="c", rewards=REWARDS, activations=1)
+    again_c = driver("play", name="c", rewards=REWARDS, activations=1)
+    assert again_c["outcomes"] == {"duplicate": 1} and again_c["sent"] == 1, again_c
+    driver("close", name="c")
+    assert store.hget(seqs, other["agentId"]) == b"1"
+
     # the Python SDK resumes the same device from the page's file, and sends nothing more
     python = DeviceAgent.enroll(coordinator_url, EXPERIMENT, None, state, follow=False)
     try:
@@ -71,4 +81,4 @@ def test_a_node_ldp_agent_resends_a_lost_reply_s_report_and_never_sends_beyond_b
         assert python.observe([arm], [1.0]) == []
     finally:
         python.close()
-    assert store.hgetall(seqs) == {agent.encode(): b"2"}
+    assert store.hget(seqs, agent) == b"2"

@@ -1769,7 +1769,8 @@ var PrivateAgent = class _PrivateAgent {
     return [this.protocol.choose(this.draws.random())];
   }
   /** The reward of the arm `choose` gave: privatized and reported while reports are left; the
-   * arms reported now ([arm], or [] once spent or decided). A reward the experiment does not
+   * arms reported now ([arm], or [] once spent or decided; a report an earlier call could not
+   * deliver is sent first, in its place). A reward the experiment does not
    * take is refused (RangeError), nothing sent. Afterwards the allocation is read again (while
    * reports are left), so that the next `choose` draws from the current one. */
   async observe(arms, rewards) {
@@ -1781,12 +1782,13 @@ var PrivateAgent = class _PrivateAgent {
     const [reward] = rewards;
     this.protocol.check(arm, reward);
     if (this.gone) throw new ExperimentGone(this.view.experiment);
-    const report = this.protocol.decide(arm, reward, this.draws.random(), this.draws.random());
-    if (report === null) return [];
+    this.protocol.decide(arm, reward, this.draws.random(), this.draws.random());
+    const pending = this.record.privatePending;
+    if (pending === null) return [];
     const outcome = await this.run(() => run(this.protocol.deliver(), this.transport));
     if (!this.protocol.spent && !this.protocol.decided) await this.refresh();
     if (this.gone) throw new ExperimentGone(this.view.experiment);
-    return outcome === "counted" || outcome === "duplicate" ? [arm] : [];
+    return outcome === "counted" || outcome === "duplicate" ? [pending[0]] : [];
   }
   /** Read the experiment document now (If-None-Match); true if it changed. */
   refresh() {

@@ -266,7 +266,8 @@ export class PrivateAgent {
   }
 
   /** The reward of the arm `choose` gave: privatized and reported while reports are left; the
-   * arms reported now ([arm], or [] once spent or decided). A reward the experiment does not
+   * arms reported now ([arm], or [] once spent or decided; a report an earlier call could not
+   * deliver is sent first, in its place). A reward the experiment does not
    * take is refused (RangeError), nothing sent. Afterwards the allocation is read again (while
    * reports are left), so that the next `choose` draws from the current one. */
   async observe(arms: number[], rewards: number[]): Promise<number[]> {
@@ -278,12 +279,14 @@ export class PrivateAgent {
     const [reward] = rewards;
     this.protocol.check(arm, reward);
     if (this.gone) throw new ExperimentGone(this.view.experiment);
-    const report = this.protocol.decide(arm, reward, this.draws.random(), this.draws.random());
-    if (report === null) return [];
+    this.protocol.decide(arm, reward, this.draws.random(), this.draws.random());
+    const pending = this.record.privatePending;
+    if (pending === null) return [];
+    // a report still pending (its reply lost by an earlier call) goes again, unchanged, instead
     const outcome = await this.run(() => run(this.protocol.deliver(), this.transport));
     if (!this.protocol.spent && !this.protocol.decided) await this.refresh();
     if (this.gone) throw new ExperimentGone(this.view.experiment);
-    return outcome === "counted" || outcome === "duplicate" ? [arm] : [];
+    return outcome === "counted" || outcome === "duplicate" ? [pending[0]] : [];
   }
 
   /** Read the experiment document now (If-None-Match); true if it changed. */

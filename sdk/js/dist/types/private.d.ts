@@ -102,7 +102,8 @@ export declare class PrivateAgent {
      * device's own uniform. Throws ExperimentGone if the experiment was deleted. */
     choose(): number[];
     /** The reward of the arm `choose` gave: privatized and reported while reports are left; the
-     * arms reported now ([arm], or [] once spent or decided). A reward the experiment does not
+     * arms reported now ([arm], or [] once spent or decided; a report an earlier call could not
+     * deliver is sent first, in its place). A reward the experiment does not
      * take is refused (RangeError), nothing sent. Afterwards the allocation is read again (while
      * reports are left), so that the next `choose` draws from the current one. */
     observe(arms: number[], rewards: number[]): Promise<number[]>;
