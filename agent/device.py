@@ -12,6 +12,11 @@ HTTP alone. docs/DEVICES.md is its guide.
         agent.observe(arms, rewards_of(arms))   # the rewards stay here; maybe a vote leaves
     agent.close()
 
+In an LDP experiment (`algorithm: ldp`, docs/LDP.md) `enroll` gives a PrivateDeviceAgent (below,
+the logic in agent/private_device.py): no local learning; `choose` draws one arm from the published
+allocation, `observe` sends one private report (the arm, one bit, its number) while the device has
+reports left.
+
 What leaves the device: the enrollment ticket (once), votes (an arm index and an epoch), CE's
 "settled" messages (an epoch), CDE's one report (an arm index, randomized, sent at the activation
 that ends its fixed budget), the reads of the experiment's public state and its event stream,
@@ -38,16 +43,30 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 
 from agent.events import GlobalSetFollower
-from agent.library import Agent, GlobalView
-from agent.state import StateFile
+from agent.library import Agent, GlobalView, next_seq
+from agent.private_device import (
+    PrivateProtocol,
+    Uniform,
+    generator_uniform,
+    system_uniform,
+)
+from agent.protocol import client_transport, run
+from agent.state import AgentRecord, StateFile
 from clients.coordinator import CoordinatorClient, CoordinatorError
 from common.params import check_bernoulli_rewards
 
-__all__ = ["CoordinatorError", "DeviceAgent", "EnrollmentRefused", "ExperimentGone"]
+__all__ = [
+    "CoordinatorError",
+    "DeviceAgent",
+    "EnrollmentRefused",
+    "ExperimentGone",
+    "PrivateDeviceAgent",
+]
 
 log = logging.getLogger("dexp.agent.device")
 
@@ -73,6 +92,22 @@ class _Start:
 
     def restore(self) -> Agent | None:
         """The agent saved in the state file, if it is one of this experiment that the
+        coordinator still knows; None if a new one is to be enrolled."""
+        record = self.saved()
+        if record is None:
+            return None
+        return Agent(
+            self.client,
+            self.view,
+            record.agent_id,
+            record.token,
+            self.rng,
+            record=record,
+            reconcile_seconds=self.reconcile_seconds,
+        )
+
+    def saved(self) -> AgentRecord | None:
+        """The record in the state file, if it is an agent of this experiment that the
         coordinator still knows; None if a new one is to be enrolled."""
         state, view = self.state, self.view
         saved = state.load() if state is not None else None
@@ -105,9 +140,15 @@ class _Start:
                 ) from None
             log.warning("the coordinator no longer knows agent %s: enrolling anew", record.agent_id)
             return None
+        return record
+
+    def enroll(self) -> Agent:
+        """A new agent, with the ticket; saved before anything else (a crash then must not
+        enroll it again)."""
+        record = self.enroll_record()
         return Agent(
             self.client,
-            view,
+            self.view,
             record.agent_id,
             record.token,
             self.rng,
@@ -115,9 +156,8 @@ class _Start:
             reconcile_seconds=self.reconcile_seconds,
         )
 
-    def enroll(self) -> Agent:
-        """A new agent, with the ticket; saved before anything else (a crash then must not
-        enroll it again)."""
+    def enroll_record(self) -> AgentRecord:
+        """A new agent's record, enrolled with the ticket and saved before anything else."""
         state, view = self.state, self.view
         if not self.ticket:
             raise EnrollmentRefused(
@@ -127,9 +167,7 @@ class _Start:
                 f"{view.experiment} --count 1`)"
             )
         try:
-            agent = Agent.enroll(
-                self.client, view, self.ticket, self.rng, reconcile_seconds=self.reconcile_seconds
-            )
+            reply = self.client.enroll(self.ticket, view.experiment)
         except CoordinatorError as exc:
             why = {
                 401: "the ticket is unknown, used, expired or another experiment's (or open "
@@ -140,9 +178,10 @@ class _Start:
             if why is None:
                 raise
             raise EnrollmentRefused(f"enrollment refused ({exc}): {why}") from None
+        record = AgentRecord(str(reply["agent_id"]), str(reply["token"]))
         if state is not None:
-            state.save(view.experiment, view.created_at, agent.record)
-        return agent
+            state.save(view.experiment, view.created_at, record)
+        return record
 
 
 class DeviceAgent:
@@ -200,10 +239,35 @@ class DeviceAgent:
         try:
             if state is not None:
                 state.lock()
-            view = GlobalView.fetch(client, experiment)
+            seq = next_seq()
+            document, etag = client.experiment_if_changed(experiment, None)
+            assert document is not None  # no ETag sent: never a 304
+            view = GlobalView.of(experiment, document, seq)
             start = _Start(
                 client, view, state, ticket, np.random.default_rng(seed), reconcile_seconds
             )
+
+            def following() -> GlobalSetFollower:
+                return GlobalSetFollower(
+                    coordinator,
+                    experiment,
+                    poll_seconds=poll_seconds,
+                    retry_max_seconds=max(retry_max_seconds, 60.0),
+                    timeout=timeout,
+                ).start()
+
+            if view.config.crowd:  # LDP: no learning here, private reports (PrivateDeviceAgent)
+                record = start.saved()
+                resumed = record is not None
+                record = record or start.enroll_record()
+                uniform = system_uniform() if seed is None else generator_uniform(start.rng)
+                follower = following() if follow else None
+                private = PrivateDeviceAgent(
+                    client, view, record, state, follower, resumed, document, etag, uniform
+                )
+                if resumed:
+                    private.resend_pending()  # decided before the restart, not seen answered
+                return private
             agent = start.restore()
             resumed = agent is not None
             if agent is None:
@@ -212,13 +276,7 @@ class DeviceAgent:
                 saved, created_at, record = state, view.created_at, agent.record
                 agent.persist = lambda: saved.save(experiment, created_at, record)
             if follow:
-                follower = GlobalSetFollower(
-                    coordinator,
-                    experiment,
-                    poll_seconds=poll_seconds,
-                    retry_max_seconds=max(retry_max_seconds, 60.0),
-                    timeout=timeout,
-                ).start()
+                follower = following()
             device = cls(client, agent, state, follower, resumed)
             if resumed:
                 agent.resend_pending()  # decided before the restart, not seen acknowledged
@@ -396,3 +454,196 @@ class DeviceAgent:
     def votes_sent(self) -> int:
         """Votes this object decided and sent (not those sent again)."""
         return self.agent.votes_sent
+
+
+class PrivateDeviceAgent(DeviceAgent):
+    """A device in an LDP experiment (`algorithm: ldp`, docs/LDP.md), as DeviceAgent.enroll gives
+    it: no local algorithm. `choose` draws one arm from the published allocation (the leader once
+    identified); `observe` privatizes its reward into one bit and sends the report, while the
+    device has reports left (B = reports_per_agent). The logic is agent/private_device.py's
+    PrivateProtocol; this class reads the document and sends the reports through the client.
+
+    The allocation moves at every publication, which the event stream does not announce: while
+    the device may still report, `choose` reads the document first (If-None-Match: a 304 when
+    nothing moved); afterwards only a change the follower sees (an arm out, the identification)
+    makes it read it again. `done`: decided, or every report sent."""
+
+    def __init__(
+        self,
+        client: CoordinatorClient,
+        view: GlobalView,
+        record: AgentRecord,
+        state: StateFile | None,
+        follower: GlobalSetFollower | None,
+        resumed: bool,
+        document: dict[str, Any],
+        etag: str | None,
+        uniform: Uniform,
+    ) -> None:
+        self.client, self.view, self.record = client, view, record
+        self.state, self.follower, self.resumed = state, follower, resumed
+        self.gone = False
+        self.closed = False
+        self._lock = threading.RLock()
+        self.etag = etag
+        self.uniform = uniform
+        experiment, created_at = view.experiment, view.created_at
+
+        def persist() -> None:
+            if state is not None:
+                state.save(experiment, created_at, record)
+
+        self.protocol = PrivateProtocol(experiment, record, persist, document)
+        self._transport = client_transport(client)
+
+    # -- what the application calls -----------------------------------------------------------
+    def choose(self) -> list[int]:
+        """One arm, drawn from the allocation with the device's own randomness (the identified
+        arm once there is one). ExperimentGone if the experiment was deleted."""
+        with self._lock, self._gone_on_404():
+            self._catch_up()
+            if not (self.protocol.spent or self.protocol.decided):
+                self._read()
+            return [self.protocol.choose(self.uniform())]
+
+    def observe(self, arms: Sequence[int], rewards: Sequence[float] | np.ndarray) -> list[int]:
+        """The reward of the arm `choose` gave: privatized (one bit) and reported while the
+        device has reports left; the arms reported now ([arm], or [] once spent or decided; a
+        report an earlier call could not deliver is sent first, in its place). The reward never
+        leaves; a reward the experiment does not take (outside [0, 1] without a
+        declared range, not 0 or 1 under Bernoulli) is refused (ParameterError), nothing sent."""
+        if len(arms) != 1 or len(rewards) != 1:
+            raise ValueError("observe(arms, rewards): the one arm `choose` gave, and its reward")
+        arm, reward = int(arms[0]), float(rewards[0])
+        with self._lock, self._gone_on_404():
+            self.protocol.check(arm, reward)
+            report = self.protocol.decide(arm, reward, self.uniform(), self.uniform())
+            pending = self.record.private_pending
+            if pending is None:
+                return []
+            # a report still pending (its reply lost by an earlier call) goes again, unchanged,
+            # instead of a new one
+            kind = "decided" if report is not None else "pending"
+            outcome = run(self.protocol.deliver(kind), self._transport)
+            self._catch_up()
+            return [pending[0]] if outcome in ("counted", "duplicate") else []
+
+    def resend_pending(self) -> str | None:
+        """After a restart: the report decided and not seen answered, sent again (the same arm,
+        bit and number: a duplicate if it was counted). Its outcome; None if none was pending."""
+        with self._lock, self._gone_on_404():
+            return run(self.protocol.deliver("pending"), self._transport)
+
+    def refresh(self) -> bool:
+        """Read the experiment document now; True if it changed."""
+        with self._lock:
+            return self._read()
+
+    # -- inside -------------------------------------------------------------------------------
+    def _read(self) -> bool:
+        """The document read again if it changed (If-None-Match); True if it did."""
+        seq = next_seq()
+        document, self.etag = self.client.experiment_if_changed(self.experiment, self.etag)
+        if document is None:
+            return False
+        self.view.update(document, seq)
+        if self.view.replaced:
+            self.gone = True
+            return False
+        self.protocol.update(document)
+        return True
+
+    def _catch_up(self) -> None:
+        """A change the follower saw (an arm out, the identification, the deletion): the
+        document read again, for its allocation and estimates."""
+        if self.closed:
+            return
+        change = self.follower.take() if self.follower is not None else None
+        if change is not None and not self.gone:
+            if change.state is None:
+                self.gone = True
+            else:
+                try:
+                    self._read()
+                except CoordinatorError as exc:
+                    if exc.status != 404:
+                        raise
+                    self.gone = True
+
+    # -- what the application may read --------------------------------------------------------
+    @property
+    def experiment(self) -> str:
+        return self.view.experiment
+
+    @property
+    def agent_id(self) -> str:
+        return self.record.agent_id
+
+    @property
+    def arms(self) -> list[str]:
+        return list(self.view.arms)
+
+    @property
+    def remaining(self) -> list[int]:
+        with self._lock:
+            self._catch_up()
+            return sorted(self.protocol.remaining)
+
+    @property
+    def epoch(self) -> int:
+        return self.view.epoch
+
+    @property
+    def status(self) -> str:
+        """exploring, identified, or deleted (as far as this device read)."""
+        with self._lock:
+            self._catch_up()
+            return "deleted" if self.gone else self.protocol.status
+
+    @property
+    def done(self) -> bool:
+        """Nothing more to send: the experiment decided (or deleted), or every report sent."""
+        with self._lock:
+            self._catch_up()
+            return self.gone or self.protocol.decided or self.protocol.spent
+
+    @property
+    def settled(self) -> bool:
+        """Every report sent: `choose` still gives an arm to show, nothing more leaves."""
+        return self.protocol.spent
+
+    @property
+    def reported(self) -> bool:
+        """At least one report sent (or pending)."""
+        return self.protocol.sent > 0 or self.record.private_pending is not None
+
+    @property
+    def votes_sent(self) -> int:
+        return 0  # LDP sends reports, never votes
+
+    @property
+    def sent(self) -> int:
+        """Reports this device sent and saw answered (counted or refused: each a release)."""
+        return self.protocol.sent
+
+    @property
+    def reports_left(self) -> int:
+        """Reports it may still send (B less those sent and the one pending)."""
+        return self.protocol.reports_left
+
+    @property
+    def allocation(self) -> list[float]:
+        """The allocation it draws from, as last read."""
+        return list(self.protocol.allocation)
+
+    @property
+    def estimates(self) -> list[dict[str, Any]] | None:
+        """Every arm's estimate (reports, mean, ci) as last read: what the experiment says."""
+        with self._lock:
+            self._catch_up()
+            return self.protocol.estimates
+
+    @property
+    def lift(self) -> list[dict[str, Any]] | None:
+        """The leader's lift over each other arm (mean, ci) as last read."""
+        return self.protocol.lift

@@ -118,7 +118,11 @@ class GlobalView:
     @classmethod
     def fetch(cls, client: CoordinatorClient, experiment: str) -> GlobalView:
         seq = next_seq()
-        state = client.experiment(experiment)
+        return cls.of(experiment, client.experiment(experiment), seq)
+
+    @classmethod
+    def of(cls, experiment: str, state: dict[str, Any], seq: int) -> GlobalView:
+        """The view of a document read (GET /v1/experiments/{id}) after sequence number `seq`."""
         view = cls(
             experiment,
             list(state["arms"]),

@@ -40,7 +40,8 @@ def next_seq() -> int:
 @dataclass(frozen=True)
 class Message:
     """One request to the coordinator: what the protocol decided to send. `kind` names the
-    CoordinatorClient method that sends it (state, vote, report, settled, reset, me)."""
+    CoordinatorClient method that sends it (state, vote, report, private_report, settled, reset,
+    me)."""
 
     kind: str
     experiment: str
@@ -54,6 +55,7 @@ _ROUTES = {  # kind: (method, path after the experiment's, or the whole path)
     "state": ("GET", ""),
     "vote": ("POST", "/votes"),
     "report": ("POST", "/report"),
+    "private_report": ("POST", "/reports"),  # LDP (agent/private_device.py)
     "settled": ("POST", "/settled"),
     "reset": ("POST", "/reset"),
     "me": ("GET", "/v1/agents/me"),
@@ -96,6 +98,8 @@ def client_transport(client: CoordinatorClient) -> Transport:
             return client.vote(experiment, token, body["arm"], body["epoch"], started)
         if m.kind == "report":
             return client.report(experiment, token, body["arm"])
+        if m.kind == "private_report":
+            return client.private_report(experiment, token, body["arm"], body["bit"], body["seq"])
         if m.kind == "settled":
             return client.settled(experiment, token, body["epoch"])
         if m.kind == "reset":
@@ -103,6 +107,16 @@ def client_transport(client: CoordinatorClient) -> Transport:
         raise ValueError(f"no coordinator request of kind {m.kind}")
 
     return send
+
+
+def message(
+    kind: str, experiment: str, token: str | None, body: dict[str, Any] | None = None
+) -> Message:
+    """The message of `kind` (see _ROUTES) about `experiment`."""
+    method, path = _ROUTES[kind]
+    if kind != "me":
+        path = f"/v1/experiments/{experiment}{path}"
+    return Message(kind, experiment, method, path, body, token)
 
 
 class DeviceProtocol:
@@ -138,11 +152,8 @@ class DeviceProtocol:
 
     def message(self, kind: str, body: dict[str, Any] | None = None) -> Message:
         """The message of `kind` (see _ROUTES), with this agent's token but for a state read."""
-        method, path = _ROUTES[kind]
-        if kind != "me":
-            path = f"/v1/experiments/{self.view.experiment}{path}"
         token = None if kind == "state" else self.record.token
-        return Message(kind, self.view.experiment, method, path, body, token)
+        return message(kind, self.view.experiment, token, body)
 
     def refresh(self) -> Exchange[bool]:
         """Read the global state again; True if the global set changed."""

@@ -65,8 +65,9 @@ class AgentRecord:
     epoch_starts: dict[int, int] = field(default_factory=dict)
     report: int | None = None  # CDE: the randomized report, once drawn (sent, or about to be)
     report_outcome: str | None = None  # the coordinator's answer to it (None: not seen yet)
-    # LDP: the private reports counted so far, and the one made but not yet answered (arm, bit,
-    # seq: written before it is sent, so that a restart sends that same report, never another)
+    # LDP (agent/private_device.py): the reports the coordinator counted, and the one decided and
+    # not seen answered, (arm, bit, seq): saved before it is sent, so that a restart sends that
+    # same report again (a duplicate if it was counted), never privatizes the reward again.
     private_sent: int = 0
     private_pending: tuple[int, int, int] | None = None
 
@@ -104,13 +105,14 @@ class AgentRecord:
             document["report"] = [self.report, self.report_outcome]
         if self.private_sent or self.private_pending is not None:  # LDP only
             pending = None if self.private_pending is None else list(self.private_pending)
-            document["private_reports"] = [self.private_sent, pending]
+            document["private"] = {"sent": self.private_sent, "pending": pending}
         return document
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AgentRecord:
         report = data.get("report")
-        sent, pending = data.get("private_reports") or (0, None)
+        private = data.get("private") or {}
+        pending = private.get("pending")
         return cls(
             str(data["agent_id"]),
             str(data["token"]),
@@ -119,7 +121,7 @@ class AgentRecord:
             {int(e): int(s) for e, s in data.get("epoch_starts", {}).items()},
             None if report is None else int(report[0]),
             None if report is None or report[1] is None else str(report[1]),
-            int(sent),
+            int(private.get("sent", 0)),
             None if pending is None else (int(pending[0]), int(pending[1]), int(pending[2])),
         )
 

@@ -39,6 +39,6 @@ def test_the_private_report_on_record_round_trips() -> None:
     record = AgentRecord("a-1", "token", private_sent=1, private_pending=(2, 0, 2))
     again = AgentRecord.from_json(record.to_json())
     assert again == record and again.private_pending == (2, 0, 2)
-    # a voting agent's file is as before: no private_reports key
-    assert "private_reports" not in AgentRecord("a-2", "token").to_json()
+    # a voting agent's file is as before: no private key
+    assert "private" not in AgentRecord("a-2", "token").to_json()
     assert AgentRecord.from_json(AgentRecord("a-2", "token").to_json()).private_sent == 0

@@ -13,6 +13,7 @@ radii are written in the same order of operations on both sides.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
@@ -23,10 +24,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from agent.private_device import draw_arm
 from common.agent import AgentSpec, LocalAgent
 from common.algorithms import AlgorithmConfig
 from common.cde import report_probabilities
 from common.errors import ParameterError
+from common.ldp import Mechanism, unit_reward
 from common.subroutines.bounds import (
     elimination_level,
     kl_lower,
@@ -438,3 +441,40 @@ def test_js_reads_an_experiments_params_as_the_python_agent() -> None:
             expected.vote_drop,
             expected.report_privacy,
         ), params
+
+
+def test_js_privatize_is_python_mechanism_privatize_on_a_grid() -> None:
+    """LDP's device side (sdk/js/src/private.ts against common/ldp.py and agent/private_device.py):
+    the same bit from the same (reward, u_round, u_flip) at every dp_epsilon, the boundaries
+    included (u_round at the reward, u_flip at p and one ulp below it: both sides compare with
+    `<`); p itself equal bit for bit; the same arm from the same allocation and uniform; the same
+    clipped reward."""
+    grid = np.random.default_rng(2027)
+    epsilons = [0.05, 0.5, 1.0, 2.0, 3.7, 10.0]
+    keeps = js_run({"calls": [["keepProbability", e] for e in epsilons]})
+    assert keeps == [Mechanism(e).keep for e in epsilons]
+    rewards = [0.0, 1.0, 0.5, 0.1, 0.3, 0.9, *grid.uniform(size=6).tolist()]
+    calls: list[list[Any]] = []
+    for e in epsilons:
+        keep = Mechanism(e).keep
+        flips = [0.0, keep, math.nextafter(keep, 0.0), 0.999999, *grid.uniform(size=3).tolist()]
+        for r in rewards:
+            rounds = [r, math.nextafter(r, 0.0) if r > 0 else 0.0, 0.0, *grid.uniform(size=3)]
+            calls += [["privatize", e, r, float(u), f] for u in rounds for f in flips]
+    bits = js_run({"calls": calls})
+    expected = [Mechanism(e).privatize(r, u, f) for _, e, r, u, f in calls]
+    assert bits == expected
+    assert {0, 1} == set(bits) and len(calls) > 3000
+
+    draws: list[tuple[list[float], float]] = []
+    for _ in range(400):
+        weights = grid.dirichlet(np.ones(4)) * (grid.uniform(size=4) > 0.3)
+        if weights.sum() == 0:
+            continue
+        u = float(grid.choice([0.0, 1.0 - 2**-53, grid.uniform()]))
+        draws.append((weights.tolist(), u))
+    arms = js_run({"calls": [["drawArm", w, u] for w, u in draws]})
+    assert arms == [draw_arm(w, u) for w, u in draws]
+    clipped = [(float(x), -1.0, 3.0) for x in grid.uniform(-3, 5, size=50)]
+    units = js_run({"calls": [["unitReward", *c] for c in clipped]})
+    assert units == [unit_reward(*c) for c in clipped]

@@ -5,6 +5,7 @@
 //   {op: "play", name, rewards, activations, until}  rewards: one per arm (deterministic); stops
 //        after `activations` (an activation of a settled agent waits 50 ms for a change instead
 //        of playing), or once `until` holds ("settled", or {votesSent: n}: n votes decided)
+//   {op: "lose", name}                      -> LDP: the next report's reply is lost (it counted)
 //   {op: "wait", name, timeoutMs}           -> waitForChange's answer and the agent's view
 //   {op: "choose", name}                    -> the arms, or {error, message}
 //   {op: "refresh", name}                   -> reads the experiment's state now
@@ -33,6 +34,9 @@ function view(agent) {
     votesResent: agent.votesResent,
     reportsSent: agent.reportsSent,
     checks: agent.checks,
+    sent: agent.sent, // LDP (PrivateAgent): reports sent, those left, the replies' outcomes
+    reportsLeft: agent.reportsLeft,
+    outcomes: agent.protocol?.outcomes,
   };
 }
 
@@ -63,6 +67,17 @@ const commands = {
       if (played % 64 === 0) await new Promise((resolve) => setTimeout(resolve, 0));
     }
     return { played, ...view(agent) };
+  },
+  async lose({ name }) {
+    // LDP: the next report reaches the coordinator, its reply is lost on the way back
+    const agent = agents.get(name);
+    const inner = agent.transport;
+    agent.transport = async (message) => {
+      await inner(message);
+      agent.transport = inner;
+      throw new Error("the reply was lost");
+    };
+    return {};
   },
   async wait({ name, timeoutMs }) {
     const agent = agents.get(name);

@@ -18,6 +18,7 @@ import httpx
 
 from agent.events import SSEParser
 from agent.state import AgentRecord, StateFile
+from common import redis_keys as keys
 
 from .helpers import admin_headers, bearer
 
@@ -28,10 +29,12 @@ ARMS = ["red", "green", "blue"]
 
 
 def blocks(language: str, under: str = "") -> list[str]:
-    """The fenced blocks of `language` in the guide, after the heading `under` if given."""
+    """The fenced blocks of `language` in the guide, in the section `under` if given."""
     text = GUIDE.read_text()
-    if under:
-        text = text[text.index(f"\n## {under}\n") :]
+    if under:  # that section only
+        start = text.index(f"\n## {under}\n")
+        end = text.find("\n## ", start + 1)
+        text = text[start : end if end >= 0 else len(text)]
     return re.findall(rf"^```{language}\n(.*?)^```$", text, flags=re.M | re.S)
 
 
@@ -156,6 +159,30 @@ def check_fields(spec: dict[str, Any], node: dict[str, Any], document: dict[str,
     assert set(found.get("required", ())) <= set(document) <= set(found["properties"]), document
 
 
+def test_the_ldp_quickstart_reports_once_and_a_restart_sends_nothing(
+    coordinator_url: str, client: httpx.Client, store: Any, tmp_path: Path
+) -> None:
+    """The guide's LDP device (section "LDP: one visit, one private report"): one arm drawn, one
+    report counted; run again without a ticket, the same agent, which sends nothing more."""
+    (code,) = blocks("python", under="LDP: one visit, one private report")
+    script = tmp_path / "ldp.py"
+    script.write_text(code)
+    body = {"id": "offers", "arms": ARMS, "algorithm": "ldp"}
+    assert client.post("/v1/experiments", json=body, headers=admin_headers()).status_code == 201
+    issued = client.post(
+        "/v1/experiments/offers/tickets", json={"count": 1}, headers=admin_headers()
+    )
+    (ticket,) = issued.json()["tickets"]
+    name, sent, left, status = finish(
+        run_quickstart(script, coordinator_url, ticket, tmp_path)
+    ).split()
+    assert name in ARMS and (sent, left, status) == ("1", "0", "exploring")
+    again = finish(run_quickstart(script, coordinator_url, None, tmp_path)).split()
+    assert again[0] in ARMS and again[1:] == ["1", "0", "exploring"]
+    assert {int(v) for v in store.hvals(keys.report_seq("offers"))} == {1}
+    assert sum(int(v) for v in store.hvals(keys.report_counts("offers"))) == 1
+
+
 def test_the_guides_http_calls_are_the_coordinators(
     coordinator_url: str, client: httpx.Client, tmp_path: Path
 ) -> None:
@@ -170,6 +197,7 @@ def test_the_guides_http_calls_are_the_coordinators(
         ("post", f"/v1/experiments/{EXPERIMENT}/settled"),
         ("post", f"/v1/experiments/{EXPERIMENT}/reset"),
         ("post", f"/v1/experiments/{EXPERIMENT}/report"),
+        ("post", f"/v1/experiments/{EXPERIMENT}/reports"),
         ("get", "/v1/agents/me"),
     }
     for e in exchanges:

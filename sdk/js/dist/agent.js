@@ -911,6 +911,11 @@ var CoordinatorClient = class {
   report(experiment, token, arm) {
     return this.json("POST", `/v1/experiments/${experiment}/report`, token, { arm });
   }
+  /** LDP: report number `seq` (1..B), the arm played and its privatized bit. A retry is a
+   * duplicate (nothing changes). */
+  privateReport(experiment, token, arm, bit, seq) {
+    return this.json("POST", `/v1/experiments/${experiment}/reports`, token, { arm, bit, seq });
+  }
   settled(experiment, token, epoch) {
     return this.json("POST", `/v1/experiments/${experiment}/settled`, token, { epoch });
   }
@@ -1264,6 +1269,10 @@ var AgentRecord = class _AgentRecord {
     this.epochStarts = /* @__PURE__ */ new Map();
     this.report = null;
     this.reportOutcome = null;
+    /** LDP (private.ts): reports sent and answered, and the one decided and not seen answered,
+     * [arm, bit, seq]: saved before it is sent, so a reload sends that same report again. */
+    this.privateSent = 0;
+    this.privatePending = null;
   }
   static fromSaved(saved) {
     const record = new _AgentRecord(String(saved.agent_id), String(saved.token));
@@ -1271,6 +1280,11 @@ var AgentRecord = class _AgentRecord {
     record.pending = (saved.pending ?? []).map(([arm, epoch]) => [arm, epoch]);
     for (const [epoch, start] of Object.entries(saved.epoch_starts ?? {})) record.epochStarts.set(Number(epoch), start);
     if (saved.report) [record.report, record.reportOutcome] = saved.report;
+    if (saved.private) {
+      record.privateSent = Number(saved.private.sent ?? 0);
+      const pending = saved.private.pending;
+      record.privatePending = pending ? [Number(pending[0]), Number(pending[1]), Number(pending[2])] : null;
+    }
     return record;
   }
   toSaved(experiment, createdAt, local) {
@@ -1285,6 +1299,9 @@ var AgentRecord = class _AgentRecord {
       epoch_starts: Object.fromEntries(Array.from(this.epochStarts, ([e, s]) => [String(e), s]))
     };
     if (this.report !== null) saved.report = [this.report, this.reportOutcome];
+    if (this.privateSent > 0 || this.privatePending !== null) {
+      saved.private = { sent: this.privateSent, pending: this.privatePending === null ? null : [...this.privatePending] };
+    }
     if (local !== void 0) saved.local = local;
     return saved;
   }
@@ -1309,6 +1326,8 @@ var ROUTES = {
   state: ["GET", ""],
   vote: ["POST", "/votes"],
   report: ["POST", "/report"],
+  private_report: ["POST", "/reports"],
+  // LDP (private.ts)
   settled: ["POST", "/settled"],
   reset: ["POST", "/reset"],
   me: ["GET", "/v1/agents/me"]
@@ -1341,12 +1360,19 @@ function clientTransport(client) {
         return client.vote(m.experiment, token, body.arm, body.epoch, body.epoch_started_at ?? null);
       case "report":
         return client.report(m.experiment, token, body.arm);
+      case "private_report":
+        return client.privateReport(m.experiment, token, body.arm, body.bit, body.seq);
       case "settled":
         return client.settled(m.experiment, token, body.epoch);
       case "reset":
         return client.reset(m.experiment, token, body.epoch);
     }
   };
+}
+function message(kind, experiment, token, body = null) {
+  const [method, tail] = ROUTES[kind];
+  const path = kind === "me" ? tail : `/v1/experiments/${experiment}${tail}`;
+  return { kind, experiment, method, path, body, token };
 }
 var DeviceProtocol = class {
   constructor(view, record, hooks, reconcileMs, nextCheck) {
@@ -1369,9 +1395,7 @@ var DeviceProtocol = class {
   }
   /** The message of `kind` (see ROUTES), with this agent's token but for a state read. */
   message(kind, body = null) {
-    const [method, tail] = ROUTES[kind];
-    const path = kind === "me" ? tail : `/v1/experiments/${this.view.experiment}${tail}`;
-    return { kind, experiment: this.view.experiment, method, path, body, token: kind === "state" ? null : this.record.token };
+    return message(kind, this.view.experiment, kind === "state" ? null : this.record.token, body);
   }
   /** Read the global state again; true if the global set changed. */
   *refresh() {
@@ -1561,6 +1585,374 @@ var DeviceProtocol = class {
     for (const arm of missing) yield* this.deliver(arm, view.epoch);
     this.votesResent += missing.length;
     return missing.length;
+  }
+};
+
+// src/private.ts
+var MAX_DP_EPSILON = 10;
+function keepProbability(dpEpsilon) {
+  if (!(typeof dpEpsilon === "number" && dpEpsilon > 0 && dpEpsilon <= MAX_DP_EPSILON)) {
+    throw new RangeError(`dp_epsilon=${dpEpsilon}: must be in (0, ${MAX_DP_EPSILON}]`);
+  }
+  return 1 / (1 + Math.exp(-dpEpsilon));
+}
+function privatize(dpEpsilon, reward, uRound, uFlip) {
+  const keep = keepProbability(dpEpsilon);
+  if (!(reward >= 0 && reward <= 1)) throw new RangeError(`reward=${reward}: must be in [0, 1]`);
+  const bit = uRound < reward ? 1 : 0;
+  return uFlip < keep ? bit : 1 - bit;
+}
+function unitReward(reward, low, high) {
+  return (Math.min(Math.max(reward, low), high) - low) / (high - low);
+}
+function reportReward(reward, rewards, range) {
+  if (typeof reward !== "number" || Number.isNaN(reward)) throw new RangeError(`reward ${reward} is not a number`);
+  if (range !== null) return unitReward(reward, range[0], range[1]);
+  if (rewards === "bernoulli" && reward !== 0 && reward !== 1) {
+    throw new RangeError(`reward ${reward} refused: this experiment's rewards are Bernoulli, 0 or 1; nothing was sent`);
+  }
+  if (!(reward >= 0 && reward <= 1)) {
+    throw new RangeError(`reward ${reward} refused: must be in [0, 1] (the experiment declares no range); nothing was sent`);
+  }
+  return reward;
+}
+function drawArm(allocation, u) {
+  let total = 0;
+  for (const w of allocation) if (w > 0) total += w;
+  if (!(total > 0)) throw new RangeError("the allocation needs a positive weight");
+  const target = u * total;
+  let acc = 0;
+  let last = -1;
+  for (let arm = 0; arm < allocation.length; arm++) {
+    const w = allocation[arm];
+    if (w > 0) {
+      acc += w;
+      last = arm;
+      if (target < acc) return arm;
+    }
+  }
+  return last;
+}
+var PrivateProtocol = class {
+  constructor(experiment, record, persist, document) {
+    this.experiment = experiment;
+    this.record = record;
+    this.persist = persist;
+    this.allocation = [];
+    this.remaining = /* @__PURE__ */ new Set();
+    this.status = "exploring";
+    this.estimates = null;
+    this.lift = null;
+    /** A report was refused as decided: the coordinator counts no more. */
+    this.closed = false;
+    this.outcomes = {};
+    this.dpEpsilon = Number(document.dp_epsilon);
+    keepProbability(this.dpEpsilon);
+    this.budget = Number(document.reports_per_agent);
+    this.nArms = document.arms.length;
+    this.rewards = String(document.rewards ?? "bounded");
+    const range = document.reward_range;
+    this.rewardRange = range === void 0 || range === null ? null : [Number(range[0]), Number(range[1])];
+    this.update(document);
+  }
+  /** Take what a read of the experiment document published. */
+  update(document) {
+    this.allocation = (document.allocation ?? []).map(Number);
+    this.remaining = new Set(document.remaining_arms.map(Number));
+    this.status = this.remaining.size === 1 ? "identified" : String(document.status);
+    this.estimates = document.estimates ?? null;
+    this.lift = document.lift ?? null;
+  }
+  get sent() {
+    return this.record.privateSent;
+  }
+  get reportsLeft() {
+    return Math.max(this.budget - this.sent - (this.record.privatePending === null ? 0 : 1), 0);
+  }
+  get identified() {
+    return this.remaining.size === 1;
+  }
+  get decided() {
+    return this.identified || this.closed || this.status !== "exploring";
+  }
+  get spent() {
+    return this.sent >= this.budget && this.record.privatePending === null;
+  }
+  /** The identified arm, else one drawn from the allocation over the arms in play at u. */
+  choose(u) {
+    if (this.identified) return Array.from(this.remaining)[0];
+    let weights = this.allocation.map((w, arm) => this.remaining.has(arm) ? w : 0);
+    if (!weights.some((w) => w > 0)) weights = Array.from({ length: this.nArms }, (_, arm) => this.remaining.has(arm) ? 1 : 0);
+    return drawArm(weights, u);
+  }
+  /** The reward the mechanism takes; refuses a bad arm or reward (nothing recorded). */
+  check(arm, reward) {
+    if (!Number.isInteger(arm) || arm < 0 || arm >= this.nArms) throw new RangeError(`arm ${arm}: must be in [0, ${this.nArms - 1}]`);
+    return reportReward(reward, this.rewards, this.rewardRange);
+  }
+  /** The report of this activation, on record and saved before it is sent; null when none is
+   * to be sent (B sent, one pending, or the experiment decided). */
+  decide(arm, reward, uRound, uFlip) {
+    const unit = this.check(arm, reward);
+    if (this.record.privatePending !== null || this.sent >= this.budget || this.decided) return null;
+    const report = { arm, bit: privatize(this.dpEpsilon, unit, uRound, uFlip), seq: this.sent + 1 };
+    this.record.privatePending = [report.arm, report.bit, report.seq];
+    this.persist();
+    return report;
+  }
+  /** Send the pending report and record the answer (counted, duplicate, or a 409: dropped, its
+   * number used); the outcome, null if none was pending. */
+  *deliver() {
+    const pending = this.record.privatePending;
+    if (pending === null) return null;
+    const [arm, bit, seq] = pending;
+    let outcome;
+    try {
+      const reply = yield message("private_report", this.experiment, this.record.token, { arm, bit, seq });
+      outcome = String(reply.outcome);
+      this.record.privateSent = Math.max(this.sent, Number(reply.sent));
+    } catch (err) {
+      if (!(err instanceof CoordinatorError) || err.status !== 409) throw err;
+      outcome = "refused";
+      if (err.detail.includes("decided")) this.closed = true;
+    }
+    this.record.privateSent = Math.max(this.sent, seq);
+    this.record.privatePending = null;
+    this.persist();
+    this.outcomes[outcome] = (this.outcomes[outcome] ?? 0) + 1;
+    return outcome;
+  }
+};
+var PrivateAgent = class _PrivateAgent {
+  constructor(client, view, record, store, document, etag, draws) {
+    this.client = client;
+    this.view = view;
+    this.record = record;
+    this.store = store;
+    this.draws = draws;
+    this.resumed = false;
+    this.gone = false;
+    this.closed = false;
+    this.queue = Promise.resolve();
+    this.change = null;
+    this.waiters = [];
+    this.listeners = /* @__PURE__ */ new Set();
+    this.unsubscribe = null;
+    this.releaseFollower = null;
+    this.etag = etag;
+    this.protocol = new PrivateProtocol(view.experiment, record, () => this.persist(), document);
+    this.transport = clientTransport(client);
+  }
+  /** Called by `enroll` for an LDP experiment (its document just read, the agent restored or
+   * enrolled); a report pending from the last run is sent again. */
+  static async open(options, client, view, record, store, resumed, document, etag, draws = cryptoDraws()) {
+    const agent = new _PrivateAgent(client, view, record, store, document, etag, draws);
+    agent.resumed = resumed;
+    if (options.follow ?? true) {
+      const { follower, release } = shareFollower(options.coordinator, options.experiment, {
+        pollMs: options.pollMs,
+        timeoutMs: options.timeoutMs,
+        retryMaxMs: Math.max(options.retryMaxMs ?? 3e4, 6e4)
+      });
+      agent.follow(follower, release);
+    }
+    if (resumed) await agent.resendPending();
+    return agent;
+  }
+  // -- what the application calls -----------------------------------------------------------
+  /** One arm: the identified one, else drawn from the allocation as last read, with the
+   * device's own uniform. Throws ExperimentGone if the experiment was deleted. */
+  choose() {
+    this.check();
+    this.catchUp();
+    if (this.gone) throw new ExperimentGone(this.view.experiment);
+    return [this.protocol.choose(this.draws.random())];
+  }
+  /** The reward of the arm `choose` gave: privatized and reported while reports are left; the
+   * arms reported now ([arm], or [] once spent or decided; a report an earlier call could not
+   * deliver is sent first, in its place). A reward the experiment does not
+   * take is refused (RangeError), nothing sent. Afterwards the allocation is read again (while
+   * reports are left), so that the next `choose` draws from the current one. */
+  async observe(arms, rewards) {
+    if (!Array.isArray(arms) || !Array.isArray(rewards) || arms.length !== 1 || rewards.length !== 1) {
+      throw new TypeError("observe(arms, rewards): the one arm choose() gave, and its reward");
+    }
+    this.check();
+    const [arm] = arms;
+    const [reward] = rewards;
+    this.protocol.check(arm, reward);
+    if (this.gone) throw new ExperimentGone(this.view.experiment);
+    this.protocol.decide(arm, reward, this.draws.random(), this.draws.random());
+    const pending = this.record.privatePending;
+    if (pending === null) return [];
+    const outcome = await this.run(() => run(this.protocol.deliver(), this.transport));
+    if (!this.protocol.spent && !this.protocol.decided) await this.refresh();
+    if (this.gone) throw new ExperimentGone(this.view.experiment);
+    return outcome === "counted" || outcome === "duplicate" ? [pending[0]] : [];
+  }
+  /** Read the experiment document now (If-None-Match); true if it changed. */
+  refresh() {
+    return this.run(() => this.read());
+  }
+  /** Resolves once every report decided so far is answered and saved. */
+  async flush() {
+    await this.queue;
+    await this.store.flush();
+  }
+  /** Resolves true at the next change the follower learns of, false after `timeoutMs`. */
+  waitForChange(timeoutMs = 3e4) {
+    if (this.change !== null) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+      const timer = setTimeout(() => {
+        this.waiters = this.waiters.filter((w) => w !== wake);
+        resolve(false);
+      }, timeoutMs);
+      this.waiters.push(wake);
+    });
+  }
+  /** Calls `listener(agent)` at each change the follower learns of; returns what stops it. */
+  onChange(listener) {
+    this.listeners.add(listener);
+    return () => {
+      this.listeners.delete(listener);
+    };
+  }
+  async close() {
+    if (this.closed) return;
+    this.closed = true;
+    this.unsubscribe?.();
+    this.releaseFollower?.();
+    for (const wake of this.waiters.splice(0)) wake();
+    this.client.close();
+    await this.queue.catch(() => void 0);
+    this.persist();
+    await this.store.flush().catch(() => void 0);
+    await this.store.release();
+  }
+  // -- what the application may read --------------------------------------------------------
+  get experiment() {
+    return this.view.experiment;
+  }
+  get agentId() {
+    return this.record.agentId;
+  }
+  get arms() {
+    return this.view.arms.slice();
+  }
+  get remaining() {
+    this.catchUp();
+    return Array.from(this.protocol.remaining).sort((a, b) => a - b);
+  }
+  /** exploring, identified, or deleted (as far as this device read). */
+  get status() {
+    this.catchUp();
+    return this.gone ? "deleted" : this.protocol.status;
+  }
+  get bestArm() {
+    const remaining = this.remaining;
+    return remaining.length === 1 ? remaining[0] : null;
+  }
+  /** Nothing more to send: decided (or deleted), or every report sent. */
+  get done() {
+    this.catchUp();
+    return this.gone || this.protocol.decided || this.protocol.spent;
+  }
+  /** Every report sent: choose still gives an arm, nothing more leaves. */
+  get settled() {
+    return this.protocol.spent;
+  }
+  get reported() {
+    return this.protocol.sent > 0 || this.record.privatePending !== null;
+  }
+  /** Reports sent and answered (counted, or refused: each a release). */
+  get sent() {
+    return this.protocol.sent;
+  }
+  /** Reports it may still send: B less those sent and the one pending. */
+  get reportsLeft() {
+    return this.protocol.reportsLeft;
+  }
+  get allocation() {
+    return this.protocol.allocation.slice();
+  }
+  /** Every arm's estimate (reports, mean, ci) as last read. */
+  get estimates() {
+    this.catchUp();
+    return this.protocol.estimates;
+  }
+  get lift() {
+    return this.protocol.lift;
+  }
+  // -- inside -------------------------------------------------------------------------------
+  check() {
+    if (this.closed) throw new Error("this agent is closed");
+  }
+  run(work) {
+    const next = this.queue.then(work).catch((err) => {
+      if (err instanceof CoordinatorError && err.status === 404) {
+        this.gone = true;
+        return void 0;
+      }
+      throw err;
+    });
+    this.queue = next.catch(() => void 0);
+    return next;
+  }
+  resendPending() {
+    return this.run(() => run(this.protocol.deliver(), this.transport));
+  }
+  async read() {
+    const seq = nextSeq();
+    const reply = await this.client.experimentIfChanged(this.view.experiment, this.etag);
+    if (reply.status === 304 || reply.body === null) return false;
+    this.etag = reply.etag;
+    this.view.update(reply.body, seq);
+    if (this.view.replaced) {
+      this.gone = true;
+      return false;
+    }
+    this.protocol.update(reply.body);
+    return true;
+  }
+  follow(follower, release) {
+    this.releaseFollower = release;
+    if (follower.latest !== null) this.change = follower.latest;
+    this.unsubscribe = follower.subscribe((change) => {
+      this.change = change;
+      for (const wake of this.waiters.splice(0)) wake();
+      this.catchUp();
+    });
+  }
+  /** A change the follower saw: the deletion, or the document read again (its allocation,
+   * estimates), then the listeners called. */
+  catchUp() {
+    if (this.closed) return;
+    const change = this.change;
+    this.change = null;
+    if (change === null || this.gone) return;
+    if (change.state === null) {
+      this.gone = true;
+      this.notify();
+      return;
+    }
+    this.run(() => this.read()).then(() => this.notify()).catch(() => void 0);
+  }
+  notify() {
+    for (const listener of Array.from(this.listeners)) {
+      try {
+        listener(this);
+      } catch (err) {
+        console.error("dexp: an onChange listener failed", err);
+      }
+    }
+  }
+  /** Save the record (credentials, reports sent, the pending report). */
+  persist() {
+    this.store.save(this.record.toSaved(this.view.experiment, this.view.createdAt, void 0));
   }
 };
 
@@ -1775,7 +2167,10 @@ var GlobalView = class _GlobalView {
   }
   static async fetch(client, experiment) {
     const seq = nextSeq();
-    const state = await client.experiment(experiment);
+    return _GlobalView.of(experiment, await client.experiment(experiment), seq);
+  }
+  /** The view of a document read (GET /v1/experiments/{id}) after sequence number `seq`. */
+  static of(experiment, state, seq) {
     const view = new _GlobalView(
       experiment,
       state.arms.map(String),
@@ -1870,8 +2265,8 @@ function sameSet(a, b) {
 
 // src/device.ts
 var EnrollmentRefused = class extends Error {
-  constructor(message) {
-    super(message);
+  constructor(message2) {
+    super(message2);
     this.name = "EnrollmentRefused";
   }
 };
@@ -1934,37 +2329,16 @@ var DeviceAgent = class _DeviceAgent {
     try {
       await store.lock();
       locked = true;
-      const view = await GlobalView.fetch(client, options.experiment);
+      const seq = nextSeq();
+      const read = await client.experimentIfChanged(options.experiment, null);
+      const view = GlobalView.of(options.experiment, read.body, seq);
+      if (view.params.algorithm === "ldp") {
+        const { saved: saved2, record: record2 } = await restoreOrEnroll(client, view, store, options.ticket);
+        return await PrivateAgent.open(options, client, view, record2, store, saved2 !== null, read.body, read.etag, draws);
+      }
       const spec = view.spec;
       subroutineClass(spec.subroutine);
-      let saved = await store.load();
-      if (saved !== null && saved.experiment !== view.experiment) {
-        throw new EnrollmentRefused(
-          `${store.where} holds an agent of experiment ${saved.experiment}, not ${view.experiment}: give each experiment its own storageKey`
-        );
-      }
-      if (saved !== null && saved.created_at !== view.createdAt) saved = null;
-      if (saved !== null) {
-        try {
-          await client.me(saved.token);
-        } catch (err) {
-          if (!(err instanceof CoordinatorError) || err.status !== 401) throw err;
-          if (!options.ticket) {
-            throw new EnrollmentRefused(
-              `the coordinator no longer knows agent ${saved.agent_id} (401: its data was lost): enroll a new agent with a new ticket`
-            );
-          }
-          saved = null;
-        }
-      }
-      let record;
-      if (saved !== null) {
-        record = AgentRecord.fromSaved(saved);
-      } else {
-        record = new AgentRecord(...await enrollWith(client, view, options.ticket, store.where));
-        store.save(record.toSaved(view.experiment, view.createdAt, void 0));
-        await store.flush();
-      }
+      const { saved, record } = await restoreOrEnroll(client, view, store, options.ticket);
       const local = saved?.local !== void 0 ? LocalAgent.fromState(spec, saved.local, draws) : new LocalAgent(spec, draws);
       if (saved?.local === void 0) local.epoch = view.epoch;
       for (const arm of record.decided(local.epoch)) local.voted.add(arm);
@@ -2285,6 +2659,33 @@ var DeviceAgent = class _DeviceAgent {
     await this.exchange(this.protocol.reconcile(now));
   }
 };
+async function restoreOrEnroll(client, view, store, ticket) {
+  let saved = await store.load();
+  if (saved !== null && saved.experiment !== view.experiment) {
+    throw new EnrollmentRefused(
+      `${store.where} holds an agent of experiment ${saved.experiment}, not ${view.experiment}: give each experiment its own storageKey`
+    );
+  }
+  if (saved !== null && saved.created_at !== view.createdAt) saved = null;
+  if (saved !== null) {
+    try {
+      await client.me(saved.token);
+    } catch (err) {
+      if (!(err instanceof CoordinatorError) || err.status !== 401) throw err;
+      if (!ticket) {
+        throw new EnrollmentRefused(
+          `the coordinator no longer knows agent ${saved.agent_id} (401: its data was lost): enroll a new agent with a new ticket`
+        );
+      }
+      saved = null;
+    }
+  }
+  if (saved !== null) return { saved, record: AgentRecord.fromSaved(saved) };
+  const record = new AgentRecord(...await enrollWith(client, view, ticket, store.where));
+  store.save(record.toSaved(view.experiment, view.createdAt, void 0));
+  await store.flush();
+  return { saved: null, record };
+}
 async function enrollWith(client, view, ticket, where) {
   if (!ticket) {
     throw new EnrollmentRefused(
@@ -2331,6 +2732,8 @@ export {
   LUCB,
   LocalAgent,
   MemoryStore,
+  PrivateAgent,
+  PrivateProtocol,
   RateLimited,
   SER3,
   SER4,
@@ -2349,21 +2752,28 @@ export {
   defaultStore,
   dpEliminationGap,
   dpEpochLength,
+  drawArm,
   eliminationLevel,
   eliminationRadius,
   enroll,
   inertDraws,
+  keepProbability,
   klBernoulli,
   klLower,
   klLucbLevel,
   klUpper,
   lucbRadius,
+  message,
+  privatize,
   randomize,
   replayDraws,
   reportProbabilities,
+  reportReward,
+  restoreOrEnroll,
   run,
   samplesPerArm,
   shareFollower,
   stitchedRadius,
-  subroutineClass
+  subroutineClass,
+  unitReward
 };

@@ -20,11 +20,12 @@
 import { type AgentState, LocalAgent } from "./agent.js";
 import { cryptoDraws, type Draws } from "./draws.js";
 import { subroutineClass } from "./subroutines.js";
-import { type Change, type GlobalSetFollower, shareFollower } from "./follower.js";
+import { type Change, type GlobalSetFollower, nextSeq, shareFollower } from "./follower.js";
 import { CoordinatorClient, CoordinatorError } from "./http.js";
 import { clientTransport, DeviceProtocol, type Exchange, run, type Transport } from "./protocol.js";
 import { AgentRecord } from "./record.js";
-import { defaultStore, MemoryStore, type StateStore } from "./storage.js";
+import { PrivateAgent } from "./private.js";
+import { defaultStore, MemoryStore, type SavedAgent, type StateStore } from "./storage.js";
 import { GlobalView, type Status } from "./view.js";
 
 export class EnrollmentRefused extends Error {
@@ -125,7 +126,7 @@ export class DeviceAgent {
   }
 
   /** See the module's doc and `enroll`. */
-  static async start(options: EnrollOptions): Promise<DeviceAgent> {
+  static async start(options: EnrollOptions): Promise<DeviceAgent | PrivateAgent> {
     const client = new CoordinatorClient(options.coordinator, { timeoutMs: options.timeoutMs, retryMaxMs: options.retryMaxMs });
     const store = options.storage ?? (options.storageKey || options.stateFile ? defaultStore(options.storageKey ?? "dexp-agent", options.stateFile, options.lockWaitMs) : new MemoryStore());
     const draws = options.draws ?? cryptoDraws();
@@ -133,37 +134,16 @@ export class DeviceAgent {
     try {
       await store.lock();
       locked = true;
-      const view = await GlobalView.fetch(client, options.experiment);
+      const seq = nextSeq();
+      const read = await client.experimentIfChanged(options.experiment, null);
+      const view = GlobalView.of(options.experiment, read.body, seq);
+      if (view.params.algorithm === "ldp") {
+        const { saved, record } = await restoreOrEnroll(client, view, store, options.ticket);
+        return await PrivateAgent.open(options, client, view, record, store, saved !== null, read.body, read.etag, draws);
+      }
       const spec = view.spec;
       subroutineClass(spec.subroutine); // one this SDK cannot run: refused before a ticket is used
-      let saved = await store.load();
-      if (saved !== null && saved.experiment !== view.experiment) {
-        throw new EnrollmentRefused(
-          `${store.where} holds an agent of experiment ${saved.experiment}, not ${view.experiment}: give each experiment its own storageKey`,
-        );
-      }
-      if (saved !== null && saved.created_at !== view.createdAt) saved = null; // deleted and created again
-      if (saved !== null) {
-        try {
-          await client.me(saved.token);
-        } catch (err) {
-          if (!(err instanceof CoordinatorError) || err.status !== 401) throw err;
-          if (!options.ticket) {
-            throw new EnrollmentRefused(
-              `the coordinator no longer knows agent ${saved.agent_id} (401: its data was lost): enroll a new agent with a new ticket`,
-            );
-          }
-          saved = null;
-        }
-      }
-      let record: AgentRecord;
-      if (saved !== null) {
-        record = AgentRecord.fromSaved(saved);
-      } else {
-        record = new AgentRecord(...(await enrollWith(client, view, options.ticket, store.where)));
-        store.save(record.toSaved(view.experiment, view.createdAt, undefined)); // before anything else
-        await store.flush();
-      }
+      const { saved, record } = await restoreOrEnroll(client, view, store, options.ticket);
       const local =
         saved?.local !== undefined ? LocalAgent.fromState(spec, saved.local as AgentState, draws) : new LocalAgent(spec, draws);
       if (saved?.local === undefined) local.epoch = view.epoch;
@@ -531,6 +511,41 @@ export class DeviceAgent {
   }
 }
 
+/** The agent saved in `store` if it is one of this experiment the coordinator still knows, else
+ * a new one enrolled with `ticket` and saved before anything else; `saved` null when new. */
+export async function restoreOrEnroll(
+  client: CoordinatorClient,
+  view: GlobalView,
+  store: StateStore,
+  ticket: string | undefined,
+): Promise<{ saved: SavedAgent | null; record: AgentRecord }> {
+  let saved = await store.load();
+  if (saved !== null && saved.experiment !== view.experiment) {
+    throw new EnrollmentRefused(
+      `${store.where} holds an agent of experiment ${saved.experiment}, not ${view.experiment}: give each experiment its own storageKey`,
+    );
+  }
+  if (saved !== null && saved.created_at !== view.createdAt) saved = null; // deleted and created again
+  if (saved !== null) {
+    try {
+      await client.me(saved.token);
+    } catch (err) {
+      if (!(err instanceof CoordinatorError) || err.status !== 401) throw err;
+      if (!ticket) {
+        throw new EnrollmentRefused(
+          `the coordinator no longer knows agent ${saved.agent_id} (401: its data was lost): enroll a new agent with a new ticket`,
+        );
+      }
+      saved = null;
+    }
+  }
+  if (saved !== null) return { saved, record: AgentRecord.fromSaved(saved) };
+  const record = new AgentRecord(...(await enrollWith(client, view, ticket, store.where)));
+  store.save(record.toSaved(view.experiment, view.createdAt, undefined)); // before anything else
+  await store.flush();
+  return { saved: null, record };
+}
+
 async function enrollWith(
   client: CoordinatorClient,
   view: GlobalView,
@@ -558,7 +573,9 @@ async function enrollWith(
 }
 
 /** The agent saved under `storageKey` if it is one of this experiment, else a new one enrolled
- * with `ticket` and saved there before anything else. See DeviceAgent. */
-export function enroll(options: EnrollOptions): Promise<DeviceAgent> {
+ * with `ticket` and saved there before anything else. See DeviceAgent; in an LDP experiment
+ * (`algorithm: "ldp"`) a PrivateAgent (private.ts): one arm drawn from the allocation, one
+ * private report per activation. */
+export function enroll(options: EnrollOptions): Promise<DeviceAgent | PrivateAgent> {
   return DeviceAgent.start(options);
 }

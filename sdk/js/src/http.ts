@@ -206,6 +206,12 @@ export class CoordinatorClient {
     return this.json("POST", `/v1/experiments/${experiment}/report`, token, { arm });
   }
 
+  /** LDP: report number `seq` (1..B), the arm played and its privatized bit. A retry is a
+   * duplicate (nothing changes). */
+  privateReport(experiment: string, token: string, arm: number, bit: number, seq: number): Promise<any> {
+    return this.json("POST", `/v1/experiments/${experiment}/reports`, token, { arm, bit, seq });
+  }
+
   settled(experiment: string, token: string, epoch: number): Promise<any> {
     return this.json("POST", `/v1/experiments/${experiment}/settled`, token, { epoch });
   }

@@ -16,7 +16,7 @@ import type { GlobalView } from "./view.js";
 
 /** One request to the coordinator; `kind` names the CoordinatorClient method that sends it. */
 export interface Message {
-  kind: "state" | "vote" | "report" | "settled" | "reset" | "me";
+  kind: "state" | "vote" | "report" | "private_report" | "settled" | "reset" | "me";
   experiment: string;
   method: string;
   path: string;
@@ -31,6 +31,7 @@ const ROUTES: Record<Message["kind"], [string, string]> = {
   state: ["GET", ""],
   vote: ["POST", "/votes"],
   report: ["POST", "/report"],
+  private_report: ["POST", "/reports"], // LDP (private.ts)
   settled: ["POST", "/settled"],
   reset: ["POST", "/reset"],
   me: ["GET", "/v1/agents/me"],
@@ -68,6 +69,8 @@ export function clientTransport(client: CoordinatorClient): Transport {
         return client.vote(m.experiment, token, body.arm, body.epoch, body.epoch_started_at ?? null);
       case "report":
         return client.report(m.experiment, token, body.arm);
+      case "private_report":
+        return client.privateReport(m.experiment, token, body.arm, body.bit, body.seq);
       case "settled":
         return client.settled(m.experiment, token, body.epoch);
       case "reset":
@@ -83,6 +86,13 @@ export interface ProtocolHooks {
   lostEpoch: () => void;
   /** U(0, 1), for the slow check's period (reconcileMs x U(0.5, 1.5)). */
   jitter: () => number;
+}
+
+/** The message of `kind` (see ROUTES) about `experiment` (agent/protocol.py's `message`). */
+export function message(kind: Message["kind"], experiment: string, token: string | null, body: Record<string, unknown> | null = null): Message {
+  const [method, tail] = ROUTES[kind];
+  const path = kind === "me" ? tail : `/v1/experiments/${experiment}${tail}`;
+  return { kind, experiment, method, path, body, token };
 }
 
 /** One agent's side of the protocol (agent/protocol.py DeviceProtocol). */
@@ -109,9 +119,7 @@ export class DeviceProtocol {
 
   /** The message of `kind` (see ROUTES), with this agent's token but for a state read. */
   message(kind: Message["kind"], body: Record<string, unknown> | null = null): Message {
-    const [method, tail] = ROUTES[kind];
-    const path = kind === "me" ? tail : `/v1/experiments/${this.view.experiment}${tail}`;
-    return { kind, experiment: this.view.experiment, method, path, body, token: kind === "state" ? null : this.record.token };
+    return message(kind, this.view.experiment, kind === "state" ? null : this.record.token, body);
   }
 
   /** Read the global state again; true if the global set changed. */

@@ -24,6 +24,10 @@ export class AgentRecord {
   epochStarts = new Map<number, number>();
   report: number | null = null;
   reportOutcome: string | null = null;
+  /** LDP (private.ts): reports sent and answered, and the one decided and not seen answered,
+   * [arm, bit, seq]: saved before it is sent, so a reload sends that same report again. */
+  privateSent = 0;
+  privatePending: [number, number, number] | null = null;
 
   constructor(
     readonly agentId: string,
@@ -36,6 +40,11 @@ export class AgentRecord {
     record.pending = (saved.pending ?? []).map(([arm, epoch]) => [arm, epoch]);
     for (const [epoch, start] of Object.entries(saved.epoch_starts ?? {})) record.epochStarts.set(Number(epoch), start);
     if (saved.report) [record.report, record.reportOutcome] = saved.report;
+    if (saved.private) {
+      record.privateSent = Number(saved.private.sent ?? 0);
+      const pending = saved.private.pending;
+      record.privatePending = pending ? [Number(pending[0]), Number(pending[1]), Number(pending[2])] : null;
+    }
     return record;
   }
 
@@ -51,6 +60,9 @@ export class AgentRecord {
       epoch_starts: Object.fromEntries(Array.from(this.epochStarts, ([e, s]) => [String(e), s])),
     };
     if (this.report !== null) saved.report = [this.report, this.reportOutcome];
+    if (this.privateSent > 0 || this.privatePending !== null) {
+      saved.private = { sent: this.privateSent, pending: this.privatePending === null ? null : [...this.privatePending] };
+    }
     if (local !== undefined) saved.local = local;
     return saved;
   }

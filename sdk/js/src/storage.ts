@@ -2,7 +2,8 @@
  * Where a device keeps its agent between runs: `localStorage` in a browser, a JSON file in Node.
  * What is kept: the experiment and its creation time, the agent id and token (a bearer
  * credential: whoever copies it votes as this agent), its votes (acknowledged with their outcome,
- * pending: written before they are sent), CDE's report once drawn, and the local statistics
+ * pending: written before they are sent), CDE's report once drawn, LDP's reports (how many were
+ * sent, and the pending one: arm, bit, number), and the local statistics
  * (counts and means of the arms it played; they stay on the device, as everything here). A reload
  * or a restart reads it back and is the same agent: no new enrollment, no vote decided twice.
  *
@@ -21,6 +22,8 @@ export interface SavedAgent {
   pending: [number, number][];
   epoch_starts: Record<string, number>;
   report?: [number, string | null];
+  /** LDP: reports sent, and the pending one [arm, bit, seq] (agent/state.py's `private`). */
+  private?: { sent: number; pending: [number, number, number] | null };
   local?: unknown;
 }
 

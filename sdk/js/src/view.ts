@@ -89,7 +89,11 @@ export class GlobalView {
 
   static async fetch(client: CoordinatorClient, experiment: string): Promise<GlobalView> {
     const seq = nextSeq();
-    const state = await client.experiment(experiment);
+    return GlobalView.of(experiment, await client.experiment(experiment), seq);
+  }
+
+  /** The view of a document read (GET /v1/experiments/{id}) after sequence number `seq`. */
+  static of(experiment: string, state: Record<string, any>, seq: number): GlobalView {
     const view = new GlobalView(
       experiment,
       state.arms.map(String),

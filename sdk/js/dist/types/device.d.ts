@@ -22,7 +22,8 @@ import { type Draws } from "./draws.js";
 import { CoordinatorClient } from "./http.js";
 import { DeviceProtocol } from "./protocol.js";
 import { AgentRecord } from "./record.js";
-import { type StateStore } from "./storage.js";
+import { PrivateAgent } from "./private.js";
+import { type SavedAgent, type StateStore } from "./storage.js";
 import { GlobalView, type Status } from "./view.js";
 export declare class EnrollmentRefused extends Error {
     constructor(message: string);
@@ -88,7 +89,7 @@ export declare class DeviceAgent {
     get resetsLimited(): number;
     get checks(): number;
     /** See the module's doc and `enroll`. */
-    static start(options: EnrollOptions): Promise<DeviceAgent>;
+    static start(options: EnrollOptions): Promise<DeviceAgent | PrivateAgent>;
     private follow;
     private readonly listeners;
     /** Calls `listener(agent)` at each change of the global set the follower learns of (an arm
@@ -168,6 +169,14 @@ export declare class DeviceAgent {
     /** If checkReason says so: GET /v1/agents/me, and the acknowledged votes it lacks sent again. */
     private reconcile;
 }
+/** The agent saved in `store` if it is one of this experiment the coordinator still knows, else
+ * a new one enrolled with `ticket` and saved before anything else; `saved` null when new. */
+export declare function restoreOrEnroll(client: CoordinatorClient, view: GlobalView, store: StateStore, ticket: string | undefined): Promise<{
+    saved: SavedAgent | null;
+    record: AgentRecord;
+}>;
 /** The agent saved under `storageKey` if it is one of this experiment, else a new one enrolled
- * with `ticket` and saved there before anything else. See DeviceAgent. */
-export declare function enroll(options: EnrollOptions): Promise<DeviceAgent>;
+ * with `ticket` and saved there before anything else. See DeviceAgent; in an LDP experiment
+ * (`algorithm: "ldp"`) a PrivateAgent (private.ts): one arm drawn from the allocation, one
+ * private report per activation. */
+export declare function enroll(options: EnrollOptions): Promise<DeviceAgent | PrivateAgent>;

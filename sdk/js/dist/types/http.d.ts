@@ -65,6 +65,9 @@ export declare class CoordinatorClient {
     me(token: string): Promise<any>;
     vote(experiment: string, token: string, arm: number, epoch: number, startedAt: number | null): Promise<any>;
     report(experiment: string, token: string, arm: number): Promise<any>;
+    /** LDP: report number `seq` (1..B), the arm played and its privatized bit. A retry is a
+     * duplicate (nothing changes). */
+    privateReport(experiment: string, token: string, arm: number, bit: number, seq: number): Promise<any>;
     settled(experiment: string, token: string, epoch: number): Promise<any>;
     /** DSER4's reset; null if the coordinator rate-limits resets (429): not waited for. */
     reset(experiment: string, token: string, epoch: number): Promise<any | null>;

@@ -1,4 +1,5 @@
-/** @dexp/agent: the local side of dexp's agents (votes, never rewards), for browsers and Node. */
+/** @dexp/agent: the local side of dexp's agents (votes, never rewards; LDP's private reports), for
+ * browsers and Node. */
 export { cryptoDraws, inertDraws, replayDraws } from "./draws.js";
 export type { Draw, Draws } from "./draws.js";
 export { LocalAgent, randomize, reportProbabilities } from "./agent.js";
@@ -7,7 +8,9 @@ export { ArmSelection, DEFAULT_PARAMS, DPSuccessiveElimination, FixedBudget, KLL
 export type { LocalParams, SubroutineState } from "./subroutines.js";
 export { dpEliminationGap, dpEpochLength, eliminationLevel, eliminationRadius, klBernoulli, klLower, klLucbLevel, klUpper, lucbRadius, samplesPerArm, stitchedRadius, } from "./radius.js";
 export { VERSION } from "./version.js";
-export { DeviceAgent, EnrollmentRefused, ExperimentGone, enroll } from "./device.js";
+export { DeviceAgent, EnrollmentRefused, ExperimentGone, enroll, restoreOrEnroll } from "./device.js";
+export { PrivateAgent, PrivateProtocol, drawArm, keepProbability, privatize, reportReward, unitReward } from "./private.js";
+export type { PrivateReport } from "./private.js";
 export type { EnrollOptions } from "./device.js";
 export { ClientClosed, CoordinatorClient, CoordinatorError, RateLimited, coordinatorUrls } from "./http.js";
 export { GlobalSetFollower, SSEParser, shareFollower } from "./follower.js";
@@ -17,5 +20,5 @@ export type { SavedAgent, StateStore } from "./storage.js";
 export { GlobalView, agentSpec, corruptedLocalConfidence } from "./view.js";
 export type { Status } from "./view.js";
 export { AgentRecord } from "./record.js";
-export { DeviceProtocol, clientTransport, run } from "./protocol.js";
+export { DeviceProtocol, clientTransport, message, run } from "./protocol.js";
 export type { Exchange, Message, ProtocolHooks, Transport } from "./protocol.js";

@@ -3,7 +3,7 @@ import { type AgentRecord } from "./record.js";
 import type { GlobalView } from "./view.js";
 /** One request to the coordinator; `kind` names the CoordinatorClient method that sends it. */
 export interface Message {
-    kind: "state" | "vote" | "report" | "settled" | "reset" | "me";
+    kind: "state" | "vote" | "report" | "private_report" | "settled" | "reset" | "me";
     experiment: string;
     method: string;
     path: string;
@@ -25,6 +25,8 @@ export interface ProtocolHooks {
     /** U(0, 1), for the slow check's period (reconcileMs x U(0.5, 1.5)). */
     jitter: () => number;
 }
+/** The message of `kind` (see ROUTES) about `experiment` (agent/protocol.py's `message`). */
+export declare function message(kind: Message["kind"], experiment: string, token: string | null, body?: Record<string, unknown> | null): Message;
 /** One agent's side of the protocol (agent/protocol.py DeviceProtocol). */
 export declare class DeviceProtocol {
     readonly view: GlobalView;

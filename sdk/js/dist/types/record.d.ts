@@ -23,6 +23,10 @@ export declare class AgentRecord {
     epochStarts: Map<number, number>;
     report: number | null;
     reportOutcome: string | null;
+    /** LDP (private.ts): reports sent and answered, and the one decided and not seen answered,
+     * [arm, bit, seq]: saved before it is sent, so a reload sends that same report again. */
+    privateSent: number;
+    privatePending: [number, number, number] | null;
     constructor(agentId: string, token: string);
     static fromSaved(saved: SavedAgent): AgentRecord;
     toSaved(experiment: string, createdAt: number, local: AgentState | undefined): SavedAgent;

@@ -45,6 +45,8 @@ export declare class GlobalView {
     /** CDE: the T the experiment published, which its agents play; null: none published. */
     pullsPerArm?: number | null);
     static fetch(client: CoordinatorClient, experiment: string): Promise<GlobalView>;
+    /** The view of a document read (GET /v1/experiments/{id}) after sequence number `seq`. */
+    static of(experiment: string, state: Record<string, any>, seq: number): GlobalView;
     get spec(): AgentSpec;
     get bernoulli(): boolean;
     get globalReset(): boolean;
