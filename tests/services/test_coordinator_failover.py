@@ -48,7 +48,12 @@ def coordinator_env(redis_url: str, port: int) -> dict[str, str]:
         "DEXP_EXPERIMENT": EXPERIMENT,
         "DEXP_ARMS": ",".join(ARMS),
         "DEXP_LOG_LEVEL": "warning",
-        **{f"DEXP_{k.upper()}": str(v) for k, v in CONFIG.__dict__.items()},
+        # every algorithm setting but LDP's B, which the coordinator refuses for a voting one
+        **{
+            f"DEXP_{k.upper()}": str(v)
+            for k, v in CONFIG.__dict__.items()
+            if k != "reports_per_agent"
+        },
     }
 
 
