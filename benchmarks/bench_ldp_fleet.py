@@ -87,7 +87,7 @@ from common.ldp import Mechanism
 
 LDP, REPORTS, VOTES = "ldp", "reports", "votes"
 EPSILON, DELTA = 0.05, 0.05  # the LDP experiment's accuracy and failure probability
-SHARE = 0.45  # dp_epsilon is chosen so that identification needs this share of the devices' reports
+SHARE = 0.5  # dp_epsilon is chosen so that identification needs this share of the devices' reports
 WORKERS = 2 * POOL  # devices in their visit at once, per client process
 COMPARE_ARMS = 4  # the vote experiment's arms (each vote agent votes once on each)
 
@@ -578,16 +578,17 @@ def main() -> None:
     parser.add_argument("--means", default="0.8,0.6,0.5,0.4", help="Bernoulli means of the arms")
     parser.add_argument(
         "--dp-epsilon", type=float, default=None,
-        help="one report's privacy (default: chosen so that about 45%% of the devices' reports "
+        help="one report's privacy (default: chosen so that about half of the devices' reports "
         "identify the best arm, by common.simulation.ldp's engine)",
     )  # fmt: skip
     parser.add_argument("--sizing-runs", type=int, default=3, help="engine runs for the choice")
     parser.add_argument(
-        "--compare", type=int, default=20_000, help="reports, and votes, in phase 3 (0: none)"
+        "--compare", type=int, default=10_000, help="reports, and votes, in phase 3 (0: none)"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=900.0, help="per phase, seconds")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    parser.add_argument("--profile", metavar="FILE", help="run the coordinator under cProfile")
     args = parser.parse_args()
     means = [float(m) for m in args.means.split(",")]
     figures: dict[str, Any] = {"machine": machine(), "configuration": vars(args)}
@@ -609,7 +610,7 @@ def main() -> None:
         saved = dict(os.environ)
         try:
             os.environ.update(environment)
-            server, url = start_coordinator(redis_url, None)
+            server, url = start_coordinator(redis_url, args.profile)
             for name in redis_variables(dict(os.environ)):  # nothing of Redis for the clients
                 del os.environ[name]
             clients = Clients(url, args.processes, client_main)
