@@ -50,7 +50,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,6 @@ from bench_vote_path import (
 
 from common.agent import AgentSpec, LocalAgent
 from common.algorithms import AlgorithmConfig
-from coordinator.settings import Settings
 
 PROBE, FLEET = "probe", "fleet"
 PROBE_ETA, PROBE_DELTA = 0.5, 0.05  # M = 5: a few votes remove a probe arm
@@ -121,10 +120,21 @@ class Pool:
     ) -> tuple[int, bytes, float, float]:
         """(status, body, Retry-After in seconds (1 when absent), seconds on the wire: from the
         request's first byte sent to its answer's last byte read, the wait for a slot excluded)."""
+        head_bytes, answer, _, took = await self.exchange(method, path, token, body)
+        return int(head_bytes[9:12]), answer, retry_after(head_bytes), took
+
+    async def exchange(
+        self, method: str, path: str, token: str = "", body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[bytes, bytes, float, float]:  # fmt: skip
+        """(the answer's head, its body, when the request's first byte was sent (time.time()),
+        seconds on the wire), with `headers` added to the request's."""
         payload = json.dumps(body).encode() if body is not None else b""
         head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
         if token:
             head += f"Authorization: Bearer {token}\r\n"
+        for name, value in (headers or {}).items():
+            head += f"{name}: {value}\r\n"
         if body is not None:
             head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
         raw = (head + "\r\n").encode() + payload
@@ -133,7 +143,7 @@ class Pool:
                 reader, writer = self.idle.pop()
             else:
                 reader, writer = await asyncio.open_connection(self.host, self.port)
-            sent = time.perf_counter()
+            sent, wall = time.perf_counter(), time.time()
             try:
                 writer.write(raw)
                 head_bytes, answer = await read_response(reader)
@@ -144,8 +154,7 @@ class Pool:
                 writer.close()
             else:
                 self.idle.append((reader, writer))
-            took = time.perf_counter() - sent
-            return int(head_bytes[9:12]), answer, retry_after(head_bytes), took
+            return head_bytes, answer, wall, time.perf_counter() - sent
 
     def close(self) -> None:
         for _, writer in self.idle:
@@ -443,15 +452,21 @@ async def client_main(number: int, url: str, commands: Connection) -> None:
     assert "redis" not in sys.modules, "a client process imported a Redis client"
 
 
-def client_process(number: int, url: str, commands: Connection) -> None:
-    """Entry point of a client process (spawned: a fresh interpreter)."""
+ClientMain = Callable[[int, str, Connection], Coroutine[Any, Any, None]]
+
+
+def client_process(
+    number: int, url: str, commands: Connection, main: ClientMain = client_main
+) -> None:
+    """Entry point of a client process (spawned: a fresh interpreter); `main` answers the
+    driver's commands (another benchmark's, bench_ldp_fleet.py, passes its own)."""
     found = redis_variables(dict(os.environ))
     assert not found, f"Redis variables in a client's environment: {found}"
     raise_fd_limit()
     import uvloop
 
     try:
-        uvloop.run(client_main(number, url, commands))
+        uvloop.run(main(number, url, commands))
     except BaseException as exc:
         commands.send((number, 0.0, 0.0, {"error": repr(exc)}))
         raise
@@ -461,13 +476,13 @@ def client_process(number: int, url: str, commands: Connection) -> None:
 class Clients:
     """The client processes, each behind a pipe: a command to all, then every answer."""
 
-    def __init__(self, url: str, processes: int) -> None:
+    def __init__(self, url: str, processes: int, main: ClientMain = client_main) -> None:
         context = multiprocessing.get_context("spawn")
         self.pipes: list[Connection] = []
         self.processes = []
         for number in range(processes):
             mine, theirs = context.Pipe()
-            process = context.Process(target=client_process, args=(number, url, theirs))
+            process = context.Process(target=client_process, args=(number, url, theirs, main))
             process.start()
             self.pipes.append(mine)
             self.processes.append(process)
@@ -626,7 +641,8 @@ def fan_out(
                 raise RuntimeError(f"probe arm {arm}: {answer}")
             # The fan-out's cost: the coordinator's CPU from just before the elimination's tick
             # until every stream has it (not the wait for the tick, heartbeats only).
-            tick = (time.time() // CADENCE_SECONDS + 1) * CADENCE_SECONDS if CADENCE_SECONDS else 0
+            cadence = cadence_seconds()
+            tick = (time.time() // cadence + 1) * cadence if cadence else 0
             time.sleep(max(0.0, tick - time.time() - 0.1))
             cpu0, t0 = cpu_seconds(server), time.perf_counter()
             version = published(client, arm, timeout)
@@ -660,13 +676,14 @@ def fan_out(
     return levels, memory
 
 
-# the coordinator's cadence of publication of an elimination (its setting, from the environment)
-CADENCE_SECONDS = float(
-    os.environ.get(
-        "DEXP_PUBLISH_CADENCE_SECONDS",
-        Settings.model_fields["publish_cadence_seconds"].default,
-    )
-)
+def cadence_seconds() -> float:
+    """The coordinator's cadence of publication of an elimination (its setting, from the
+    environment). Imported here, in the driver: coordinator.settings imports a Redis client, which
+    the client processes must not (they import this module)."""
+    from coordinator.settings import Settings
+
+    default = Settings.model_fields["publish_cadence_seconds"].default
+    return float(os.environ.get("DEXP_PUBLISH_CADENCE_SECONDS", default))
 
 
 def published(client: httpx.Client, arm: int, timeout: float) -> int:
