@@ -22,7 +22,9 @@ mu = (m - q) / (p - q), these are the estimates' intervals, and on their event:
 - an arm whose upper end is below another arm's lower end is not the best: it is eliminated;
 - the leader whose lower end is within eps of every other remaining arm's upper end is
   eps-optimal: the experiment is identified, with certified failure delta, for every N, every
-  instance and every order of activations (docs/LDP.md, section 2).
+  instance and every order of activations (docs/LDP.md, section 2);
+- once every enrolled device has sent its B reports (`exhausted`) no more can come: the
+  experiment is tied, the best arm among the arms still in the set on the same event.
 The allocation is LUCB's pair (the leader and the arm with the highest upper end), mixed with a
 uniform share over the remaining arms so that a stale allocation (a device reads it between
 publications) still samples every candidate.
@@ -88,6 +90,13 @@ class Mechanism:
     def to_reward_scale(self, bit_mean: float) -> float:
         """The unbiased estimate of the mean reward from a mean of report bits."""
         return (bit_mean - (1.0 - self.keep)) / self.scale
+
+
+def exhausted(reports_total: int, agents: int, reports_per_agent: int) -> bool:
+    """Every one of the `agents` enrolled has sent its B reports (`reports_total` counted): no
+    more information can come until another device enrolls, so an experiment that has not
+    identified its arm by then is tied."""
+    return agents > 0 and reports_total >= agents * reports_per_agent
 
 
 def unit_reward(reward: float, low: float, high: float) -> float:

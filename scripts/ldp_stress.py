@@ -7,6 +7,11 @@ Each configuration is hard in its own way: two arms a little more than eps apart
 decided at the edge of the intervals), the same with f liars at the tolerance (corrupt = f B), and
 Problem 1. For each, the rate of wrong answers and the rate of runs whose final intervals miss a
 mean, with 95 % Clopper-Pearson intervals, beside delta.
+
+Then the event the proof bounds (E: every arm's interval holds at every time), measured alone:
+how often one arm's interval (`common.ldp.bit_interval`, two arms, honest reports of mean 1/2,
+the variance's worst case) leaves its mean at some report up to the horizon, beside the 2 x
+delta / (2K) the union gives it. This is where the certificate's slack lies.
 """
 
 from __future__ import annotations
@@ -14,9 +19,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+import numpy as np
+
 from common.activation import Activation
 from common.algorithms import AlgorithmConfig
 from common.environments import Environment, problem
+from common.ldp import bit_interval
 from common.simulation import SimulationConfig, TrialResult, run_trials
 from common.stats import clopper_pearson
 
@@ -26,12 +34,29 @@ def misses(result: TrialResult, means: tuple[float, ...]) -> bool:
     return any(not e.low <= mu <= e.high for e, mu in zip(result.estimates, means, strict=True))
 
 
+def crossings(horizon: int, trials: int, delta: float, seed: int) -> int:
+    """In how many of `trials` sequences of `horizon` fair bits one arm's interval (of two arms,
+    at `delta`, no corrupt report) leaves 1/2 at some report."""
+    n = np.arange(1, horizon + 1)
+    # the interval is the mean plus or minus this radius (bit_interval's upper end at 0 ones; a
+    # radius clipped at 1 covers every mean, as the unclipped one does)
+    radius = np.array([bit_interval(0, int(i), 2, delta, 0)[1] for i in n])
+    rng = np.random.default_rng(seed)
+    missed = 0
+    for _ in range(trials):
+        deviation = np.cumsum(rng.random(horizon) < 0.5) / n - 0.5
+        missed += bool((np.abs(deviation) > radius).any())
+    return missed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=400)
     parser.add_argument("--delta", type=float, default=0.2)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--horizon", type=int, default=100_000, help="reports per arm, for E")
+    parser.add_argument("--event-trials", type=int, default=4000)
     args = parser.parse_args()
     eps = 0.1
     algo = AlgorithmConfig("ldp", epsilon=eps, delta=args.delta, dp_epsilon=1.0)
@@ -64,6 +89,14 @@ def main() -> None:
             f"intervals missing a mean at the stop {missed / len(results):.4f} "
             f"[{lo_m:.4f}, {hi_m:.4f}]   reports {reports:,.0f}"
         )
+
+    missed = crossings(args.horizon, args.event_trials, args.delta, args.seed)
+    low, high = clopper_pearson(missed, args.event_trials)
+    print(
+        f"the event E, one arm of two, {args.horizon:,} reports of mean 1/2, "
+        f"{args.event_trials} sequences: its interval left the mean in {missed / args.event_trials:.4f} "
+        f"[{low:.4f}, {high:.4f}] of them; the union gives it {args.delta / 2:g}"
+    )
 
 
 if __name__ == "__main__":

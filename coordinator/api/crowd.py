@@ -91,9 +91,17 @@ def crowd_certificate(state: ExperimentState, max_agents: int) -> dict[str, Any]
         "certified_agents": state.agents,
         "certified_failure_at_max_agents": delta if max_agents else None,
         "certificate": (
-            "The identified arm is not epsilon-optimal, or an arm that left was the best, with "
-            f"probability at most {upper(delta)}{liars}: every arm's interval holds at all times "
-            "together, whatever the number of devices and the order of their reports."
+            (
+                "Every enrolled device has sent its reports: the best arm is not among the "
+                f"candidates with probability at most {upper(delta)}{liars}, and more devices can "
+                "separate them; every arm's interval holds at all times together."
+            )
+            if state.status == "tied"
+            else (
+                "The identified arm is not epsilon-optimal, or an arm that left was the best, with "
+                f"probability at most {upper(delta)}{liars}: every arm's interval holds at all "
+                "times together, whatever the number of devices and the order of their reports."
+            )
         ),
         "certified_epsilon": config.user_privacy,
         "hit_rate_uniform_prior": None,

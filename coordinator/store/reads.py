@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from common import redis_keys as keys
+from common.ldp import exhausted as ldp_exhausted
 from common.votes import is_tied, reports_exhausted
 from coordinator import results
 from coordinator.errors import NotFound
@@ -445,11 +446,17 @@ class ExperimentReads:
         return "identified" if len(remaining) < 2 else "tied" if tied else "exploring"
 
     def _crowd_status(self, exp: str, state: ExperimentState) -> Status:
-        """LDP's status: identified once a decision identified an arm (the others left), else
-        exploring (never tied: more reports can always come). Remembered as a tie verdict is, so
-        that a listing reads no state for it."""
-        self._remember(exp, Tally.of(state), tied=False)
-        return "identified" if len(state.remaining_arms) < 2 else "exploring"
+        """LDP's status, from the state alone: identified once a decision identified an arm (the
+        others left), tied when several arms remain and every enrolled device has sent its B
+        reports in the published counts (common.ldp.exhausted: nothing more can come until another
+        device enrolls, which reopens it), else exploring. Remembered as a tie verdict is, so that
+        a listing reads no state for it."""
+        remaining = state.remaining_arms
+        tied = len(remaining) > 1 and ldp_exhausted(
+            sum(state.reports or []), state.agents, state.design.config.reports_per_agent
+        )
+        self._remember(exp, Tally.of(state), tied)
+        return "identified" if len(remaining) < 2 else "tied" if tied else "exploring"
 
     def _known_status(self, exp: str, tally: Tally) -> Status | None:
         """The status if it shows without the voter sets (None: they must be read)."""
