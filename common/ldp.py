@@ -23,8 +23,9 @@ mu = (m - q) / (p - q), these are the estimates' intervals, and on their event:
 - the leader whose lower end is within eps of every other remaining arm's upper end is
   eps-optimal: the experiment is identified, with certified failure delta, for every N, every
   instance and every order of activations (docs/LDP.md, section 2);
-- once every enrolled device has sent its B reports (`exhausted`) no more can come: the
-  experiment is tied, the best arm among the arms still in the set on the same event.
+- once the experiment holds as many devices as the coordinator admits and each has sent its B
+  reports (`exhausted`), no more can come: the experiment is tied, the best arm among the arms
+  still in the set on the same event.
 The allocation is LUCB's pair (the leader and the arm with the highest upper end), mixed with a
 uniform share over the remaining arms so that a stale allocation (a device reads it between
 publications) still samples every candidate.
@@ -92,11 +93,13 @@ class Mechanism:
         return (bit_mean - (1.0 - self.keep)) / self.scale
 
 
-def exhausted(reports_total: int, agents: int, reports_per_agent: int) -> bool:
-    """Every one of the `agents` enrolled has sent its B reports (`reports_total` counted): no
-    more information can come until another device enrolls, so an experiment that has not
-    identified its arm by then is tied."""
-    return agents > 0 and reports_total >= agents * reports_per_agent
+def exhausted(reports_total: int, agents: int, reports_per_agent: int, max_agents: int) -> bool:
+    """No report can come any more: the experiment holds as many devices as it admits
+    (`max_agents`, the coordinator's cap; 0: no cap, so another device can always enroll) and every
+    one of them has sent its B reports. An experiment that has not identified its arm by then is
+    tied. Without a cap it waits: one-visit devices enroll just before they report, so "every
+    device enrolled so far has reported" holds between almost any two visits."""
+    return 0 < max_agents <= agents and reports_total >= agents * reports_per_agent
 
 
 def unit_reward(reward: float, low: float, high: float) -> float:

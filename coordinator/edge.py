@@ -11,7 +11,7 @@ or lets it go on, having maybe wrapped the answer's way out (`send`) or replayed
 | 3 | credential throttle | throttle.CredentialThrottle | 429 to an address over DEXP_AUTH_FAILURE_LIMIT failed checks (requests with Authorization only); counts the 401s below | before the check |
 | 4 | conditional reads | caching.ConditionalReads | 304 for a public document whose tag is current, from its revision alone | none needed (public) |
 | 5 | body limit | edges.BodyLimit | 413 over DEXP_MAX_BODY_BYTES, 408 after DEXP_BODY_TIMEOUT_SECONDS; the body is read whole here, before anything parses it | before the check |
-| 6 | vote fast path | fast_path.VoteFastPath | a plain, valid vote, its token checked in the same Lua call that applies it | its own (lua/vote.lua) |
+| 6 | message fast path | fast_path.FastPath | a plain, valid vote or LDP report, its token checked in the same Lua call that applies it | its own (lua/vote.lua, lua/ldp_report.lua) |
 | 7 | gzip (only with DEXP_GZIP_MIN_BYTES > 0) | compression.GZip | nothing: compresses the answers below, the tag suffixed | - |
 | 8 | rendered documents | documents.RenderedDocuments | a full read of a public document, with the bytes the route rendered for its ETag | none needed (public) |
 | 9 | credential gate | gate.CredentialGate | 401, 403 or 404 for a route that needs a credential, from the headers alone | the check |
@@ -40,7 +40,7 @@ from coordinator.compression import GZip
 from coordinator.cors import CORS, parse_origins
 from coordinator.documents import RenderedDocuments
 from coordinator.edges import BodyLimit
-from coordinator.fast_path import VoteFastPath
+from coordinator.fast_path import FastPath
 from coordinator.gate import CredentialGate
 from coordinator.metrics import RequestMetrics
 from coordinator.settings import Settings
@@ -55,7 +55,7 @@ def steps(app: ASGIApp, settings: Settings) -> list[Step]:
         CredentialThrottle(app, limit=settings.auth_failure_limit),
         ConditionalReads(app, max_age=settings.cache_max_age_seconds),
         BodyLimit(app, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout_seconds),
-        VoteFastPath(app),
+        FastPath(app),
         *([GZip(app, min_bytes=settings.gzip_min_bytes)] if settings.gzip_min_bytes else []),
         RenderedDocuments(app),
         CredentialGate(app),

@@ -1,32 +1,38 @@
-"""The vote endpoint's fast path: a step of the edge (coordinator/edge.py) that answers a plain,
-valid vote itself.
+"""The fast path of the two messages devices send most: a step of the edge (coordinator/edge.py)
+that answers a plain, valid vote or LDP report itself.
 
-A vote is the one request that arrives thousands of times a second, and FastAPI's per-request work
-(routing through every route, dependency solving, body and response models) cost more than the vote.
-This step recognises `POST /v1/experiments/{id}/votes` with a bearer token and a JSON body of
-exactly the shape VoteCreate accepts ({"arm": int >= 0, "epoch": int >= 0}, epoch optional, nothing
-else), applies it and answers with the same bytes the route would. Every other request, including
-every vote it does not recognise as plain, goes on unchanged to the FastAPI app, whose route and
-validation stay the reference: the fast path can only answer a request the route would accept.
-Both paths apply a vote through the same call (coordinator.api.agents.vote_reply -> one EVALSHA of
-lua/vote.lua), so authentication, the per-agent rate limit (429 with Retry-After) and every error
-are the same on both.
+Votes (and, in an LDP experiment, reports: one per page visit) are the requests that arrive
+thousands of times a second, and FastAPI's per-request work (routing through every route,
+dependency solving, body and response models) cost more than the message. This step recognises
+`POST /v1/experiments/{id}/votes` and `POST /v1/experiments/{id}/reports` with a bearer token and a
+JSON body of exactly the shape the route's model accepts (VoteCreate: {"arm": int >= 0, "epoch":
+int >= 0}, epoch optional; PrivateReportCreate: {"arm": int >= 0, "bit": 0 | 1, "seq": 1 to
+1,000,000}; nothing else), applies it and answers with the same bytes the route would. Every other
+request, including every message it does not recognise as plain, goes on unchanged to the FastAPI
+app, whose route and validation stay the reference: the fast path can only answer a request the
+route would accept. Both paths apply a message through the same call (coordinator.api.agents
+vote_reply or private_report_reply -> one EVALSHA of its script), so authentication, the
+per-agent rate limit (429 with Retry-After) and every error are the same on both.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from redis.exceptions import RedisError
 
-from coordinator.api.agents import vote_reply
+from coordinator.api.agents import private_report_reply, vote_reply
 from coordinator.asgi import Exchange, Step, replay, send_json, send_problem
 from coordinator.errors import CoordinatorError, StoreUnavailable
 
-# The route's path with the experiment id pattern of coordinator.api.agents.ExperimentId.
+# The routes' paths with the experiment id pattern of coordinator.api.agents.ExperimentId.
 VOTE_PATH = re.compile(r"/v1/experiments/([A-Za-z0-9_-]{1,64})/votes")
-MAX_BODY = 1024  # a vote is ~20 bytes; anything longer takes the ordinary route
+REPORT_PATH = re.compile(r"/v1/experiments/([A-Za-z0-9_-]{1,64})/reports")
+MAX_BODY = 1024  # a message is ~30 bytes; anything longer takes the ordinary route
 
 
 def plain_vote(body: bytes) -> tuple[int, int, int | None] | None:
@@ -48,6 +54,38 @@ def plain_vote(body: bytes) -> tuple[int, int, int | None] | None:
     return arm, epoch, started
 
 
+def plain_report(body: bytes) -> tuple[int, int, int] | None:
+    """(arm, bit, seq) if `body` is a JSON object PrivateReportCreate accepts as is, else None."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if type(data) is not dict or data.keys() != {"arm", "bit", "seq"}:
+        return None
+    arm, bit, seq = data["arm"], data["bit"], data["seq"]
+    if type(arm) is not int or type(bit) is not int or type(seq) is not int:
+        return None
+    if arm < 0 or bit not in (0, 1) or not 1 <= seq <= 1_000_000:
+        return None
+    return arm, bit, seq
+
+
+@dataclass(frozen=True)
+class PlainRoute:
+    """A route the fast path answers: its path (the experiment id its group), the parser of the
+    bodies its model accepts as they are, and the call that applies one and encodes the reply."""
+
+    path: re.Pattern[str]
+    parse: Callable[[bytes], tuple[Any, ...] | None]
+    reply: Callable[..., Awaitable[bytes]]  # (store, experiment, token, *parsed)
+
+
+ROUTES = (
+    PlainRoute(VOTE_PATH, plain_vote, vote_reply),
+    PlainRoute(REPORT_PATH, plain_report, private_report_reply),
+)
+
+
 def bearer(value: bytes) -> str | None:
     """The token of an 'Authorization: Bearer <token>' header, read as HTTPBearer reads it."""
     scheme, _, token = value.decode("latin-1").partition(" ")
@@ -55,13 +93,16 @@ def bearer(value: bytes) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
-class VoteFastPath(Step):
+class FastPath(Step):
     async def run(self, ex: Exchange) -> bool:
         scope = ex.scope
         if scope["method"] != "POST":
             return False
-        match = VOTE_PATH.fullmatch(scope["path"])
-        if match is None:
+        for route in ROUTES:
+            match = route.path.fullmatch(scope["path"])
+            if match is not None:
+                break
+        else:
             return False
         authorization = content_type = length = None
         for name, value in scope["headers"]:
@@ -91,13 +132,13 @@ class VoteFastPath(Step):
                 return True  # the client went away
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        vote = plain_vote(body)
-        if vote is None:
+        parsed = route.parse(body)
+        if parsed is None:
             ex.receive = replay(body, ex.receive)
             return False
 
         try:
-            reply = await vote_reply(scope["app"].state.store, match.group(1), token, *vote)
+            reply = await route.reply(scope["app"].state.store, match.group(1), token, *parsed)
         except CoordinatorError as exc:  # as app.py's handler answers it
             await send_problem(ex.send, exc.status, exc.message, exc.headers())
             return True

@@ -349,6 +349,7 @@ async def report(
 @router.post(
     "/experiments/{experiment}/reports",
     response_model=PrivateReportPublic,
+    response_class=JSONResponse,
     responses=problems(
         401,
         403,
@@ -368,7 +369,7 @@ async def report(
 )
 async def private_report(
     experiment: ExperimentId, body: PrivateReportCreate, store: StoreDep, credentials: Credentials
-) -> PrivateReportPublic:
+) -> Response:
     """LDP only, with the agent's own bearer token: one private report, the arm played and its
     privatized bit. A device sends at most reports_per_agent (B), numbered 1 to B: the next number
     counts, a number already counted is a `duplicate` that changes nothing (retries are safe),
@@ -376,16 +377,33 @@ async def private_report(
     (DEXP_PUBLISH_BATCH), and at each publication the coordinator decides (common/ldp.py): arms
     that cannot be the best leave, and once the leader is epsilon-optimal with probability
     1 - delta the experiment is identified. A refused report (4xx) changes nothing at all."""
-    result = await store.crowd_report(
-        experiment, bearer_token(credentials), body.arm, body.bit, body.seq
+    # A plain, valid report is answered by coordinator.fast_path, as a vote is.
+    reply = await private_report_reply(
+        store, experiment, bearer_token(credentials), body.arm, body.bit, body.seq
     )
-    CROWD_REPORTS.labels(outcome=result.outcome).inc()
-    return PrivateReportPublic(
-        outcome="counted" if result.counted else "duplicate",
-        counted=result.counted,
-        sent=result.sent,
-        reports_left=result.budget - result.sent,
-    )
+    return Response(reply, media_type="application/json")
+
+
+async def private_report_reply(
+    store: ExperimentStore, exp: str, token: str, arm: int, bit: int, seq: int
+) -> bytes:
+    """Apply a private report; the PrivateReportPublic document as JSON bytes (as vote_reply)."""
+    result = await store.crowd_report(exp, token, arm, bit, seq)
+    _report_counter(result.outcome).inc()
+    return json.dumps(
+        {
+            "outcome": "counted" if result.counted else "duplicate",
+            "counted": result.counted,
+            "sent": result.sent,
+            "reports_left": result.budget - result.sent,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+@cache
+def _report_counter(outcome: str) -> Any:
+    return CROWD_REPORTS.labels(outcome=outcome)
 
 
 @router.post(

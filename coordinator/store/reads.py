@@ -447,13 +447,16 @@ class ExperimentReads:
 
     def _crowd_status(self, exp: str, state: ExperimentState) -> Status:
         """LDP's status, from the state alone: identified once a decision identified an arm (the
-        others left), tied when several arms remain and every enrolled device has sent its B
-        reports in the published counts (common.ldp.exhausted: nothing more can come until another
-        device enrolls, which reopens it), else exploring. Remembered as a tie verdict is, so that
-        a listing reads no state for it."""
+        others left), tied when several arms remain, the experiment holds as many devices as
+        DEXP_MAX_AGENTS admits and each has sent its B reports in the published counts
+        (common.ldp.exhausted: nothing more can come), else exploring. Remembered as a tie
+        verdict is, so that a listing reads no state for it."""
         remaining = state.remaining_arms
         tied = len(remaining) > 1 and ldp_exhausted(
-            sum(state.reports or []), state.agents, state.design.config.reports_per_agent
+            sum(state.reports or []),
+            state.agents,
+            state.design.config.reports_per_agent,
+            self.core.limits.max_agents,
         )
         self._remember(exp, Tally.of(state), tied)
         return "identified" if len(remaining) < 2 else "tied" if tied else "exploring"

@@ -13,9 +13,9 @@ import pytest
 from pydantic import ValidationError
 
 from common.votes import VoteOutcome
-from coordinator.api.agents import VoteCreate
+from coordinator.api.agents import PrivateReportCreate, VoteCreate
 from coordinator.errors import Forbidden
-from coordinator.fast_path import VoteFastPath, bearer, plain_vote
+from coordinator.fast_path import FastPath, bearer, plain_report, plain_vote
 from coordinator.store import VoteResult
 
 from .helpers import bearer as bearer_header
@@ -74,6 +74,46 @@ def test_plain_vote_accepts_exactly_what_vote_create_accepts(body: bytes) -> Non
         assert model is not None and fast == (model.arm, model.epoch, model.epoch_started_at)
 
 
+REPORT_BODIES = [
+    b'{"arm": 0, "bit": 1, "seq": 1}',
+    b'{"seq": 3, "bit": 0, "arm": 7}',
+    b' {"arm" : 1 , "bit":0, "seq": 1000000} ',
+    b'{"arm": 1, "bit": 0, "seq": 1000001}',
+    b'{"arm": 1, "bit": 0, "seq": 0}',
+    b'{"arm": 1, "bit": 2, "seq": 1}',
+    b'{"arm": 1, "bit": -1, "seq": 1}',
+    b'{"arm": -1, "bit": 1, "seq": 1}',
+    b'{"arm": 1, "bit": true, "seq": 1}',
+    b'{"arm": 1, "bit": 1.0, "seq": 1}',
+    b'{"arm": 1.0, "bit": 1, "seq": 1}',
+    b'{"arm": 1, "bit": 1, "seq": "1"}',
+    b'{"arm": 1, "bit": 1}',
+    b'{"arm": 1, "seq": 1}',
+    b'{"bit": 1, "seq": 1}',
+    b'{"arm": 1, "bit": 1, "seq": 1, "epoch": 0}',
+    b'{"arm": 1, "bit": null, "seq": 1}',
+    b'{"arm": 1, "bit": 1, "seq": 1, "seq": 2}',
+    b'{"arm": 12345678901234567890, "bit": 1, "seq": 1}',
+    b"[1, 1, 1]",
+    b"{}",
+    b"",
+    b'{"arm": 0, "bit": 1, "seq": 1',
+]
+
+
+@pytest.mark.parametrize("body", REPORT_BODIES)
+def test_plain_report_accepts_exactly_what_private_report_create_accepts(body: bytes) -> None:
+    fast = plain_report(body)
+    try:
+        model = PrivateReportCreate.model_validate(json.loads(body))
+    except (ValueError, ValidationError):
+        model = None
+    if fast is None:
+        assert model is None, "the fast path must hand on only what the route refuses"
+    else:
+        assert model is not None and fast == (model.arm, model.bit, model.seq)
+
+
 @pytest.mark.parametrize(
     ("value", "token"),
     [
@@ -112,7 +152,7 @@ def call(
     path: str = "/v1/experiments/exp/votes",
     method: str = "POST",
 ) -> tuple[list[dict[str, Any]], list[bytes]]:
-    """Run one request through VoteFastPath; returns (messages sent, bodies the app received)."""
+    """Run one request through FastPath; returns (messages sent, bodies the app received)."""
     reached: list[bytes] = []
 
     async def downstream(scope: Any, receive: Any, send: Any) -> None:
@@ -142,7 +182,7 @@ def call(
             "headers": [*headers, (b"content-length", str(len(body)).encode())],
             "app": SimpleNamespace(state=SimpleNamespace(store=store)),
         }
-        await VoteFastPath(downstream)(scope, receive, send)
+        await FastPath(downstream)(scope, receive, send)
         return sent
 
     return asyncio.run(main()), reached

@@ -270,33 +270,42 @@ def test_duplicates_and_replays_change_nothing_and_b_is_enforced(
     assert live.status_code == 200
 
 
-def test_an_experiment_whose_devices_spent_their_reports_is_tied_until_another_enrolls(
-    client: httpx.Client,
+def test_devices_at_the_cap_that_spent_their_reports_end_tied(
+    redis_url: str, clean_redis: str
 ) -> None:
-    """Two devices, B = 1, three arms: after both reports no more can come, so the experiment is
-    tied, with every arm still in the set as candidates and delta as the certificate (the best arm
-    is among them on the intervals' event); the listing and the event stream agree. A third device
-    enrolling reopens it."""
-    create_experiment(client, id="tie", arms=ARMS, algorithm="ldp")
-    first, second = enroll_agents(client, "tie", 2)
-    assert send(client, "tie", first.token, 0, 1, 1).json()["counted"]
-    assert document(client, "tie")["status"] == "exploring"  # one device still has a report
-    assert send(client, "tie", second.token, 1, 0, 1).json()["counted"]
-    doc = document(client, "tie")
-    best = client.get("/v1/experiments/tie/best-arm").json()
-    assert doc["status"] == best["status"] == "tied", doc
-    assert doc["remaining_arms"] == [0, 1, 2] and doc["reports_total"] == 2
-    assert doc["result"]["candidates"] == [
-        {"index": i, "name": name} for i, name in enumerate(ARMS)
-    ]
-    assert doc["result"]["best_arm"] is None and doc["certified_failure"] == 0.05
-    assert "the best arm is not among the candidates" in doc["certificate"]
-    listed = client.get("/v1/experiments").json()["experiments"]
-    assert [e["status"] for e in listed if e["id"] == "tie"] == ["tied"]
-    with Stream(str(client.base_url), "/v1/experiments/tie/events") as stream:
-        assert stream.next_event().json()["status"] == "tied"
-    enroll_agents(client, "tie", 1)
-    assert document(client, "tie")["status"] == "exploring"
+    """Three arms, B = 1, DEXP_MAX_AGENTS 3: while a device may still enroll, or an enrolled one
+    still report, the experiment explores (one-visit devices enroll just before their report);
+    once three devices hold the cap and each has reported, no report can come: the experiment
+    is tied, every arm still in the set a candidate and delta its certificate (the best arm is
+    among them on the intervals' event); the listing and the event stream agree."""
+    settings = coordinator_settings(
+        redis_url, max_agents=3, max_agents_per_client=0, algorithm="ldp"
+    )
+    with (
+        coordinator(settings) as server,
+        httpx.Client(base_url=server.url, timeout=10.0, trust_env=False) as http,
+    ):
+        create_experiment(http, id="tie", arms=ARMS, algorithm="ldp")
+        devices = enroll_agents(http, "tie", 2)
+        for arm, device in enumerate(devices):
+            assert send(http, "tie", device.token, arm, 1, 1).json()["counted"]
+        assert document(http, "tie")["status"] == "exploring"  # a third device may come
+        (last,) = enroll_agents(http, "tie", 1)
+        assert document(http, "tie")["status"] == "exploring"  # and report
+        assert send(http, "tie", last.token, 2, 0, 1).json()["counted"]
+        doc = document(http, "tie")
+        best = http.get("/v1/experiments/tie/best-arm").json()
+        assert doc["status"] == best["status"] == "tied", doc
+        assert doc["remaining_arms"] == [0, 1, 2] and doc["reports_total"] == 3
+        assert doc["result"]["candidates"] == [
+            {"index": i, "name": name} for i, name in enumerate(ARMS)
+        ]
+        assert doc["result"]["best_arm"] is None and doc["certified_failure"] == 0.05
+        assert "the best arm is not among the candidates" in doc["certificate"]
+        listed = http.get("/v1/experiments").json()["experiments"]
+        assert [e["status"] for e in listed if e["id"] == "tie"] == ["tied"]
+        with Stream(server.url, "/v1/experiments/tie/events") as stream:
+            assert stream.next_event().json()["status"] == "tied"
 
 
 def test_concurrent_replays_of_one_device_count_once(client: httpx.Client) -> None:
