@@ -70,8 +70,8 @@ class Limits:
     experiment_reset_burst: int = 1
     # with a tolerance f, f + 1 distinct agents' reset requests within this window make a reset
     reset_quorum_seconds: float = 60.0
-    # votes are published in batches of this many messages, and an elimination at the next tick
-    # of this cadence (lua/publish.lua); 1 and 0: every vote at once
+    # votes are published in batches of this many counted messages, and an elimination or a newly
+    # settled agent at the next tick of this cadence (lua/publish.lua); 1 and 0: every vote at once
     publish_batch: int = 1
     publish_cadence_seconds: float = 0.0
 
@@ -165,7 +165,7 @@ class SettleResult:
     added: bool  # the agent was not settled yet in this epoch
     version: int
     epoch: int
-    remaining: list[int]  # the global set when the message was applied
+    remaining: list[int]  # the global set as published when the message was applied
 
 
 @dataclass(frozen=True)

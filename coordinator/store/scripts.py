@@ -126,9 +126,24 @@ SCRIPTS: dict[str, ScriptInputs] = {
     ),
     "settled": ScriptInputs(
         "settled.lua",
-        keys=("meta_key", "settled_key", "remaining_key", "credentials_key", "vote_rate_key"),
-        args=("agent_id", "agent_epoch", "token_digest", *RATE, "changes_channel"),
-        helpers=LIMITED,
+        keys=(
+            "meta_key",
+            "settled_key",
+            "remaining_key",
+            "credentials_key",
+            "vote_rate_key",
+            "eliminations_key",
+        ),
+        args=(
+            "agent_id",
+            "agent_epoch",
+            "token_digest",
+            *RATE,
+            "changes_channel",
+            "now_ms",
+            *PUBLICATION,
+        ),
+        helpers=("gcra.lua", *PUBLISHED),
     ),
     "reset": ScriptInputs(
         "reset.lua",

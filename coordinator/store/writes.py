@@ -275,7 +275,9 @@ class ScriptWrites:
 
     async def settle(self, exp: str, token: str, epoch: int) -> SettleResult:
         """Apply the "settled" message of the agent whose bearer token is `token` (CE): one round
-        trip to Redis (lua/settled.lua). A message of another epoch is counted and ignored."""
+        trip to Redis (lua/settled.lua). A message of another epoch is counted and ignored. The
+        reply's version and global set are the published ones; a newly settled agent is published
+        at the cadence's next tick (it may make the experiment tied)."""
         core = self.core
         agent = agent_of(token)
         reply = await core.scripts.settled(
@@ -284,12 +286,16 @@ class ScriptWrites:
             remaining_key=keys.remaining(exp),
             credentials_key=keys.credentials(exp),
             vote_rate_key=keys.vote_rate(exp),
+            eliminations_key=keys.eliminations(exp),
             agent_id=agent,
             agent_epoch=epoch,
             token_digest=digest(token),
             vote_rate=core.vote_rate,
             vote_burst=core.limits.vote_burst,
             changes_channel=keys.changes(exp),
+            now_ms=now_ms(),
+            publish_batch=core.publish_batch,
+            publish_cadence_ms=core.publish_cadence_ms,
         )
         outcome = text(reply[0])
         if outcome == "no_experiment":
