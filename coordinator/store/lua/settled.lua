@@ -8,7 +8,8 @@
 -- Returns {outcome, version, epoch, added (1: the agent was not settled yet, else 0), remaining
 -- arms}, the version and the remaining arms as published (a reply shows no more than a reader
 -- sees); outcome is settled or stale_epoch (counted as a message and an ignored one; nothing else
--- changes), or an error sentinel that changes nothing and counts no message: no_experiment,
+-- changes), or an error sentinel that changes nothing and counts no message: expired (run after its
+-- deadline: deadline.lua), no_experiment,
 -- unauthorized (no such agent in this experiment, or a wrong token), not_ce (the experiment is not
 -- CE: every vote is sent, so settling shows in the votes), rate_limited (then the second element is
 -- the ms the agent must wait).
@@ -33,6 +34,11 @@ local now_ms = ARGV[7]
 -- the cadence's next tick)
 local publish_batch = ARGV[8]
 local publish_cadence_ms = ARGV[9]
+-- the deadline in Redis's clock (ms; 0: none): run later, the coordinator has answered 503, and
+-- the script changes nothing (deadline.lua, prepended)
+local deadline_ms = ARGV[10]
+
+if expired(deadline_ms) then return {'expired', 0, 0, 0, {}} end
 
 local meta = redis.call('HMGET', meta_key, 'config', 'version', 'epoch')
 if not meta[1] then return {'no_experiment', 0, 0, 0, {}} end
