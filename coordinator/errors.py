@@ -55,8 +55,9 @@ class RateLimited(CoordinatorError):
 
 
 class StoreUnavailable(CoordinatorError):
-    """Redis does not answer (down, loading, failing over, read-only replica): 503, retry later.
-    Nothing was applied, or the request was idempotent (a vote counts once), so a retry is safe."""
+    """Redis does not answer (down, loading, failing over, read-only replica), or ran a script
+    after its deadline (lua/deadline.lua): 503, retry later. What such a call may still have
+    done, per route: docs/RELIABILITY.md, "What a 503 promises"; an agent's retry is safe."""
 
     status = 503
     retry_after = 1

@@ -111,8 +111,9 @@ class Settings(SecretFileSettings):
     # window (f liars must not reset alone); with f = 0 any agent's request resets, as the papers'.
     reset_quorum_seconds: float = Field(60.0, gt=0, le=86_400)
     # What anyone reads of the votes is published in batches (coordinator/store/lua/publish.lua): once
-    # this many messages came since the last publication, so that a reader who polls cannot time
-    # one device's vote; an elimination at the next tick of the cadence even with fewer.
+    # this many counted messages (votes, reports that moved a count; never ignored ones) came since
+    # the last publication, so that a reader who polls cannot time one device's vote; an
+    # elimination or a newly settled agent (CE) at the next tick of the cadence even with fewer.
     publish_batch: int = Field(10, ge=1, le=10_000)
     publish_cadence_seconds: float = Field(5.0, ge=0, le=3_600)
     # The HTTP edge (coordinator/server.py, coordinator/edges.py).

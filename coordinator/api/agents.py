@@ -171,11 +171,12 @@ class SettledPublic(BaseModel):
     settled: bool = Field(description="the agent was not settled yet in this epoch")
     outcome: str = Field(description="settled | stale_epoch (another epoch: ignored)")
     remaining_arms: list[int] = Field(
-        description="the global set when the message was applied: an arm that leaves later and "
-        "that this agent did not vote against clears its settled flag (send it again if still "
-        "settled)"
+        description="the global set as last published (DEXP_PUBLISH_BATCH, "
+        "DEXP_PUBLISH_CADENCE_SECONDS) when the message was applied, as anyone reads it: an arm "
+        "that leaves later and that this agent did not vote against clears its settled flag "
+        "(send it again if still settled)"
     )
-    version: int
+    version: int = Field(description="the global set's version as last published")
     epoch: int
 
 

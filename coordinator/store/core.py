@@ -3,6 +3,7 @@ of a change, and the small types and token rules the parts and the routes use.""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -13,13 +14,18 @@ from typing import Any, Literal, NamedTuple
 from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
 from common.votes import ReportOutcome, VoteOutcome
-from coordinator.errors import NotFound
+from coordinator.errors import NotFound, StoreUnavailable
 from coordinator.redis_client import AnyRedis
 from coordinator.store.scripts import Scripts
 
 SERVICE_ALGORITHMS = ("de", "ce", "dp-mase", "cde", "ldp")
 Status = Literal["exploring", "identified", "tied"]
 TICKET_PREFIX = "ticket"
+# A script that changes an experiment must start within this share of the Redis timeout after it
+# was sent (lua/deadline.lua): later, the coordinator may have answered 503, and it changes
+# nothing; sooner, its reply has the rest of the timeout to come back.
+DEADLINE_SHARE = 0.5
+CLOCK_SECONDS = 60.0  # how often a process measures again Redis's clock against its own
 
 
 def now_ms() -> int:
@@ -70,10 +76,13 @@ class Limits:
     experiment_reset_burst: int = 1
     # with a tolerance f, f + 1 distinct agents' reset requests within this window make a reset
     reset_quorum_seconds: float = 60.0
-    # votes are published in batches of this many messages, and an elimination at the next tick
-    # of this cadence (lua/publish.lua); 1 and 0: every vote at once
+    # votes are published in batches of this many counted messages, and an elimination or a newly
+    # settled agent at the next tick of this cadence (lua/publish.lua); 1 and 0: every vote at once
     publish_batch: int = 1
     publish_cadence_seconds: float = 0.0
+    # the coordinator's Redis timeout: the scripts that change an experiment carry a deadline
+    # (DEADLINE_SHARE of it, lua/deadline.lua), so that one run after a 503 changes nothing; 0: none
+    redis_timeout_seconds: float = 0.0
 
     @classmethod
     def of(cls, settings: Any) -> Limits:
@@ -92,6 +101,7 @@ class Limits:
             reset_quorum_seconds=settings.reset_quorum_seconds,
             publish_batch=settings.publish_batch,
             publish_cadence_seconds=settings.publish_cadence_seconds,
+            redis_timeout_seconds=settings.redis_timeout_seconds,
         )
 
 
@@ -165,7 +175,7 @@ class SettleResult:
     added: bool  # the agent was not settled yet in this epoch
     version: int
     epoch: int
-    remaining: list[int]  # the global set when the message was applied
+    remaining: list[int]  # the global set as published when the message was applied
 
 
 @dataclass(frozen=True)
@@ -185,6 +195,9 @@ class StoreCore:
         self.scripts = Scripts(redis)
         self.limits = limits or Limits()
         self.on_change: Callable[[str], None] = _nothing
+        self._clock_offset: float | None = None  # Redis's clock minus this process's (s)
+        self._clock_read_at = 0.0  # time.monotonic() of that measure
+        self._clock_lock = asyncio.Lock()
 
     @property
     def limits(self) -> Limits:
@@ -196,6 +209,34 @@ class StoreCore:
         self.vote_rate = repr(float(limits.vote_rate))  # the scripts' vote_rate
         self.publish_batch = max(1, limits.publish_batch)
         self.publish_cadence_ms = cadence_ms(limits)
+
+    async def deadline_ms(self) -> int:
+        """The deadline of a script sent now, in ms of Redis's clock (0: none): DEADLINE_SHARE of
+        the Redis timeout from now. Redis's clock is measured against this process's (one TIME,
+        its round trip halved) once a CLOCK_SECONDS, so that a skew between the hosts does not
+        move the deadline; lua/deadline.lua checks it before any write."""
+        timeout = self.limits.redis_timeout_seconds
+        if timeout <= 0:
+            return 0
+        stale = time.monotonic() - self._clock_read_at > CLOCK_SECONDS
+        if self._clock_offset is None or (stale and not self._clock_lock.locked()):
+            async with self._clock_lock:  # one measure at a time; the others wait for the first
+                if self._clock_offset is None or time.monotonic() - self._clock_read_at > (
+                    CLOCK_SECONDS
+                ):
+                    await self._measure_clock()
+        assert self._clock_offset is not None
+        return int((time.time() + self._clock_offset + DEADLINE_SHARE * timeout) * 1000)
+
+    async def _measure_clock(self) -> None:
+        sent = time.time()
+        reply: Any = await self.redis.time()
+        came = time.time()
+        if isinstance(reply, dict):  # a cluster may answer per node: any node's clock
+            reply = next(iter(reply.values()))
+        seconds, micros = reply
+        self._clock_offset = int(seconds) + int(micros) / 1e6 - (sent + came) / 2
+        self._clock_read_at = time.monotonic()
 
     async def meta(self, exp: str) -> dict[str, str]:
         """The experiment's meta hash; NotFound if it does not exist."""
@@ -211,3 +252,12 @@ class StoreCore:
 
 def _nothing(exp: str) -> None:
     pass
+
+
+def too_late() -> StoreUnavailable:
+    """A script Redis ran after its deadline (lua/deadline.lua): it changed nothing, and the call
+    gets the 503 a timeout would have given it."""
+    return StoreUnavailable(
+        "the store (Redis) ran this request after its deadline (DEXP_REDIS_TIMEOUT_SECONDS): "
+        "nothing changed; retry later"
+    )

@@ -20,6 +20,7 @@ from coordinator.store.core import (
     now_ms,
     text,
     ticket_experiment,
+    too_late,
 )
 from coordinator.store.state import epoch_started_at
 
@@ -95,8 +96,11 @@ class Enrollments:
                 enroll_burst=limits.enroll_burst,
                 ticket_digest="" if ticket is None else digest(ticket),
                 changes_channel=keys.changes(exp),
+                deadline_ms=await self.core.deadline_ms(),
             )
             index, value = int(code), int(value)
+            if index == -7:
+                raise too_late()
             if index > 0:
                 self.core.on_change(exp)
                 ENROLLMENTS.labels("open" if ticket is None else "ticket").inc()

@@ -30,6 +30,7 @@ from coordinator.store.state import (
     publication_due_at,
     revision_of,
     state_of,
+    waiting,
 )
 
 TIE_CACHE_SIZE = 4096  # experiments whose last tie verdict a coordinator process remembers
@@ -348,8 +349,11 @@ class ExperimentReads:
         }
         if meta["p_votes"] is None or pending(meta):  # LDP: a decision waits too
             return 0
-        if int(meta["messages"] or 0) - int(meta["p_messages"] or 0) >= self.core.publish_batch:
+        batch = self.core.publish_batch
+        if waiting(meta["pending_votes"]) >= batch:
             return 0
+        if batch <= 1 and meta["messages"] != meta["p_messages"]:
+            return 0  # no batches: every message at once
         return publication_due_at(meta, self.core.publish_cadence_ms)
 
     async def announce_status(self, exp: str, tied: bool, created_at: int) -> tuple[int, str]:

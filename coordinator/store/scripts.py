@@ -41,8 +41,9 @@ class ScriptInputs:
         return (*self.keys, *rest, *self.args)
 
 
-LIMITED = ("gcra.lua", "changes.lua")
+LIMITED = ("deadline.lua", "gcra.lua", "changes.lua")
 PUBLISHED = ("changes.lua", "publish.lua")
+TIMED = ("deadline.lua", "gcra.lua", *PUBLISHED)  # an agent's message: deadline, rate, publication
 RATE = ("vote_rate", "vote_burst")
 PUBLICATION = ("publish_batch", "publish_cadence_ms")
 
@@ -68,8 +69,9 @@ SCRIPTS: dict[str, ScriptInputs] = {
             "changes_channel",
             "agent_epoch_started_at",
             *PUBLICATION,
+            "deadline_ms",
         ),
-        helpers=("gcra.lua", *PUBLISHED),
+        helpers=TIMED,
     ),
     "report": ScriptInputs(
         "report.lua",
@@ -90,8 +92,9 @@ SCRIPTS: dict[str, ScriptInputs] = {
             *RATE,
             "changes_channel",
             *PUBLICATION,
+            "deadline_ms",
         ),
-        helpers=("gcra.lua", *PUBLISHED),
+        helpers=TIMED,
     ),
     "ldp_report": ScriptInputs(
         "ldp_report.lua",
@@ -115,8 +118,9 @@ SCRIPTS: dict[str, ScriptInputs] = {
             *RATE,
             "changes_channel",
             *PUBLICATION,
+            "deadline_ms",
         ),
-        helpers=("gcra.lua", *PUBLISHED),
+        helpers=TIMED,
     ),
     "ldp_decide": ScriptInputs(
         "ldp_decide.lua",
@@ -126,9 +130,25 @@ SCRIPTS: dict[str, ScriptInputs] = {
     ),
     "settled": ScriptInputs(
         "settled.lua",
-        keys=("meta_key", "settled_key", "remaining_key", "credentials_key", "vote_rate_key"),
-        args=("agent_id", "agent_epoch", "token_digest", *RATE, "changes_channel"),
-        helpers=LIMITED,
+        keys=(
+            "meta_key",
+            "settled_key",
+            "remaining_key",
+            "credentials_key",
+            "vote_rate_key",
+            "eliminations_key",
+        ),
+        args=(
+            "agent_id",
+            "agent_epoch",
+            "token_digest",
+            *RATE,
+            "changes_channel",
+            "now_ms",
+            *PUBLICATION,
+            "deadline_ms",
+        ),
+        helpers=TIMED,
     ),
     "reset": ScriptInputs(
         "reset.lua",
@@ -152,8 +172,9 @@ SCRIPTS: dict[str, ScriptInputs] = {
             "changes_channel",
             "quorum",
             "quorum_window_ms",
+            "deadline_ms",
         ),
-        helpers=("gcra.lua", *PUBLISHED),
+        helpers=TIMED,
     ),
     "create": ScriptInputs(
         "create.lua",
@@ -189,6 +210,7 @@ SCRIPTS: dict[str, ScriptInputs] = {
             "enroll_burst",
             "ticket_digest",
             "changes_channel",
+            "deadline_ms",
         ),
         helpers=LIMITED,
     ),

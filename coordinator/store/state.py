@@ -48,6 +48,8 @@ SUMMARY_FIELDS = (
 # What publication_due needs, and whether an LDP publication waits for its decision
 # (store/decisions.py, `pending`): read with the revision by coordinator/caching.py.
 PUBLICATION_FIELDS = (
+    "pending_votes",
+    "settled_at",
     "messages",
     "p_messages",
     "version",
@@ -338,26 +340,42 @@ def epoch_started_at(meta: Mapping[str, str]) -> int | None:
     return int(meta["created_at"]) if int(meta["epoch"]) == 0 else None
 
 
+def waiting(raw: str | None) -> int:
+    """The counted messages (votes, reports) waiting for the next publication, from the meta
+    hash's `pending_votes` (lua/publish.lua's `waiting`): what a batch counts. Ignored messages
+    are not there: they move no count, and so no publication."""
+    return sum(int(n) for n in json.loads(raw).values()) if raw else 0
+
+
 def publication_due(meta: dict[str, str], now: int, batch: int, cadence: int) -> bool:
     """Whether a publication is due (the twin of lua/publish.lua's `due`, which decides): `batch`
-    messages came since the last one, or the global set changed and the tick of the `cadence`
-    (ms) after the change has come. An experiment never published has one due."""
+    counted messages came since the last one (with `batch` 1, any message), or the global set
+    changed or an agent newly settled and the tick of the `cadence` (ms) after the change has
+    come. An experiment never published has one due."""
     if "p_votes" not in meta or meta["p_votes"] is None:
         return True
-    if int(meta["messages"]) - int(meta.get("p_messages") or 0) >= batch:
+    if waiting(meta.get("pending_votes")) >= batch:
         return True
+    if batch <= 1 and meta.get("messages") != meta.get("p_messages"):
+        return True  # no batches: every message at once, ignored ones too
     due_at = publication_due_at(meta, cadence)
     return due_at is not None and now >= due_at
 
 
 def publication_due_at(meta: Mapping[str, str | None], cadence: int) -> int | None:
-    """When the publication of a change of the global set is due (ms), if one waits: the first
-    tick of the cadence after the change (lua/publish.lua)."""
-    if meta.get("version") == meta.get("p_version"):
+    """When the publication of a change of the global set, or of a newly settled agent, is due
+    (ms), if one waits: the first tick of the cadence after the first such change
+    (lua/publish.lua)."""
+    since: list[int] = []
+    if meta.get("version") != meta.get("p_version"):
+        since.append(int(meta.get("changed_at") or 0))
+    if meta.get("settled_at") is not None:
+        since.append(int(meta["settled_at"] or 0))
+    if not since:
         return None
     if cadence <= 0:
         return 0
-    return (int(meta.get("changed_at") or 0) // cadence + 1) * cadence
+    return (min(since) // cadence + 1) * cadence
 
 
 def revision_of(meta: dict[str, str]) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ from coordinator.store.core import (
     digest,
     now_ms,
     text,
+    too_late,
 )
 from coordinator.store.decisions import Decisions
 from coordinator.store.reads import ExperimentReads
@@ -158,6 +159,7 @@ class ScriptWrites:
         `epoch_started_at` (if given) must be the epoch's start too: else stale_epoch."""
         reply = await self.core.scripts.vote(
             **self._message_inputs(exp, token, arm),
+            deadline_ms=await self.core.deadline_ms(),
             voters_key=keys.voters(exp, arm),
             settled_key=keys.settled(exp),
             agent_epoch=epoch,
@@ -181,6 +183,7 @@ class ScriptWrites:
         Redis (lua/report.lua). Its first report counts; any later one is a duplicate."""
         reply = await self.core.scripts.report(
             **self._message_inputs(exp, token, arm),
+            deadline_ms=await self.core.deadline_ms(),
             reporters_key=keys.reporters(exp),
             report_counts_key=keys.report_counts(exp),
         )
@@ -200,6 +203,7 @@ class ScriptWrites:
         that publication (Decisions.apply). Refusals (4xx) change nothing."""
         reply = await self.core.scripts.ldp_report(
             **self._message_inputs(exp, token, arm),
+            deadline_ms=await self.core.deadline_ms(),
             report_counts_key=keys.report_counts(exp),
             report_ones_key=keys.report_ones(exp),
             report_seq_key=keys.report_seq(exp),
@@ -256,6 +260,8 @@ class ScriptWrites:
     ) -> None:
         """Raise the refusal a vote's or a report's script answered (it changed nothing), if it
         did: `fast` says what a rate-limited agent does, its `{}` the rate."""
+        if outcome == "expired":
+            raise too_late()
         if outcome == "no_experiment":
             raise NotFound(f"experiment {exp!r} does not exist")
         if outcome == "unauthorized":
@@ -275,7 +281,9 @@ class ScriptWrites:
 
     async def settle(self, exp: str, token: str, epoch: int) -> SettleResult:
         """Apply the "settled" message of the agent whose bearer token is `token` (CE): one round
-        trip to Redis (lua/settled.lua). A message of another epoch is counted and ignored."""
+        trip to Redis (lua/settled.lua). A message of another epoch is counted and ignored. The
+        reply's version and global set are the published ones; a newly settled agent is published
+        at the cadence's next tick (it may make the experiment tied)."""
         core = self.core
         agent = agent_of(token)
         reply = await core.scripts.settled(
@@ -284,14 +292,21 @@ class ScriptWrites:
             remaining_key=keys.remaining(exp),
             credentials_key=keys.credentials(exp),
             vote_rate_key=keys.vote_rate(exp),
+            eliminations_key=keys.eliminations(exp),
             agent_id=agent,
             agent_epoch=epoch,
             token_digest=digest(token),
             vote_rate=core.vote_rate,
             vote_burst=core.limits.vote_burst,
             changes_channel=keys.changes(exp),
+            now_ms=now_ms(),
+            publish_batch=core.publish_batch,
+            publish_cadence_ms=core.publish_cadence_ms,
+            deadline_ms=await core.deadline_ms(),
         )
         outcome = text(reply[0])
+        if outcome == "expired":
+            raise too_late()
         if outcome == "no_experiment":
             raise NotFound(f"experiment {exp!r} does not exist")
         if outcome == "unauthorized":
@@ -345,8 +360,11 @@ class ScriptWrites:
             changes_channel=keys.changes(exp),
             quorum=quorum,
             quorum_window_ms=int(limits.reset_quorum_seconds * 1000),
+            deadline_ms=await self.core.deadline_ms(),
         )
         code = int(reply[0])
+        if code == -5:
+            raise too_late()
         if code == -1:
             raise NotFound(f"experiment {exp!r} does not exist")
         if code == -3:

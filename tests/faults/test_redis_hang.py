@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
+import redis
 
 from tests.services.helpers import (
     RedisServer,
@@ -27,6 +29,7 @@ from tests.services.helpers import (
     create_experiment,
     enroll_agents,
     redis_server,
+    snapshot,
 )
 
 CLIENT_TIMEOUT = 15.0
@@ -79,3 +82,48 @@ def test_a_hung_redis_costs_a_request_one_timeout_and_says_no_address(
         assert client.get("/readyz").status_code == 200
     assert state["remaining_arms"] == [0, 1]  # M = 2: two distinct voters
     assert [(e["arm"], e["votes"]) for e in state["eliminations"]] == [(2, 2)]
+
+
+def evalsha_calls(url: str) -> int:
+    """The scripts Redis has run (its own count: INFO commandstats)."""
+    with redis.Redis.from_url(url) as connection:
+        stats = connection.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0))
+
+
+def test_a_vote_answered_503_while_redis_hung_changes_nothing_when_it_resumes(
+    stopped_redis: RedisServer,
+) -> None:
+    """Issue 36, item 8: a vote answered 503 while Redis was stopped was counted once it resumed
+    (its script waited in Redis's socket). The scripts that apply an agent's message or enroll
+    one now carry a deadline in Redis's clock, half the coordinator's Redis timeout after they
+    were sent, checked before any write: run after the coordinator gave up, the vote changes
+    nothing. (The vote's fast path sends its script at once; the other routes check the token
+    first, a read that a hung Redis fails before any script is sent: test_vote_script.py tries
+    their deadlines on the scripts themselves.)"""
+    url = stopped_redis.url
+    settings = coordinator_settings(url, redis_timeout_seconds=1.0, experiment="")
+    with (
+        coordinator(settings) as server,
+        httpx.Client(base_url=server.url, timeout=CLIENT_TIMEOUT, trust_env=False) as client,
+    ):
+        create_experiment(client, id="late", arms=["A", "B", "C"], delta=0.25, eta=0.5)
+        first, voter = enroll_agents(client, "late", 2)
+        path = "/v1/experiments/late/votes"  # a first vote loads the script (else NOSCRIPT)
+        assert client.post(path, json={"arm": 0, "epoch": 0}, headers=first.headers).is_success
+        before, scripts = snapshot(url), evalsha_calls(url)
+        assert stopped_redis.process is not None
+        os.kill(stopped_redis.process.pid, signal.SIGSTOP)
+        try:
+            vote = client.post(path, json={"arm": 2, "epoch": 0}, headers=voter.headers)
+        finally:
+            os.kill(stopped_redis.process.pid, signal.SIGCONT)
+        assert vote.status_code == 503, vote.text
+        # Redis resumed: it runs the script that waited in its socket (its own count says when)
+        deadline = time.monotonic() + CLIENT_TIMEOUT
+        while evalsha_calls(url) == scripts and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert evalsha_calls(url) == scripts + 1
+        assert snapshot(url) == before  # the vote changed nothing
+        again = client.post(path, json={"arm": 2, "epoch": 0}, headers=voter.headers)
+        assert again.json()["outcome"] == "counted", again.text  # sent again: counted, once

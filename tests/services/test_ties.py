@@ -649,3 +649,64 @@ def test_a_run_whose_coordinator_stops_answering_ends_stalled(clean_redis: str) 
     assert summary.stall[1].startswith(f"coordinator: {server.url} does not answer (")
     assert answered[-1] is False and answered.count(False) == 1, answered
     assert "stalled" in format_summary(summary, as_json=False)
+
+
+# -- settled messages and the publication (issue 36, items 5 and 6) ------------------------------
+TIE_WAIT_SECONDS = 30.0  # a safety net: the tie shows at the first tick (1 s) after the message
+
+
+def test_every_coordinator_sees_a_ce_tie_within_the_cadence(clean_redis: str) -> None:
+    """Item 5: the tie verdict is kept per process under the published counters, and a settled
+    message published nothing: a coordinator that had answered "exploring" kept answering it
+    (30 of 30 reads over 30 s) while another one on the same Redis answered "tied". A newly
+    settled agent is now published at the cadence's next tick, which moves those counters."""
+    settings = coordinator_settings(
+        clean_redis, publish_batch=3, publish_cadence_seconds=1, experiment=""
+    )
+    with (
+        coordinator(settings) as first,
+        coordinator(settings) as second,
+        httpx.Client(base_url=first.url, timeout=10, trust_env=False) as one,
+        httpx.Client(base_url=second.url, timeout=10, trust_env=False) as other,
+    ):
+        create_experiment(one, id="ce2", arms=["A", "B"], **ce_body(3, n_arms=2))
+        a, b, c, d = enroll_agents(one, "ce2", 4)
+        for agent, arm in ((a, 0), (b, 0), (c, 1)):  # a batch of 3: published
+            vote(one, "ce2", agent, arm)
+        assert one.get("/v1/experiments/ce2").json()["votes"] == [2, 1]
+        assert best_arm(one, "ce2")["status"] == "exploring"  # d may still vote against A
+        settle(other, "ce2", d)  # d's votes were dropped: nobody can bring A or B to 3
+        assert best_arm(other, "ce2")["status"] == "tied"  # decided from the live voter sets
+        deadline = time.monotonic() + TIE_WAIT_SECONDS
+        reads = []
+        while time.monotonic() < deadline:
+            reads.append(best_arm(one, "ce2")["status"])
+            if reads[-1] == "tied":
+                break
+            time.sleep(0.05)
+        assert reads[-1] == "tied", f"{len(reads)} reads, all {set(reads)}"
+
+
+def test_a_settled_reply_shows_the_published_global_set(clean_redis: str) -> None:
+    """Item 6: the reply to a settled message showed the live global set and version, so that an
+    agent learned of an elimination before its publication, even with a message that changes
+    nothing (a second one, or one of another epoch). It shows the published ones now."""
+    settings = coordinator_settings(
+        clean_redis, publish_batch=10, publish_cadence_seconds=3600, experiment=""
+    )
+    with (
+        coordinator(settings) as server,
+        httpx.Client(base_url=server.url, timeout=10, trust_env=False) as client,
+    ):
+        create_experiment(client, id="ce3", arms=ARMS, **ce_body(3))
+        a, b, c, d = enroll_agents(client, "ce3", 4)
+        for agent in (a, b, c):
+            vote(client, "ce3", agent, 2)  # arm 2 leaves: published at the next tick, an hour on
+        with redis.Redis.from_url(clean_redis, decode_responses=True) as store:
+            assert store.smembers(keys.remaining("ce3")) == {"0", "1"}  # live: arm 2 left
+        published = {"remaining_arms": [0, 1, 2], "version": 0, "epoch": 0}
+        replies = [settle(client, "ce3", d), settle(client, "ce3", d), settle(client, "ce3", d, 3)]
+        assert [r["outcome"] for r in replies] == ["settled", "settled", "stale_epoch"]
+        for reply in replies:
+            assert {k: reply[k] for k in published} == published, reply
+        assert client.get("/v1/experiments/ce3").json()["remaining_arms"] == [0, 1, 2]

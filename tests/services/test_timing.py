@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import numpy as np
@@ -33,6 +33,7 @@ ARMS = [f"arm{i}" for i in range(10)]
 BATCH = 10
 CADENCE_MS = 1000
 VOTES_OF = [i % len(ARMS) for i in range(2 * len(ARMS))]  # 20 votes, 2 per arm: M = 3 never
+M5 = {"delta": 0.05, "eta": 0.5}  # threshold M = 5
 
 
 @pytest.fixture
@@ -44,6 +45,7 @@ def batched(redis_url: str, clean_redis: str) -> Iterator[httpx.Client]:
         publish_cadence_seconds=CADENCE_MS / 1000,
         sse_heartbeat_seconds=0.5,
         experiment="",
+        vote_rate=0,  # the attacker's messages are answered, not refused: each one a message
     )
     with (
         coordinator(settings) as server,
@@ -64,12 +66,19 @@ def vote(client: httpx.Client, exp: str, agent: Agent, arm: int) -> dict[str, ob
     return dict(response.json())
 
 
-def attack(client: httpx.Client, exp: str, agents: list[Agent]) -> tuple[list[float], set[int]]:
-    """VOTES_OF sent one by one, the public counters read after each: the attacker's score for each
-    vote (the chance that a guess in proportion to the next increments it saw names the vote's
-    arm; 1/10 when it saw nothing move), and the sizes of the changes it saw."""
+def attack(
+    client: httpx.Client,
+    exp: str,
+    agents: list[Agent],
+    before_each: Callable[[], None] = lambda: None,
+) -> tuple[list[float], set[int]]:
+    """VOTES_OF sent one by one (each after `before_each`), the public counters read after each:
+    the attacker's score for each vote (the chance that a guess in proportion to the next
+    increments it saw names the vote's arm; 1/10 when it saw nothing move), and the sizes of the
+    changes it saw."""
     seen = [public_votes(client, exp)]
     for agent, arm in zip(agents, VOTES_OF, strict=True):
+        before_each()
         vote(client, exp, agent, arm)
         seen.append(public_votes(client, exp))
     changes = [np.subtract(b, a) for a, b in itertools.pairwise(seen)]
@@ -150,3 +159,32 @@ def test_an_elimination_shows_at_the_next_tick_and_is_streamed(batched: httpx.Cl
     assert 0 not in event.json()["remaining_arms"]
     assert streamed >= tick  # sent at the tick, not at the vote
     assert state["messages"] == 3  # published at the tick with the votes that came before it
+
+
+def test_an_agent_cannot_flush_a_batch_with_ignored_messages(batched: httpx.Client) -> None:
+    """Issue 36, item 2: after each publication one enrolled agent sent 9 ignored messages (votes
+    of another epoch, duplicates), and the next honest vote completed the batch alone: 40 of 40
+    named exactly. Only counted messages make a batch now: the attacker's 180 messages move no
+    count and time no publication, and each of the 20 honest votes scores 0.1, a blind guess."""
+    create_experiment(batched, id="flush", arms=ARMS, **M5)
+    attacker, *agents = enroll_agents(batched, "flush", len(VOTES_OF) + 1)
+    # its one counted vote, so that it can send duplicates; then a batch of 9 more publishes it,
+    # and the honest votes start on a publication (as the audit's did)
+    assert vote(batched, "flush", attacker, 0)["outcome"] == "counted"
+    for arm, agent in enumerate(enroll_agents(batched, "flush", BATCH - 1), start=1):
+        vote(batched, "flush", agent, arm)
+    assert public_votes(batched, "flush") == [1] * len(ARMS)
+    sent: list[str] = []
+
+    def nine_ignored() -> None:  # cheap and repeatable: each one a message, none counted
+        for i in range(BATCH - 1):
+            body = {"arm": 0} if i % 3 == 0 else {"arm": i, "epoch": 7}
+            reply = batched.post("/v1/experiments/flush/votes", json=body, headers=attacker.headers)
+            sent.append(reply.json()["outcome"])
+
+    scores, sizes = attack(batched, "flush", agents, nine_ignored)
+    named = sum(score == 1.0 for score in scores)
+    print(f"ignored messages {len(sent)}; honest votes named exactly {named} of {len(scores)}")
+    assert set(sent) == {"duplicate", "stale_epoch"} and len(sent) == 9 * len(VOTES_OF)
+    assert scores == pytest.approx([0.1] * len(VOTES_OF))
+    assert sizes == {BATCH}

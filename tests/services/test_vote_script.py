@@ -19,8 +19,16 @@ import pytest
 from redis.asyncio.client import PubSub
 
 from common import redis_keys as keys
+from common.algorithms import AlgorithmConfig
 from common.votes import GlobalState, VoteOutcome
-from coordinator.errors import Forbidden, Invalid, NotFound, RateLimited, Unauthorized
+from coordinator.errors import (
+    Forbidden,
+    Invalid,
+    NotFound,
+    RateLimited,
+    StoreUnavailable,
+    Unauthorized,
+)
 from coordinator.store import (
     Enrollment,
     ExperimentReads,
@@ -561,6 +569,43 @@ def test_refused_settled_messages_change_nothing(clean_redis: str) -> None:
             await store.settle("missing", agent.token, 0)
         with pytest.raises(RateLimited, match="too fast"):
             await store.settle(EXP, agent.token, 0)
+        return before
+
+    before = run(clean_redis, body)
+    assert snapshot(clean_redis) == before
+
+
+def test_a_script_run_after_its_deadline_changes_nothing(clean_redis: str) -> None:
+    """Issue 36, item 8: each script that changes an experiment for a call (a vote, a settled
+    message, a CDE report, an LDP report, an enrollment with a ticket, a reset) checks its
+    deadline in Redis's clock before any write (lua/deadline.lua). Here the store reckons
+    Redis's clock an hour behind, so every deadline has passed when the script runs, as when a
+    hung Redis resumes: each call gets the 503 a timeout gives, and Redis is unchanged."""
+
+    async def body(store: ExperimentStore) -> dict[str, Any]:
+        arms = ["a", "b", "c"]
+        (voter,) = await setup(store, threshold=2, n_agents=1, exp="de")
+        await store.create("ce", arms, ce_config_for_threshold(3, 3))
+        await store.create("cde", arms, AlgorithmConfig(algorithm="cde", privacy=0.8), agents=10)
+        await store.create("ldp", arms, AlgorithmConfig(algorithm="ldp"))
+        settler, reporter, device = [await store.enroll(e) for e in ("ce", "cde", "ldp")]
+        (ticket,), _ = await store.issue_tickets("de", 1, 60)
+        store.limits = Limits(redis_timeout_seconds=1.0)
+        assert await store.core.deadline_ms() > 0  # measured against Redis's clock
+        store.core._clock_offset = -3600.0  # the clock an hour behind Redis's
+        before = snapshot(clean_redis)
+        calls: list[Awaitable[Any]] = [
+            store.vote("de", voter.token, 0, 0),
+            store.settle("ce", settler.token, 0),
+            store.report("cde", reporter.token, 1),
+            store.crowd_report("ldp", device.token, 0, 1, 1),
+            store.enroll("de", ticket=ticket),
+            store.reset("de", 0, voter.agent_id),
+            store.reset("de", None),
+        ]
+        for call in calls:
+            with pytest.raises(StoreUnavailable, match="after its deadline"):
+                await call
         return before
 
     before = run(clean_redis, body)

@@ -5,7 +5,8 @@
 -- Returns {index (from 1), 0} when enrolled; {0, 0} if the experiment does not exist; {-1, 0} if the
 -- id is taken; {-2, max} if the experiment is full; {-3, max} if the client enrolled its maximum;
 -- {-4, ms to wait} if the client enrolls too fast; {-5, 0} if the ticket is unknown (never issued,
--- used, or another experiment's); {-6, 0} if it expired. Only the first changes anything.
+-- used, or another experiment's); {-6, 0} if it expired; {-7, 0} if the script ran after its
+-- deadline (deadline.lua). Only the first changes anything.
 local meta_key = KEYS[1]  -- meta hash
 local agent_seq_key = KEYS[2]  -- agent sequence
 local agents_key = KEYS[3]  -- agents zset
@@ -25,6 +26,11 @@ local ticket_digest = ARGV[8]  -- the SHA-256 digest of the ticket ('' for open 
 -- a tie announced as such, or, as the agents reach the threshold, make the experiment tied, so it
 -- is published then)
 local changes_channel = ARGV[9]
+-- the deadline in Redis's clock (ms; 0: none): run later, the coordinator has answered 503, and
+-- the script changes nothing (deadline.lua, prepended)
+local deadline_ms = ARGV[10]
+
+if expired(deadline_ms) then return {-7, 0} end
 
 if redis.call('EXISTS', meta_key) == 0 then return {0, 0} end
 if ticket_digest ~= '' then

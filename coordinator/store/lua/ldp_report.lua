@@ -8,7 +8,7 @@
 -- Returns {outcome, reports counted for this agent, B, published (1: this report's batch was
 -- published now)}, outcome counted or duplicate (a report numbered at most the agent's count:
 -- nothing changes, not even a counter, and the reply is the same whatever the others sent); or a
--- refusal that changes nothing: {'no_experiment'}, {'unauthorized'} (no such agent in this
+-- refusal that changes nothing: {'expired'} (run after its deadline: deadline.lua), {'no_experiment'}, {'unauthorized'} (no such agent in this
 -- experiment, or a wrong token), {'not_crowd'} (not an LDP experiment), {'bad_arm', n_arms},
 -- {'bad_bit'}, {'bad_seq'} (not an integer >= 1), {'decided', count, B} (an arm was identified:
 -- nothing more is counted), {'spent', count, B} (beyond B), {'out_of_order', count, B} (not the
@@ -35,6 +35,11 @@ local changes_channel = ARGV[9]  -- the experiment's changes channel (changes.lu
 -- the publication batch and its cadence (ms) (publish.lua: a report is published with its batch)
 local publish_batch = ARGV[10]
 local publish_cadence_ms = ARGV[11]
+-- the deadline in Redis's clock (ms; 0: none): run later, the coordinator has answered 503, and
+-- the script changes nothing (deadline.lua, prepended)
+local deadline_ms = ARGV[12]
+
+if expired(deadline_ms) then return {'expired'} end
 
 local meta = redis.call('HMGET', meta_key, 'n_arms', 'algorithm', 'config')
 local n_arms = tonumber(meta[1])

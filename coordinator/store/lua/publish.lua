@@ -1,17 +1,24 @@
--- Publication, prepended (after changes.lua) to the scripts that count votes or start an epoch.
--- What anyone may read of the votes (GET /v1/experiments/{id}, .../best-arm, the event streams,
--- an agent's vote replies and GET /v1/agents/me) is the last publication: the p_* fields of the
--- meta hash, a snapshot of the votes per arm, the global set, the eliminations and the message
--- counters. A new one is taken once `batch` messages came since the last, or, when the global set
--- changed (an elimination), at the first tick of the cadence (every `cadence` ms of Redis's
--- clock) after the change: a reader who polls, and knows when a device voted, sees its vote
--- arrive with the others of its batch, never alone unless it removed an arm in a quiet moment
--- (docs/PRIVACY.md). batch 1 and cadence 0: every vote is published at once.
+-- Publication, prepended (after changes.lua) to the scripts that count votes, settle agents or
+-- start an epoch. What anyone may read of the votes (GET /v1/experiments/{id}, .../best-arm, the
+-- event streams, an agent's vote and settled replies and GET /v1/agents/me) is the last
+-- publication: the p_* fields of the meta hash, a snapshot of the votes per arm, the global set,
+-- the eliminations and the message counters. A new one is taken once `batch` counted messages
+-- (votes or reports that moved a count) came since the last, or, when the global set changed (an
+-- elimination) or an agent newly settled (CE: it may make the experiment tied), at the first tick
+-- of the cadence (every `cadence` ms) after the first such change. An ignored message (a
+-- duplicate, another epoch, an arm out) moves no count and so no batch: what a client can send
+-- over and over cannot time a publication. A reader who polls, and knows when a device voted,
+-- sees its vote arrive with at least batch - 1 other counted messages, never alone unless it
+-- removed an arm in a quiet moment (docs/PRIVACY.md). batch 1 and cadence 0: every message at
+-- once, ignored ones too.
 -- pending_vote(meta, arm): a counted vote, in `pending_votes` until the next publication.
 -- pending_one(meta, arm): LDP: a counted report whose bit is 1 (its report is a pending_vote), in
 --   `pending_ones` until the next publication, which adds them to `p_ones` (LDP's experiments only
 --   have it: create.lua).
+-- waiting(raw): the counted messages in `pending_votes` (its JSON, or nil): what the batch counts.
 -- changed(meta, now): the global set changed at `now` (ms): published at the next tick.
+-- settled_changed(meta, now): an agent newly settled at `now` (ms): published at the next tick
+--   after the first such message since the last publication (`settled_at`, which publish clears).
 -- due(meta, now, batch, cadence): whether a publication is due.
 -- publish(meta, remaining, eliminations, channel): take it: the document's `published` counter
 --   and `published_at` (Redis's clock, us) move, and the change is announced (a new global set:
@@ -55,18 +62,29 @@ local function pending_one(meta, arm)
   pending[key] = (pending[key] or 0) + 1
   redis.call('HSET', meta, 'pending_ones', cjson.encode(pending))
 end
+local function waiting(raw)
+  local n = 0
+  for _, count in pairs(cjson.decode(raw or '{}')) do n = n + count end
+  return n
+end
 local function changed(meta, now)
   redis.call('HSET', meta, 'changed_at', now)
 end
+local function settled_changed(meta, now)
+  redis.call('HSETNX', meta, 'settled_at', now)
+end
 local function due(meta, now, batch, cadence)
-  local m = redis.call('HMGET', meta, 'messages', 'p_messages', 'version', 'p_version',
-    'changed_at', 'p_votes')
-  if not m[6] then return false end  -- published by a reader (reads.py), who has the voter sets
-  if tonumber(m[1]) - tonumber(m[2] or 0) >= batch then return true end
-  if m[3] == m[4] then return false end
+  local m = redis.call('HMGET', meta, 'pending_votes', 'version', 'p_version', 'changed_at',
+    'p_votes', 'settled_at', 'messages', 'p_messages')
+  if not m[5] then return false end  -- published by a reader (reads.py), who has the voter sets
+  if waiting(m[1]) >= batch then return true end
+  if batch <= 1 and m[7] ~= m[8] then return true end  -- no batches: every message at once
+  local since = nil  -- the first change that waits for its tick (ms)
+  if m[2] ~= m[3] then since = tonumber(m[4] or 0) end
+  if m[6] and (not since or tonumber(m[6]) < since) then since = tonumber(m[6]) end
+  if not since then return false end
   if cadence <= 0 then return true end
-  local tick = (math.floor(tonumber(m[5] or 0) / cadence) + 1) * cadence
-  return now >= tick
+  return now >= (math.floor(since / cadence) + 1) * cadence
 end
 local function publish(meta, remaining, eliminations, channel)
   local m = redis.call('HMGET', meta, 'p_votes', 'pending_votes', 'messages', 'ignored',
@@ -90,6 +108,7 @@ local function publish(meta, remaining, eliminations, channel)
   redis.call('HSET', meta, 'p_votes', cjson.encode(votes), 'pending_votes', '{}',
     'p_remaining', cjson.encode(arms), 'p_eliminations', redis.call('LLEN', eliminations),
     'p_messages', m[3], 'p_ignored', m[4], 'p_epoch_messages', m[5] or 0, 'p_version', m[6])
+  redis.call('HDEL', meta, 'settled_at')
   redis.call('HINCRBY', meta, 'published', 1)
   local clock = redis.call('TIME')
   redis.call('HSET', meta, 'published_at', clock[1] .. '.' .. clock[2])

@@ -6,7 +6,8 @@
 -- duplicate (this agent reported already, whatever the arm: nothing changes, and the reply is the
 -- same whatever the others reported meanwhile, accepted or not), decided (a first report after an
 -- arm was accepted: ignored); each a message (`messages`, `epoch_messages`), the last two ignored
--- ones. Or an error sentinel that changes nothing and counts no message: {'no_experiment'},
+-- ones. Or an error sentinel that changes nothing and counts no message: {'expired'} (run after
+-- its deadline: deadline.lua), {'no_experiment'},
 -- {'unauthorized'}, {'not_reporting'} (not a CDE experiment: agents vote there), {'crowd'} (an
 -- LDP experiment: its devices send private reports, lua/ldp_report.lua), {'bad_arm',
 -- n_arms}, {'rate_limited', ms to wait}. Which arm an agent reported is not kept, only the counts.
@@ -31,6 +32,11 @@ local changes_channel = ARGV[7]  -- the experiment's changes channel (changes.lu
 -- per-arm counters, p_votes, count reports in a CDE experiment)
 local publish_batch = ARGV[8]
 local publish_cadence_ms = ARGV[9]
+-- the deadline in Redis's clock (ms; 0: none): run later, the coordinator has answered 503, and
+-- the script changes nothing (deadline.lua, prepended)
+local deadline_ms = ARGV[10]
+
+if expired(deadline_ms) then return {'expired'} end
 
 local meta = redis.call('HMGET', meta_key, 'threshold', 'n_arms', 'algorithm')
 local threshold = tonumber(meta[1])

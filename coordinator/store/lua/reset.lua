@@ -9,7 +9,8 @@
 -- to wait, 0, 0} if the agent or the experiment resets too fast; {-3, 0, 0, 0} if it is a CDE
 -- experiment, which is never reset: each agent reports once per experiment, and a new epoch would
 -- let it report again (nothing changes); {-4, 0, 0, 0} if it is an LDP experiment, never reset
--- either: its decisions are final, and each device's B reports are its privacy budget.
+-- either: its decisions are final, and each device's B reports are its privacy budget; {-5, 0, 0,
+-- 0} if the script ran after its deadline (deadline.lua): nothing changes.
 local meta_key = KEYS[1]  -- meta hash
 local remaining_key = KEYS[2]  -- remaining set
 local eliminations_key = KEYS[3]  -- eliminations list
@@ -32,6 +33,11 @@ local changes_channel = ARGV[7]
 -- resets at once, as in the papers)
 local quorum = ARGV[8]
 local quorum_window_ms = ARGV[9]  -- the window in which those requests must fall
+-- the deadline in Redis's clock (ms; 0: none): run later, the coordinator has answered 503, and
+-- the script changes nothing (deadline.lua, prepended)
+local deadline_ms = ARGV[10]
+
+if expired(deadline_ms) then return {-5, 0, 0, 0} end
 
 if redis.call('EXISTS', meta_key) == 0 then return {-1, 0, 0, 0} end
 local algorithm = redis.call('HGET', meta_key, 'algorithm')

@@ -2,7 +2,7 @@
 -- Returns {outcome, version, epoch, votes on the arm}, the version and the votes as published
 -- (publish.lua: a reply shows no more than a reader sees); outcome is one of counted, eliminated,
 -- duplicate, arm_out, last_arm, stale_epoch, or an error sentinel that changes nothing and counts
--- no message: no_experiment, unauthorized (no such agent in this experiment, or a wrong token),
+-- no message: expired (run after its deadline: deadline.lua), no_experiment, unauthorized (no such agent in this experiment, or a wrong token),
 -- not_voting (a CDE experiment: its agents send one report each, lua/report.lua), crowd (an LDP
 -- experiment: its devices send private reports, lua/ldp_report.lua),
 -- bad_arm (then the second element is the number of arms), rate_limited (then the second element
@@ -39,6 +39,11 @@ local agent_epoch_started_at = ARGV[9]
 -- its batch)
 local publish_batch = ARGV[10]
 local publish_cadence_ms = ARGV[11]
+-- the deadline in Redis's clock (ms; 0: none): run later, the coordinator has answered 503, and
+-- the script changes nothing (deadline.lua, prepended)
+local deadline_ms = ARGV[12]
+
+if expired(deadline_ms) then return {'expired', 0, 0, 0} end
 
 local meta = redis.call('HMGET', meta_key, 'threshold', 'n_arms', 'version', 'epoch',
   'epoch_started_at', 'algorithm')
