@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from common.votes import VoteOutcome
 from coordinator.api.agents import PrivateReportCreate, VoteCreate
@@ -60,20 +61,6 @@ BODIES = [
 ]
 
 
-@pytest.mark.parametrize("body", BODIES)
-def test_plain_vote_accepts_exactly_what_vote_create_accepts(body: bytes) -> None:
-    fast = plain_vote(body)
-    try:
-        parsed: Any = json.loads(body)
-        model = VoteCreate.model_validate(parsed)  # as FastAPI does: json.loads, then the model
-    except (ValueError, ValidationError):
-        model = None
-    if fast is None:
-        assert model is None, "the fast path must hand on only what the route refuses"
-    else:
-        assert model is not None and fast == (model.arm, model.epoch, model.epoch_started_at)
-
-
 REPORT_BODIES = [
     b'{"arm": 0, "bit": 1, "seq": 1}',
     b'{"seq": 3, "bit": 0, "arm": 7}',
@@ -101,17 +88,32 @@ REPORT_BODIES = [
 ]
 
 
-@pytest.mark.parametrize("body", REPORT_BODIES)
-def test_plain_report_accepts_exactly_what_private_report_create_accepts(body: bytes) -> None:
-    fast = plain_report(body)
+PARSERS: list[tuple[Callable[[bytes], Any], type[BaseModel], tuple[str, ...]]] = [
+    (plain_vote, VoteCreate, ("arm", "epoch", "epoch_started_at")),
+    (plain_report, PrivateReportCreate, ("arm", "bit", "seq")),
+]
+
+
+@pytest.mark.parametrize(
+    ("parse", "model", "fields", "body"),
+    [
+        (*parser, body)
+        for parser, bodies in zip(PARSERS, (BODIES, REPORT_BODIES), strict=True)
+        for body in bodies
+    ],
+)
+def test_the_fast_path_accepts_exactly_what_the_route_model_accepts(
+    parse: Callable[[bytes], Any], model: type[BaseModel], fields: tuple[str, ...], body: bytes
+) -> None:
+    fast = parse(body)
     try:
-        model = PrivateReportCreate.model_validate(json.loads(body))
+        parsed = model.model_validate(json.loads(body))  # as FastAPI does: json.loads, the model
     except (ValueError, ValidationError):
-        model = None
+        parsed = None
     if fast is None:
-        assert model is None, "the fast path must hand on only what the route refuses"
+        assert parsed is None, "the fast path must hand on only what the route refuses"
     else:
-        assert model is not None and fast == (model.arm, model.bit, model.seq)
+        assert parsed is not None and fast == tuple(getattr(parsed, f) for f in fields)
 
 
 @pytest.mark.parametrize(
