@@ -55,9 +55,15 @@ ACTIVATIONS = f"{PREFIX}:{{*~s*}}:activations:*"
 CLUSTER_CLIENT = ("cluster|slots", "command", "asking")
 # MULTI/EXEC: a transaction (redis-py's pipeline(transaction=True)).
 TRANSACTION = ("multi", "exec")
+# An optimistic transaction (load_generator/lease.py): WATCH, and the UNWATCH redis-py sends when
+# it gives one up.
+WATCH = ("watch", "unwatch")
 # redis-py runs a registered Lua script with EVALSHA, and loads it (SCRIPT LOAD) when Redis does
 # not have it yet. The commands a script calls are checked against the caller's rules too, on the
-# keys they touch. (No script runs in a pipeline, which would need SCRIPT EXISTS.)
+# keys they touch. (No script runs in a pipeline, which would need SCRIPT EXISTS.) Only the
+# coordinator has them: whoever may SCRIPT LOAD may run any code, for as long as it likes (Redis
+# serves nobody else meanwhile), and Redis 7 cannot allow given SHAs only; nor can the coordinator
+# do without SCRIPT LOAD, since Redis forgets its scripts when it restarts (see module docstring).
 SCRIPTS = ("evalsha", "script|load")
 
 
@@ -116,6 +122,8 @@ USERS: dict[str, RedisUser] = {
             # the scripts and checks that each command they call is here)
             "del",
             "exists",
+            # each enrolled agent's activation stream and group (coordinator/store/enrollment.py)
+            "xgroup|create",
             "get",
             "hexists",
             "hget",
@@ -156,17 +164,18 @@ USERS: dict[str, RedisUser] = {
             # the lease's client asks whether Redis is a cluster node (INFO cluster) when the
             # load generator does not say (load_generator/lease.py: cluster_enabled)
             "info",
-            *SCRIPTS,
             *CLUSTER_CLIENT,
             "xadd",  # activations
             "xlen",  # the backlog
             "xinfo|consumers",  # a stall's report: who reads each stream
             "zrange",  # the enrolled agents
-            # the lease's scripts
+            # the lease: optimistic transactions, no Lua (a script of its choosing could block
+            # Redis for as long as it runs, and only an administrator may SCRIPT KILL it)
+            *TRANSACTION,
+            *WATCH,
             "get",
             "set",
             "del",
-            "type",
             "pttl",
         ),
         password_variable="DEXP_REDIS_GENERATOR_PASSWORD",
@@ -180,12 +189,13 @@ USERS: dict[str, RedisUser] = {
             "ping",
             *TRANSACTION,
             *CLUSTER_CLIENT,
-            "xgroup|create",  # its consumer groups (MKSTREAM)
+            # No XGROUP CREATE: the coordinator creates each agent's stream and group when it
+            # enrolls the agent, so the agent host creates no key (MKSTREAM, under any name its
+            # pattern matches, filled Redis with 100,000 keys in 3 s).
             "xreadgroup",
             "xack",
             "xdel",
             "xtrim",  # acknowledged entries are deleted: XTRIM MINID, or XDEL after a lost reply
-            "xinfo|groups",  # a group gone: which streams lost it
         ),
         password_variable="DEXP_REDIS_AGENT_PASSWORD",
         development_password="dexp-dev-redis-agent",
