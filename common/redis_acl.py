@@ -5,10 +5,12 @@ the commands it sends, on the keys (common/redis_keys.py) and pub/sub channels i
 
 - coordinator: every dexp key (`dexp:*`) and channel, with the commands of coordinator/store/
   and its Lua scripts, and none that administers the server (FLUSHALL, CONFIG, KEYS, ACL, ...);
+  it is the only user that runs Lua, and it creates each enrolled agent's activation stream and
+  consumer group;
 - load-generator: writes the agents' activation streams, reads the experiment's agent list, holds
-  the experiment's lease (load_generator/lease.py: its scripts run SET, GET, DEL, TYPE, PTTL);
+  the experiment's lease (load_generator/lease.py: optimistic transactions, no Lua);
 - agent: the agent host reads and acknowledges the activation streams (the simulated
-  environment): nothing else. It follows the global set as a device does, over HTTP (the
+  environment), and deletes what it acknowledged: it creates no key, runs no Lua, nothing else. It follows the global set as a device does, over HTTP (the
   coordinator's event stream, agent/events.py), so it has no pub/sub channel, and it cannot read,
   let alone write, any key of the coordinator's (votes, voters, credentials, ...).
 
@@ -23,7 +25,11 @@ The rules work on Redis 6.2 (the redis-server of `dexp demo` and the tests) as o
 commands and key patterns only, no read-only key patterns (`%R~`) and no selectors, which are
 Redis 7's. So a user may run each of its commands on each of its keys: the load generator, which
 must read the agent list (ZRANGE), could also delete or overwrite that one key with the SET and DEL
-its lease needs (docs/RELIABILITY.md, "Redis users").
+its lease needs; and a key pattern cannot name the connecting user, so the agent host may read,
+acknowledge and delete any agent's activations, not only its own agents' (docs/RELIABILITY.md,
+"Redis users"). Lua: whoever may SCRIPT LOAD runs code of its choosing, for as long as it likes;
+Redis 7 cannot allow given SHAs only, and the coordinator must load its scripts again after a
+restart of Redis (which forgets them), so it keeps SCRIPT LOAD and is the only one that has it.
 """
 
 from __future__ import annotations
