@@ -111,9 +111,6 @@ class Plumbing(Protocol):
     """What hosting an experiment sets up in the rest of the process (agent/host.py wires it to
     agent/streams.py and agent/following.py)."""
 
-    def create_groups(self, streams: list[str]) -> None:
-        """The consumer groups of these activation streams, created if missing."""
-
     def follow(self, hosted: Hosted) -> None:
         """Follow the experiment's global set (its event stream)."""
 
@@ -338,10 +335,10 @@ class Discovery:
         hosted.agents[keys.activations(hosted.experiment, agent.agent_id)] = agent
 
     def _install(self, hosted: Hosted, added: int) -> None:
-        """Read the experiment's streams (groups created), follow its global set, send its
-        agents' pending votes, and say so."""
+        """Read the experiment's streams (the coordinator created them and their groups when it
+        enrolled the agents), follow its global set, send its agents' pending votes, and say
+        so."""
         experiment = hosted.experiment
-        self.plumbing.create_groups(list(hosted.agents))
         self.hosted[experiment] = hosted
         for stream, agent in hosted.agents.items():
             self.streams[stream] = (hosted, agent)

@@ -79,9 +79,6 @@ class AgentService:
             raise EnrollmentFailed(failure)
 
     # -- what hosting an experiment sets up (discovery.Plumbing) ----------------------------------
-    def create_groups(self, streams: list[str]) -> None:
-        self.reader.create_groups(streams)
-
     def follow(self, hosted: Hosted) -> None:
         self.follower.follow(hosted)
 
@@ -130,7 +127,7 @@ class AgentService:
             self.close()
 
     def _recover_redis(self, exc: Exception, delay: float) -> None:
-        """Wait until Redis answers again, then make sure the groups exist."""
+        """Wait until Redis answers again."""
         self.reader.recover(exc, delay)
         log.info("redis reachable again")
 

@@ -120,14 +120,6 @@ class StreamReader:
             self._drain_pending()
             self.drained, self.last_drain = True, time.monotonic()
 
-    def create_groups(self, streams: list[str]) -> None:
-        for stream in streams:
-            try:
-                self.redis.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
-            except redis.ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
-
     def process(self, reply: list[Any]) -> int:
         """Feed one read's entries (every stream of it) to their agents, then acknowledge them all
         in one transaction: one round trip per read, not one per stream (with thousands of agents
@@ -354,31 +346,35 @@ class StreamReader:
     def groups_missing(self, exc: Exception) -> None:
         """XREADGROUP found a stream without its group, or a stream deleted while it blocked: its
         experiment was deleted (the coordinator deletes the streams too), or Redis lost its data.
-        Drop the experiments that are gone, recreate the others' groups."""
+        Drop the experiments that are gone; an experiment still there whose streams are gone is
+        dropped too: the coordinator creates an agent's stream and group when it enrolls it, and
+        this process may only read and acknowledge them (common/redis_acl.py)."""
         log.warning("consumer group missing (%s): an experiment deleted, or Redis lost data", exc)
         streams = list(self.discovery.streams)
         pipe = self.redis.pipeline(transaction=False)
-        for stream in streams:
-            pipe.xinfo_groups(stream)
+        for stream in streams:  # the pending entries only ("0"): nothing new is delivered
+            read = ("XREADGROUP", "GROUP", keys.ACTIVATION_GROUP, CONSUMER, "COUNT", 1)
+            read += ("STREAMS", stream, "0")
+            if isinstance(self.redis, RedisCluster):  # see _read_cluster
+                pipe.execute_command(*read, target_nodes=self.redis.get_node_from_key(stream))
+            else:
+                pipe.execute_command(*read)
         suspects: dict[str, Hosted] = {}
         for stream, reply in zip(streams, pipe.execute(raise_on_error=False), strict=True):
-            groups = [] if isinstance(reply, Exception) else reply
-            if not any(_text(g.get("name")) == keys.ACTIVATION_GROUP for g in groups):
+            if isinstance(reply, redis.ResponseError) and "NOGROUP" in str(reply):
                 hosted = self.discovery.streams[stream][0]
                 suspects[hosted.experiment] = hosted
         for hosted in suspects.values():
             self.discovery.verify(hosted)
             if self.discovery.hosted.get(hosted.experiment) is hosted:
-                log.warning("recreating the consumer groups of %s", hosted.experiment)
-                self.create_groups(list(hosted.agents))
+                self.discovery.drop(hosted, "lost its activation streams (Redis lost data)")
 
     def recover(self, exc: Exception, delay: float) -> None:
-        """Wait `delay`, then make sure Redis answers and the groups exist (a Redis that lost its
-        data lost the groups too)."""
+        """Wait `delay`, then make sure Redis answers (a Redis that lost its data lost the groups
+        too: the next read says so, see groups_missing)."""
         log.warning("redis unreachable (%s); retrying in %.2fs", exc, delay)
         time.sleep(delay)
         self.redis.ping()
-        self.create_groups(list(self.discovery.streams))
 
 
 def _text(value: Any) -> str:

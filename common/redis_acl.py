@@ -5,10 +5,12 @@ the commands it sends, on the keys (common/redis_keys.py) and pub/sub channels i
 
 - coordinator: every dexp key (`dexp:*`) and channel, with the commands of coordinator/store/
   and its Lua scripts, and none that administers the server (FLUSHALL, CONFIG, KEYS, ACL, ...);
+  it is the only user that runs Lua, and it creates each enrolled agent's activation stream and
+  consumer group;
 - load-generator: writes the agents' activation streams, reads the experiment's agent list, holds
-  the experiment's lease (load_generator/lease.py: its scripts run SET, GET, DEL, TYPE, PTTL);
+  the experiment's lease (load_generator/lease.py: optimistic transactions, no Lua);
 - agent: the agent host reads and acknowledges the activation streams (the simulated
-  environment): nothing else. It follows the global set as a device does, over HTTP (the
+  environment), and deletes what it acknowledged: it creates no key, runs no Lua, nothing else. It follows the global set as a device does, over HTTP (the
   coordinator's event stream, agent/events.py), so it has no pub/sub channel, and it cannot read,
   let alone write, any key of the coordinator's (votes, voters, credentials, ...).
 
@@ -23,7 +25,11 @@ The rules work on Redis 6.2 (the redis-server of `dexp demo` and the tests) as o
 commands and key patterns only, no read-only key patterns (`%R~`) and no selectors, which are
 Redis 7's. So a user may run each of its commands on each of its keys: the load generator, which
 must read the agent list (ZRANGE), could also delete or overwrite that one key with the SET and DEL
-its lease needs (docs/RELIABILITY.md, "Redis users").
+its lease needs; and a key pattern cannot name the connecting user, so the agent host may read,
+acknowledge and delete any agent's activations, not only its own agents' (docs/RELIABILITY.md,
+"Redis users"). Lua: whoever may SCRIPT LOAD runs code of its choosing, for as long as it likes;
+Redis 7 cannot allow given SHAs only, and the coordinator must load its scripts again after a
+restart of Redis (which forgets them), so it keeps SCRIPT LOAD and is the only one that has it.
 """
 
 from __future__ import annotations
@@ -55,9 +61,15 @@ ACTIVATIONS = f"{PREFIX}:{{*~s*}}:activations:*"
 CLUSTER_CLIENT = ("cluster|slots", "command", "asking")
 # MULTI/EXEC: a transaction (redis-py's pipeline(transaction=True)).
 TRANSACTION = ("multi", "exec")
+# An optimistic transaction (load_generator/lease.py): WATCH, and the UNWATCH redis-py sends when
+# it gives one up.
+WATCH = ("watch", "unwatch")
 # redis-py runs a registered Lua script with EVALSHA, and loads it (SCRIPT LOAD) when Redis does
 # not have it yet. The commands a script calls are checked against the caller's rules too, on the
-# keys they touch. (No script runs in a pipeline, which would need SCRIPT EXISTS.)
+# keys they touch. (No script runs in a pipeline, which would need SCRIPT EXISTS.) Only the
+# coordinator has them: whoever may SCRIPT LOAD may run any code, for as long as it likes (Redis
+# serves nobody else meanwhile), and Redis 7 cannot allow given SHAs only; nor can the coordinator
+# do without SCRIPT LOAD, since Redis forgets its scripts when it restarts (see module docstring).
 SCRIPTS = ("evalsha", "script|load")
 
 
@@ -116,6 +128,8 @@ USERS: dict[str, RedisUser] = {
             # the scripts and checks that each command they call is here)
             "del",
             "exists",
+            # each enrolled agent's activation stream and group (coordinator/store/enrollment.py)
+            "xgroup|create",
             "get",
             "hexists",
             "hget",
@@ -156,17 +170,18 @@ USERS: dict[str, RedisUser] = {
             # the lease's client asks whether Redis is a cluster node (INFO cluster) when the
             # load generator does not say (load_generator/lease.py: cluster_enabled)
             "info",
-            *SCRIPTS,
             *CLUSTER_CLIENT,
             "xadd",  # activations
             "xlen",  # the backlog
             "xinfo|consumers",  # a stall's report: who reads each stream
             "zrange",  # the enrolled agents
-            # the lease's scripts
+            # the lease: optimistic transactions, no Lua (a script of its choosing could block
+            # Redis for as long as it runs, and only an administrator may SCRIPT KILL it)
+            *TRANSACTION,
+            *WATCH,
             "get",
             "set",
             "del",
-            "type",
             "pttl",
         ),
         password_variable="DEXP_REDIS_GENERATOR_PASSWORD",
@@ -180,12 +195,13 @@ USERS: dict[str, RedisUser] = {
             "ping",
             *TRANSACTION,
             *CLUSTER_CLIENT,
-            "xgroup|create",  # its consumer groups (MKSTREAM)
+            # No XGROUP CREATE: the coordinator creates each agent's stream and group when it
+            # enrolls the agent, so the agent host creates no key (MKSTREAM, under any name its
+            # pattern matches, filled Redis with 100,000 keys in 3 s).
             "xreadgroup",
             "xack",
             "xdel",
             "xtrim",  # acknowledged entries are deleted: XTRIM MINID, or XDEL after a lost reply
-            "xinfo|groups",  # a group gone: which streams lost it
         ),
         password_variable="DEXP_REDIS_AGENT_PASSWORD",
         development_password="dexp-dev-redis-agent",

@@ -76,6 +76,7 @@ import redis
 
 from clients.coordinator import CoordinatorClient
 from common import redis_acl as acl
+from common import redis_memory
 from common.algorithms import AlgorithmConfig
 from common.environments import build_problem
 from common.errors import ParameterError
@@ -594,6 +595,7 @@ def local_stack(
                     *persistence,
                     "--dir",
                     str(stack.workdir),
+                    *redis_memory.server_args(redis_memory.DEMO_MAXMEMORY),
                     *acl.server_args(passwords, (acl.ADMIN_USER,)),
                 ],
                 {},

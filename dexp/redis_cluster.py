@@ -36,6 +36,7 @@ from urllib.parse import quote
 import redis
 
 from common import redis_acl as acl
+from common import redis_memory
 
 SLOTS = 16384
 BUS_PORT_OFFSET = 10000  # Redis Cluster's bus port: the node's port + 10000
@@ -314,6 +315,7 @@ def _start_node(
                 str(node_dir),
                 "--logfile",
                 str(node_dir / "redis.log"),
+                *redis_memory.server_args(redis_memory.DEMO_MAXMEMORY),
                 *auth,
             ],
             stdout=subprocess.DEVNULL,

@@ -8,21 +8,26 @@ slot): a JSON string set with NX and a TTL of `ttl_seconds` (DEXP_LEASE_SECONDS,
 - The holder renews it with its live figures (run, host, pid, started_at, updated_at, epoch,
   activations, delivered, backlog, activations_per_second) at each poll of its main loop, and at
   least every ttl/4 from a heartbeat thread, so a main loop blocked on an unreachable coordinator
-  keeps its lease. A renewal is a compare-and-set (RENEW below): only while the lease is still the
-  holder's run; one that expired meanwhile and that nobody took is taken again.
+  keeps its lease. A renewal is a compare-and-set (Lease._renew): only while the lease is still
+  the holder's run; one that expired meanwhile and that nobody took is taken again.
 - A newcomer that finds the lease held tries again for up to ttl + LEASE_MARGIN seconds (a crashed
   holder's lease expires within the ttl), then gives up: LeaseHeld, exit status 6, with a line
   saying which run holds it.
 - A holder whose lease another run took (it could not renew for longer than the ttl, e.g. cut off
   from Redis) stops feeding: LeaseHeld too.
-- At the end the holder deletes the lease, only if it is still its own (RELEASE).
+- At the end the holder deletes the lease, only if it is still its own (Lease._release).
+
+No Lua: the load generator's Redis user may run no script (common/redis_acl.py; a script of its
+choosing could block Redis). Taking, renewing and releasing the lease are optimistic
+transactions (WATCH the lease, read it with PTTL or GET, then MULTI, SET or DEL, EXEC), which
+Redis refuses if the lease changed in between: then it is read and decided again.
 
 The coordinator shows the figures (without the pid) as the `load_generator` field of
 GET /v1/experiments/{id}, parsed defensively (coordinator.store.load_generator_figures).
 
 On a Redis Cluster (DEXP_REDIS_CLUSTER, or, when the caller does not say, a server that reports
-cluster_enabled) the lease's connection is a cluster client: the lease is one key, and each script
-keeps to it, hence to the experiment's slot.
+cluster_enabled) the lease's connection is a cluster client: the lease is one key, and each
+transaction keeps to it, hence to the experiment's slot.
 """
 
 from __future__ import annotations
@@ -49,48 +54,20 @@ LEASE_MARGIN = 1.0  # seconds a newcomer waits beyond the ttl before it gives up
 # A Redis error, or one of the cluster client's own (a slot without a master during a failover)
 REDIS_ERRORS = (redis.RedisError, RedisClusterException)
 
-# Take the lease if nobody holds it. A key without expiry was not set by a load generator (a holder
-# always sets a TTL), so it is no live holder's: taken over too.
-# KEYS[1] the lease, ARGV[1] the value (JSON), ARGV[2] the ttl in ms. Returns 1 taken, 0 held.
-ACQUIRE = """
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl == -2 or ttl == -1 then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-return 0
-"""
+# A renewal or a release that lost a race (the lease changed between WATCH and EXEC) is tried
+# again, at most this often: each try is a compare-and-set, so the loop ends as soon as the lease
+# stays still for one round trip.
+CAS_TRIES = 16
 
-# Renew the lease with fresh figures, only while it is this run's (its "run" field is ARGV[1]); an
-# expired lease nobody took is taken again. KEYS[1] the lease, ARGV[1] the run id, ARGV[2] the new
-# value (JSON), ARGV[3] the ttl in ms. Returns 1 renewed, 2 taken again, 0 another holds it (then
-# nothing changes).
-RENEW = """
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'none' then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return 2
-end
-if kind == 'string' then
-  local ok, lease = pcall(cjson.decode, redis.call('GET', KEYS[1]))
-  if ok and type(lease) == 'table' and lease['run'] == ARGV[1] then
-    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-    return 1
-  end
-end
-return 0
-"""
 
-# Delete the lease if it is still this run's. KEYS[1] the lease, ARGV[1] the run id. Returns 1
-# deleted, 0 not this run's (left alone).
-RELEASE = """
-if redis.call('TYPE', KEYS[1])['ok'] ~= 'string' then return 0 end
-local ok, lease = pcall(cjson.decode, redis.call('GET', KEYS[1]))
-if ok and type(lease) == 'table' and lease['run'] == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+def _run_of(value: Any) -> str | None:
+    """The run a lease's value names (None: not a lease a load generator wrote)."""
+    try:
+        lease = json.loads(value) if isinstance(value, bytes | str) else None
+    except ValueError:
+        return None
+    run = lease.get("run") if isinstance(lease, dict) else None
+    return run if isinstance(run, str) else None
 
 
 def cluster_enabled(client: redis.Redis) -> bool:
@@ -197,7 +174,7 @@ class Lease:
         deadline = time.monotonic() + wait
         self._connect()
         while True:
-            if self._acquire(keys=[self.key], args=[self.value(), self.ttl_ms]):
+            if self._take():
                 break
             holder = self._holder()
             if time.monotonic() >= deadline:
@@ -211,7 +188,7 @@ class Lease:
         self._thread.start()
 
     def _connect(self) -> None:
-        """The lease's own client and its scripts (once)."""
+        """The lease's own client (once)."""
         if self.redis is not None:
             return
         options: dict[str, Any] = {"socket_timeout": 2.0, "socket_connect_timeout": 2.0}
@@ -231,9 +208,59 @@ class Lease:
         except RedisClusterException as exc:  # no node answered the topology read
             raise redis.ConnectionError(f"Redis Cluster at {self.redis_url}: {exc}") from exc
         self.redis = client
-        self._acquire = client.register_script(ACQUIRE)
-        self._renew = client.register_script(RENEW)
-        self._release = client.register_script(RELEASE)
+
+    def _take(self) -> bool:
+        """Take the lease if nobody holds it. A key without expiry was not set by a load
+        generator (a holder always sets a TTL), so it is no live holder's: taken over too. True:
+        taken."""
+        assert self.redis is not None
+        for _ in range(CAS_TRIES):
+            with self.redis.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(self.key)
+                    if pipe.pttl(self.key) >= 0:  # -2: no key, -1: a key without expiry
+                        return False
+                    pipe.multi()
+                    pipe.set(self.key, self.value(), px=self.ttl_ms)
+                    pipe.execute()
+                    return True
+                except redis.WatchError:
+                    continue
+        return False
+
+    def _swap(self, write: bool) -> int:
+        """Compare-and-set on the lease: if it is this run's, write this run's figures (`write`)
+        or delete it; if nobody holds it and `write`, take it again. 1 written or deleted, 2 taken
+        again, 0 another run's (nothing changes)."""
+        assert self.redis is not None
+        for _ in range(CAS_TRIES):
+            with self.redis.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(self.key)
+                    try:
+                        value = pipe.get(self.key)
+                    except redis.ResponseError:  # WRONGTYPE: a key no load generator set
+                        return 0
+                    if value is None and not write:
+                        return 0
+                    if value is not None and _run_of(value) != self.run:
+                        return 0
+                    pipe.multi()
+                    if write:
+                        pipe.set(self.key, self.value(), px=self.ttl_ms)
+                    else:
+                        pipe.delete(self.key)
+                    pipe.execute()
+                except redis.WatchError:  # the lease changed since GET: read it again
+                    continue
+            return 1 if value is not None else 2
+        return 0
+
+    def _renew(self) -> int:
+        return self._swap(write=True)
+
+    def _release(self) -> int:
+        return self._swap(write=False)
 
     def _holder(self) -> bytes | None:
         """The lease's value now (None: none, or not a string: a key no generator set)."""
@@ -257,7 +284,7 @@ class Lease:
         if not self.held or self.lost is not None or self.redis is None:
             return False
         try:
-            return bool(self._renew(keys=[self.key], args=[self.run, self.value(), self.ttl_ms]))
+            return bool(self._renew())
         except REDIS_ERRORS as exc:
             log.debug("lease figures not written: %s", exc)
             return False
@@ -277,7 +304,7 @@ class Lease:
             if self._stop.is_set():
                 return
             try:
-                renewed = self._renew(keys=[self.key], args=[self.run, self.value(), self.ttl_ms])
+                renewed = self._renew()
                 if not renewed:
                     self.lost = describe_holder(self._holder())
                     return
@@ -292,7 +319,7 @@ class Lease:
             self._thread.join(timeout=5)
         if self.held and self.lost is None:
             try:
-                self._release(keys=[self.key], args=[self.run])
+                self._release()
             except REDIS_ERRORS as exc:  # it expires within the ttl anyway
                 log.warning(
                     "lease not released (it expires in %.0f s): %s", self.ttl_ms / 1000, exc

@@ -5,7 +5,8 @@
     python3 scripts/redis_acl_files.py --check    # exit status 1 if a file differs, write nothing
 
 The redis-server command of docker-compose.yml, docker-compose.production.yml and
-deploy/swarm/docker-stack.yml (its `--user` arguments, each password from the file's variable),
+deploy/swarm/docker-stack.yml (its memory limit, common/redis_memory.py, and its `--user`
+arguments, each password from the file's variable),
 and the `auth.acl.users` of deploy/kubernetes/redis-values.yaml. tests/test_deploy_compose.py and
 tests/test_deploy_kubernetes.py fail while a file holds other users: change the rules in
 common/redis_acl.py, then run this.
@@ -23,11 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common import redis_acl as acl  # noqa: E402
+from common import redis_memory  # noqa: E402
 
 WIDTH = 100
 HEAD = [
     ["redis-server", "--dir", "/data", "--appendonly", "yes"],
     ["--appendfsync", "${DEXP_REDIS_FSYNC:-everysec}", "--protected-mode", "no"],
+    # a memory limit and no eviction (common/redis_memory.py)
+    redis_memory.server_args(f"${{DEXP_REDIS_MAXMEMORY:-{redis_memory.MAXMEMORY}}}"),
 ]
 Password = Callable[[acl.RedisUser], str]
 

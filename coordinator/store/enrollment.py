@@ -7,6 +7,8 @@ import hmac
 import secrets
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from common import redis_keys as keys
 from coordinator.errors import CoordinatorError, Forbidden, NotFound, RateLimited, Unauthorized
 from coordinator.metrics import ENROLLMENTS, TICKETS
@@ -102,6 +104,7 @@ class Enrollments:
             if index == -7:
                 raise too_late()
             if index > 0:
+                await self._create_stream(exp, agent_id)
                 self.core.on_change(exp)
                 ENROLLMENTS.labels("open" if ticket is None else "ticket").inc()
                 return Enrollment(agent_id, token, index)
@@ -128,6 +131,20 @@ class Enrollments:
             if index == -6:
                 raise Unauthorized("invalid ticket: expired")
         raise RuntimeError("could not draw a free agent id")
+
+    async def _create_stream(self, exp: str, agent: str) -> None:
+        """The agent's activation stream and its consumer group, created here rather than by the
+        agent host, whose Redis user may then only read and acknowledge streams that exist: with
+        XGROUP CREATE ... MKSTREAM it could create keys under any name its pattern matches, as
+        many as it liked (common/redis_acl.py). Not in the enrollment script: on a Redis Cluster
+        the stream lives in another slot (common.redis_keys.activations)."""
+        try:
+            await self.redis.xgroup_create(
+                keys.activations(exp, agent), keys.ACTIVATION_GROUP, id="0", mkstream=True
+            )
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
 
     async def authenticate(self, token: str, exp: str) -> str:
         """The agent id a bearer token belongs to, if it is enrolled in `exp`."""

@@ -1,6 +1,7 @@
 """The agent service on a Redis Cluster, in this process (its loop in a thread): reads grouped by
 hash tag over the masters, a consumer group lost (as a failover can lose a group created just
-before it) recreated, a deleted experiment dropped without bringing its streams back."""
+before it): its experiment dropped and hosted again with new agents, a deleted experiment dropped
+without bringing its streams back."""
 
 from __future__ import annotations
 
@@ -64,14 +65,20 @@ def until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> No
 
 
 def feed(
-    redis: RedisCluster, client: httpx.Client, experiment: str, timeout: float = DEADLINE
+    redis: RedisCluster,
+    client: httpx.Client,
+    experiment: str,
+    timeout: float = DEADLINE,
+    read: set[str] | None = None,
 ) -> None:
     """Activations for every agent of `experiment` (Bernoulli rewards, MEANS), as the load
-    generator writes them, until it is identified; the best arm must be arm 0."""
+    generator writes them, until it is identified; the best arm must be arm 0. `read`: only the
+    agents of these streams (those the service reads)."""
     rng = np.random.default_rng(3)
     deadline = time.monotonic() + timeout
     ids = [a.decode() for a in cast(list[bytes], redis.zrange(keys.agents(experiment), 0, -1))]
     streams = [keys.activations(experiment, a) for a in ids]
+    streams = [s for s in streams if read is None or s in read]
     while client.get(f"/v1/experiments/{experiment}/best-arm").json()["status"] == "exploring":
         assert time.monotonic() < deadline, f"{experiment} not identified in {timeout:g} s"
         pipe = redis.pipeline(transaction=False)
@@ -123,17 +130,22 @@ def test_agents_on_the_cluster_recover_a_lost_group_and_drop_a_deleted_experimen
         feed(cluster_client, client, "svc-red")
 
         # A consumer group lost (a failover right after its creation can lose it): the next read
-        # fails with NOGROUP, the service finds the experiment alive and recreates the groups.
+        # fails with NOGROUP, the service finds the experiment alive but cannot recreate the
+        # group (its Redis user creates nothing: the coordinator does, at enrollment), so it
+        # drops the experiment, and its next discovery round hosts it again with new agents.
         lost = sorted(s for s in streams if s.startswith("dexp:{svc-blue~"))[0]
+        rounds = service.discovery.rounds
         cluster_client.xgroup_destroy(lost, keys.ACTIVATION_GROUP)
+        until(lambda: "lost its activation streams" in caplog.text, "svc-blue dropped")
         until(
-            lambda: any(
-                g["name"] == keys.ACTIVATION_GROUP.encode()
-                for g in cluster_client.xinfo_groups(lost)
+            lambda: (
+                service.discovery.rounds > rounds + 1
+                and "svc-blue" in service.discovery.hosted
+                and lost not in service.discovery.streams
             ),
-            "the group recreated",
+            "svc-blue hosted again",
         )
-        feed(cluster_client, client, "svc-blue")
+        feed(cluster_client, client, "svc-blue", read=set(service.discovery.streams))
 
         assert client.delete("/v1/experiments/svc-red", headers=admin_headers()).status_code == 204
         until(
@@ -145,6 +157,6 @@ def test_agents_on_the_cluster_recover_a_lost_group_and_drop_a_deleted_experimen
         until(lambda: service.discovery.rounds >= dropped + 3, "3 discovery rounds after the drop")
         assert not set().union(*keys_on(healthy_cluster, "dexp:{svc-red*").values())
     log = caplog.text
-    assert "consumer group missing" in log and "recreating the consumer groups of svc-blue" in log
+    assert "consumer group missing" in log and "svc-blue lost its activation streams" in log
     assert "experiment svc-red was deleted" in log
     assert "Traceback" not in log

@@ -103,8 +103,7 @@ def test_delete_removes_the_streams_on_every_node(
     create_experiment(client, id=exp, arms=ARMS, **M2)
     agents = enroll_agents(client, exp, 40)
     streams = {keys.activations(exp, a.agent_id) for a in agents}
-    for stream in streams:  # as the agents and the load generator would
-        cluster_client.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
+    for stream in streams:  # the groups made by enrollment; the load generator's activations
         cluster_client.xadd(stream, {"r": b"\x00"})
     legacy = keys.legacy_activations(exp, agents[0].agent_id)  # an older version's name
     cluster_client.xadd(legacy, {"r": b"\x00"})

@@ -86,7 +86,7 @@ def test_an_experiments_keys_share_one_slot_on_one_master(
 def test_activation_streams_spread_over_slots_and_every_master(
     healthy_cluster: LocalCluster, cluster_client: RedisCluster
 ) -> None:
-    """300 agents' streams, created as the agents create them (XGROUP CREATE MKSTREAM) through the
+    """300 agents' streams, created as enrollment creates them (XGROUP CREATE MKSTREAM) through the
     cluster client: every shard is used, each shard is one slot, and every master holds some."""
     exp = "keys-spread"
     agents = agent_ids(exp, 300, seed=5)

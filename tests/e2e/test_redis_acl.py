@@ -13,6 +13,7 @@ Redis Cluster with replicas shows the same users on every node, the replicas rep
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import secrets
@@ -31,12 +32,13 @@ from redis.cluster import RedisCluster
 from common import redis_acl as acl
 from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
+from common.redis_memory import DEMO_MAXMEMORY
 from dexp.demo import EXPERIMENT, LocalStack, local_stack
 from dexp.redis_cluster import start_cluster
-from load_generator import lease
 from load_generator.generator import LoadGenerator, Summary
 from load_generator.settings import LoadSettings
 from tests.services.helpers import admin_headers, coordinator, coordinator_settings, enroll_agents
+from tests.test_deploy_redis_memory import size_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = AlgorithmConfig(delta=0.05, eta=0.5)  # 3 arms: M = 5
@@ -83,7 +85,7 @@ def script_commands(text: str) -> set[str]:
 
 def test_each_lua_script_calls_only_what_its_user_may() -> None:
     """A script's commands are checked against its caller's user: each command the coordinator's
-    and the load generator's scripts call is one their user allows."""
+    scripts call is one its user allows. The coordinator is the only user that runs scripts."""
     lua = {
         p.name: script_commands(p.read_text())
         for p in (ROOT / "coordinator/store/lua").glob("*.lua")
@@ -91,9 +93,8 @@ def test_each_lua_script_calls_only_what_its_user_may() -> None:
     assert len(lua) >= 5 and all(lua.values())
     for name, commands in lua.items():
         assert commands <= set(acl.USERS[acl.COORDINATOR].commands), name
-    leases = script_commands(lease.ACQUIRE + lease.RENEW + lease.RELEASE)
-    assert leases == {"pttl", "set", "type", "get", "del"}
-    assert leases <= set(acl.USERS[acl.LOAD_GENERATOR].commands)
+    lua_users = [u.name for u in acl.USERS.values() if {"evalsha", "script|load"} & {*u.commands}]
+    assert lua_users == [acl.COORDINATOR]
 
 
 # ------------------------------------------------------------------------------ the run
@@ -319,21 +320,25 @@ def test_the_agent_host_can_neither_write_nor_read_any_coordinator_key(
 def test_the_agent_host_reads_and_acknowledges_its_streams_and_no_more(
     stack: LocalStack, admin: redis.Redis
 ) -> None:
-    """On an activation stream the agent host creates its group, reads and acknowledges: it
-    cannot write an activation (XADD), nor publish or subscribe to any channel (it follows the
-    global set over HTTP, like a device: agent/events.py), nor administer Redis."""
+    """On an activation stream (the coordinator created it and its group when it enrolled the
+    agent) the agent host reads and acknowledges: it cannot create a stream or a group, write an
+    activation (XADD), publish or subscribe to any channel (it follows the global set over HTTP,
+    like a device: agent/events.py), nor administer Redis."""
     stream = keys.activations(EXPERIMENT, f"acl-{secrets.token_hex(4)}")
     group = keys.ACTIVATION_GROUP
+    admin.xgroup_create(stream, group, id="0", mkstream=True)
     mine = [
-        ["XGROUP", "CREATE", stream, group, "0", "MKSTREAM"],
         ["XREADGROUP", "GROUP", group, "agent", "COUNT", 1, "STREAMS", stream, ">"],
         ["XACK", stream, group, "0-1"],
         ["XTRIM", stream, "MINID", "0-2"],
         ["XDEL", stream, "0-1"],
-        ["XINFO", "GROUPS", stream],
         ["PING"],
     ]
     not_mine = [
+        ["XGROUP", "CREATE", stream, "other", "0"],
+        ["XGROUP", "CREATE", stream + "-new", group, "0", "MKSTREAM"],
+        ["XGROUP", "DESTROY", stream, group],
+        ["XINFO", "GROUPS", stream],
         ["XADD", stream, "*", "r", "x"],
         ["PUBLISH", keys.events(EXPERIMENT), "1"],
         ["PUBLISH", keys.changes(EXPERIMENT), "s"],
@@ -374,9 +379,13 @@ def test_the_load_generator_reaches_its_streams_its_lease_and_the_agent_list_onl
         ["ZRANGE", keys.agents(EXPERIMENT), 0, -1],
     ]
     assert len(allowed(acl.LOAD_GENERATOR, stack, mine)) == len(mine)
+    admin.script_load("return 1")
     not_mine = [
         ["XGROUP", "CREATE", stream, "g", "0"],
         ["XREADGROUP", "GROUP", "g", "c", "STREAMS", stream, ">"],
+        ["SCRIPT", "LOAD", "return 1"],
+        ["EVAL", "return 1", 0],
+        ["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", 0],  # return 1's, loaded below
         ["XACK", stream, "g", "0-1"],
         ["SUBSCRIBE", keys.events(EXPERIMENT)],
         ["PUBLISH", keys.events(EXPERIMENT), "1"],
@@ -409,6 +418,65 @@ def test_the_coordinator_keeps_to_dexp_keys_and_administers_nothing(
         admin.delete("another-app:secret")
 
 
+# ------------------------------------------------------------------------------ the red team's
+
+ENDLESS = "while true do end"  # blocked Redis for 12 s: every vote of the time got 503
+DEMO_MEMORY = {"maxmemory": str(size_bytes(DEMO_MAXMEMORY)), "maxmemory-policy": "noeviction"}
+
+
+def memory_config(client: redis.Redis) -> dict[str, str]:
+    config = client.config_get("maxmemory*")
+    return {k: str(config[k]) for k in DEMO_MEMORY}
+
+
+@pytest.mark.parametrize("user", [acl.LOAD_GENERATOR, acl.AGENT])
+def test_no_service_but_the_coordinator_runs_a_script(
+    stack: LocalStack, admin: redis.Redis, user: str
+) -> None:
+    """The red team's endless script, through the load generator's user (and the agent's): it
+    can neither load it nor run it, not even once an administrator loaded it (EVALSHA), so Redis
+    answers the next command at once. (Should a try get through, the attacker's client times out,
+    and an administrator's SCRIPT KILL frees Redis for the tests after.)"""
+    sha = admin.script_load(ENDLESS)
+    attacker = redis.Redis.from_url(stack.redis_urls[user], socket_timeout=2)
+    try:
+        for command in (["SCRIPT", "LOAD", ENDLESS], ["EVAL", ENDLESS, 0], ["EVALSHA", sha, 0]):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                attacker.execute_command(*command)
+        assert admin.ping()
+    finally:
+        attacker.close()
+        with contextlib.suppress(redis.ResponseError):  # NOTBUSY: nothing ran
+            admin.script_kill()
+
+
+def test_the_agent_host_cannot_fill_redis_with_streams(
+    stack: LocalStack, admin: redis.Redis
+) -> None:
+    """The red team's flood, 1,000 XGROUP CREATE ... MKSTREAM under names the agent's pattern
+    matches (it made 100,000 keys, 60 MB, in 3 s): every one refused, no key made. Every enrolled
+    agent's stream and group exist all the same: the coordinator made them when it enrolled it.
+    And Redis has a memory limit, past which it refuses writes rather than evicting state."""
+    before = admin.dbsize()
+    host = user_client(stack, acl.AGENT)
+    try:
+        pipe = host.pipeline(transaction=False)
+        for i in range(1000):
+            stream = keys.activations(f"flood{i % 7}", f"x{i}")
+            pipe.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
+        replies = pipe.execute(raise_on_error=False)
+    finally:
+        host.close()
+    assert all(isinstance(r, redis.exceptions.NoPermissionError) for r in replies), replies[:3]
+    assert admin.dbsize() == before
+    agents = admin.zrange(keys.agents(EXPERIMENT), 0, -1)
+    assert len(agents) == 10
+    for agent in agents:
+        groups = admin.xinfo_groups(keys.activations(EXPERIMENT, agent))
+        assert [g["name"] for g in groups] == [keys.ACTIVATION_GROUP]
+    assert memory_config(admin) == DEMO_MEMORY
+
+
 # ------------------------------------------------------------------------------ a cluster
 
 
@@ -418,9 +486,10 @@ def test_a_cluster_has_the_users_on_every_node_and_replicates_as_replica(
     """Three masters with a replica each, every node started with the users: the replicas sync
     with their masters as `replica` (start_cluster waits for every link up); each service's user
     works through redis-py's cluster client (the topology, the command table): the coordinator
-    creates an experiment, enrolls an agent and counts its vote, the load generator writes
-    activations on several masters, the agent host reads them. No node's ACL log refuses anything
-    but the agent host's try at a key of the coordinator's."""
+    creates an experiment, enrolls an agent (and creates its stream, in another slot) and counts
+    its vote, the load generator writes activations on several masters, the agent host reads
+    them. No node's ACL log refuses anything but the agent host's try at creating a stream; every
+    node has `dexp demo`'s memory limit and evicts nothing."""
     passwords = {u: secrets.token_urlsafe(16) for u in (*acl.SERVICES, acl.ADMIN, acl.REPLICA)}
     cluster = start_cluster(3, 1, directory=tmp_path / "cluster", users=passwords)
     try:
@@ -441,20 +510,29 @@ def test_a_cluster_has_the_users_on_every_node_and_replicates_as_replica(
             assert vote.json()["counted"] is True, vote.text
         agent_host = RedisCluster.from_url(url(acl.AGENT))
         generator = RedisCluster.from_url(url(acl.LOAD_GENERATOR))
+        owner = RedisCluster.from_url(url(acl.COORDINATOR))
+        # the enrolled agent's stream and group: the coordinator created them, in their own slot
+        enrolled = keys.activations("c", agent.agent_id)
+        with RedisCluster.from_url(url(acl.ADMIN)) as operator:
+            groups = operator.xinfo_groups(enrolled)
+        assert [g["name"] for g in groups] == [keys.ACTIVATION_GROUP.encode()]
         streams = [keys.activations("c", f"a{i}") for i in range(8)]  # over several masters
         assert len({cluster.master_of(s).port for s in streams}) > 1
-        for stream in streams:
+        for stream in streams:  # as the coordinator enrolling agents a0 ... a7 would
+            owner.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
+        for stream in [enrolled, *streams]:
             generator.xadd(stream, {"r": b"x"})
-            agent_host.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
             assert agent_host.xreadgroup(keys.ACTIVATION_GROUP, "agent", {stream: ">"}, count=1)
-        with pytest.raises(redis.exceptions.NoPermissionError):  # a key of the coordinator's
-            agent_host.xgroup_create(keys.meta("c"), keys.ACTIVATION_GROUP, id="0", mkstream=True)
+        with pytest.raises(redis.exceptions.NoPermissionError):  # no stream of its own making
+            agent_host.xgroup_create(streams[0] + "-new", "g", id="0", mkstream=True)
         agent_host.close()
         generator.close()
+        owner.close()
         log = []
         for each in cluster.nodes:
             with cluster.client(each) as client:
                 log += [(e["username"], e["reason"], e["object"]) for e in refusals(client)]
-        assert log == [(acl.AGENT, "key", keys.meta("c"))]
+                assert memory_config(client) == DEMO_MEMORY
+        assert log == [(acl.AGENT, "command", "xgroup")]
     finally:
         cluster.stop(remove_files=True)

@@ -514,11 +514,7 @@ def readers(clean_redis: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setattr(LoadGenerator, "_stream_readers", stream_readers)
 
     def start(exp: str, reading: str, stopped: str) -> None:
-        client = redis.Redis.from_url(clean_redis)
-        for agent in (reading, stopped):
-            client.xgroup_create(
-                keys.activations(exp, agent), keys.ACTIVATION_GROUP, id="0", mkstream=True
-            )
+        client = redis.Redis.from_url(clean_redis)  # the groups: made by enrollment
         group, consumer = keys.ACTIVATION_GROUP, "agent"
         # The stopped one reads (and acknowledges) one entry now, then nothing more.
         gone = keys.activations(exp, stopped)
