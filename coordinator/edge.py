@@ -10,21 +10,22 @@ or lets it go on, having maybe wrapped the answer's way out (`send`) or replayed
 | 2 | CORS (only with DEXP_CORS_ORIGINS) | cors.CORS | a preflight on a device's route; adds its headers to every other answer there | before the check |
 | 3 | credential throttle | throttle.CredentialThrottle | 429 to an address over DEXP_AUTH_FAILURE_LIMIT failed checks (requests with Authorization only); counts the 401s below | before the check |
 | 4 | conditional reads | caching.ConditionalReads | 304 for a public document whose tag is current, from its revision alone | none needed (public) |
-| 5 | body limit | edges.BodyLimit | 413 over DEXP_MAX_BODY_BYTES, 408 after DEXP_BODY_TIMEOUT_SECONDS; the body is read whole here, before anything parses it | before the check |
-| 6 | message fast path | fast_path.FastPath | a plain, valid vote or LDP report, its token checked in the same Lua call that applies it | its own (lua/vote.lua, lua/ldp_report.lua) |
-| 7 | gzip (only with DEXP_GZIP_MIN_BYTES > 0) | compression.GZip | nothing: compresses the answers below, the tag suffixed | - |
-| 8 | rendered documents | documents.RenderedDocuments | a full read of a public document, with the bytes the route rendered for its ETag | none needed (public) |
-| 9 | credential gate | gate.CredentialGate | 401, 403 or 404 for a route that needs a credential, from the headers alone | the check |
+| 5 | credential gate | gate.CredentialGate | 401, 403 or 404 for a route that needs a credential, from the headers alone, before a byte of the body is read (a vote or an LDP report: its token's presence and form; the fast path checks the token itself) | the check |
+| 6 | body limit | edges.BodyLimit | 413 over DEXP_MAX_BODY_BYTES, 408 after DEXP_BODY_TIMEOUT_SECONDS; the body is read whole here, before anything parses it | after the check |
+| 7 | message fast path | fast_path.FastPath | a plain, valid vote or LDP report, its token checked in the same Lua call that applies it | its own (lua/vote.lua, lua/ldp_report.lua) |
+| 8 | gzip (only with DEXP_GZIP_MIN_BYTES > 0) | compression.GZip | nothing: compresses the answers below, the tag suffixed | - |
+| 9 | rendered documents | documents.RenderedDocuments | a full read of a public document, with the bytes the route rendered for its ETag | none needed (public) |
 | 10 | the app | FastAPI's routes | everything else: each route checks its credential again and reads its body | after the check |
 
 Why this order. The metrics are outermost, so that a refusal counts whoever gave it. CORS comes
 before any refusal, so that a browser can read every answer of a device's route, errors included.
 The throttle comes before anything that checks a credential, so that a guesser's requests cost
-almost nothing. Conditional reads come before the body limit: they read no body. The body is
-counted and timed before the fast path or a route reads it. gzip comes after the fast path (a
-vote's answer is small) and before the documents and the routes, whose larger answers it
-compresses. The credential gate is last: a request that needs a credential is refused before its
-body is parsed. Starlette's own error and exception handling wrap the edge and the routes as before
+almost nothing. Conditional reads come before the body limit: they read no body. The credential
+gate comes before the body limit: a request that needs a credential is refused before a byte of
+its body is read, so an anonymous client that trickles a body gets its 401 at once, not a 408
+after DEXP_BODY_TIMEOUT_SECONDS (the hardened edge, round two). The body is counted and timed
+before the fast path or a route reads it. gzip comes after the fast path (a vote's answer is
+small) and before the documents and the routes, whose larger answers it compresses. Starlette's own error and exception handling wrap the edge and the routes as before
 (coordinator/app.py's exception handlers answer the routes' errors).
 """
 
@@ -54,11 +55,11 @@ def steps(app: ASGIApp, settings: Settings) -> list[Step]:
         *([CORS(app, origins=origins)] if origins else []),
         CredentialThrottle(app, limit=settings.auth_failure_limit),
         ConditionalReads(app, max_age=settings.cache_max_age_seconds),
+        CredentialGate(app),
         BodyLimit(app, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout_seconds),
         FastPath(app),
         *([GZip(app, min_bytes=settings.gzip_min_bytes)] if settings.gzip_min_bytes else []),
         RenderedDocuments(app),
-        CredentialGate(app),
     ]
 
 

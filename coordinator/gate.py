@@ -14,8 +14,11 @@ depth, and the route's checks are what OpenAPI documents). What each route needs
 | GET /v1/agents/me | an agent token |
 | POST /v1/agents | the open-enrollment secret (when open enrollment is on), or an unused, unexpired ticket |
 
-Plain votes are answered before this gate by coordinator.fast_path, which reads at most 1 KiB
-(a declared Content-Length) and checks the token in the same Lua call that applies the vote.
+It runs before the body limit (coordinator/edge.py), so before a byte of any body is read. A vote
+or an LDP report (POST .../votes, .../reports) is checked here for the form of its token only
+(present, '<agent id>.<secret>'): the fast path (coordinator/fast_path.py) checks the token in the
+same Lua call that applies the message; checking it here too would add a Redis round trip to
+every one.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from enum import Enum
 from redis.exceptions import RedisError
 
 from coordinator.api.deps import same_secret
-from coordinator.asgi import Exchange, Step, header, send_problem
+from coordinator.asgi import Exchange, Scope, Step, header, send_problem
 from coordinator.errors import CoordinatorError, StoreUnavailable, Unauthorized
 from coordinator.fast_path import bearer
 from coordinator.settings import Settings
@@ -42,6 +45,8 @@ class Need(Enum):
 
 ID = r"(?P<exp>[^/]+)"
 EXPERIMENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# the messages the fast path answers, its Lua call checking their token
+FAST_PATH_SUFFIXES = ("/votes", "/reports")
 ROUTES: list[tuple[str, re.Pattern[str], Need]] = [
     ("POST", re.compile(r"/v1/experiments"), Need.ADMIN),
     ("DELETE", re.compile(rf"/v1/experiments/{ID}"), Need.ADMIN),
@@ -106,13 +111,26 @@ class CredentialGate(Step):
         try:
             if token is None:
                 raise Unauthorized("missing bearer token (Authorization: Bearer ...)")
+            if need is Need.AGENT and scope["path"].endswith(FAST_PATH_SUFFIXES):
+                if not agent_of(token):  # the fast path or the route checks the rest
+                    raise Unauthorized("invalid agent token")
+                return False
             state = scope["app"].state
             await check(need, exp, token, state.settings, state.store)
         except CoordinatorError as exc:
-            await send_problem(ex.send, exc.status, exc.message, exc.headers())
+            await send_problem(ex.send, exc.status, exc.message, unread(scope, exc.headers()))
             return True
         except RedisError as exc:
             error = StoreUnavailable.of(exc)
-            await send_problem(ex.send, error.status, error.message, error.headers())
+            await send_problem(ex.send, error.status, error.message, unread(scope, error.headers()))
             return True
         return False
+
+
+def unread(scope: Scope, headers: dict[str, str]) -> dict[str, str]:
+    """`headers`, and Connection: close when the request has a body: it is refused unread, and the
+    connection must not go on reading it (a 100 MB anonymous body would still stream in)."""
+    length = header(scope, b"content-length")
+    if header(scope, b"transfer-encoding") is not None or length not in (None, b"0"):
+        return {**headers, "Connection": "close"}
+    return headers

@@ -26,7 +26,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from collections import Counter
+import resource
+import time
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +37,7 @@ from prometheus_client import Counter as MetricCounter
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from coordinator.addresses import client_group
 from coordinator.asgi import (
     STREAM_HOOK,
     ASGIApp,
@@ -53,6 +56,10 @@ log = logging.getLogger("uvicorn.error")
 REFUSED_CONNECTIONS = MetricCounter(
     "dexp_connections_refused_total",
     "Connections closed at once: their client address held DEXP_MAX_CONNECTIONS_PER_CLIENT",
+)
+REAPED_CONNECTIONS = MetricCounter(
+    "dexp_idle_connections_reaped_total",
+    "Idle connections (no request in flight) closed because the process held DEXP_MAX_IDLE_CONNECTIONS",
 )
 
 
@@ -74,18 +81,29 @@ def trusted_proxies(value: str) -> list[str]:
     return networks
 
 
-async def overloaded(scope: Scope, receive: Receive, send: Send) -> None:
-    """The answer beyond DEXP_MAX_CONCURRENCY: the API's JSON error, retry in a second."""
+QUEUE_SECONDS = 5.0  # a request waits this long at most for a place (DEXP_MAX_CONCURRENCY)
+RETRY_AFTER_MAX = 30  # the longest Retry-After the overloaded answer gives
+OPEN_FILES_RESERVE = 256  # descriptors kept for Redis, logs and the listening socket
+
+
+async def overloaded(send: Send, retry_after: int) -> None:
+    """The answer beyond DEXP_MAX_CONCURRENCY requests in flight and as many waiting: the API's
+    JSON error, with the Retry-After the places chose."""
     refused("overloaded")  # before the app: its request metrics never see it
     await send_problem(
         send,
         503,
-        "the coordinator has too many connections (DEXP_MAX_CONCURRENCY); retry later",
-        {"Retry-After": "1", "Connection": "close"},
+        "the coordinator has too many requests in flight (DEXP_MAX_CONCURRENCY); retry after "
+        "Retry-After seconds",
+        {"Retry-After": str(retry_after), "Connection": "close"},
     )
 
 
 TOO_LARGE_HEADERS = f'{{"detail":"request headers too large: at most {MAX_HEADER_BYTES} bytes"}}'
+BAD_REQUEST = (
+    b'{"detail":"invalid HTTP request: a malformed request line or header, or an ambiguous body '
+    b'length (Content-Length with Transfer-Encoding, or Content-Length twice)"}'
+)
 
 
 async def headers_too_large(scope: Scope, receive: Receive, send: Send) -> None:
@@ -93,69 +111,140 @@ async def headers_too_large(scope: Scope, receive: Receive, send: Send) -> None:
     await send_json(send, 431, TOO_LARGE_HEADERS.encode(), {"Connection": "close"})
 
 
+class Admission:
+    """One request's place among DEXP_MAX_CONCURRENCY, given back once (when the request ends, or
+    earlier when it becomes a long-lived stream)."""
+
+    __slots__ = ("held", "places")
+
+    def __init__(self, places: Places) -> None:
+        self.places = places
+        self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.places.leave()
+
+
+class Places:
+    """The requests in flight of one server, at most `limit`: what DEXP_MAX_CONCURRENCY bounds.
+
+    A request takes a place once its headers are complete, and gives it back when it ends or
+    becomes a stream. Connections are not counted: an idle one (no request yet, or kept alive
+    between two) holds no place, so idle sockets cannot starve requests (the hardened-edge round
+    two: 5 addresses x 200 idle sockets got 71 of 75 votes a 503). Beyond the limit a request waits
+    in line (at most `limit` of them, QUEUE_SECONDS each), so that a burst (2,000 devices
+    subscribing in one second) is served in turn rather than refused; beyond the line, 503.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.running = 0
+        self.waiting: deque[asyncio.Future[None]] = deque()
+        self.window = 0.0  # the second in which `refusals` were counted
+        self.refusals = 0
+
+    async def admit(self) -> Admission | None:
+        """A place, at once or after waiting in line; None if the line is full or the wait too
+        long (the caller answers 503)."""
+        if self.limit is None or (self.running < self.limit and not self.waiting):
+            self.running += 1
+            return Admission(self)
+        if len(self.waiting) >= self.limit:
+            return None
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting.append(turn)
+        try:
+            async with asyncio.timeout(QUEUE_SECONDS):
+                await turn
+        except BaseException as exc:
+            if turn.done() and not turn.cancelled():
+                self.leave()  # handed a place just as it gave up: pass it on
+            else:
+                turn.cancel()
+                self.waiting.remove(turn)
+            if isinstance(exc, TimeoutError):
+                return None
+            raise
+        return Admission(self)  # the place of the request that handed it on
+
+    def leave(self) -> None:
+        """A place is free: to the first in line (it keeps the count), or back to the pool."""
+        while self.waiting:
+            turn = self.waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.running -= 1
+
+    def retry_after(self) -> int:
+        """Seconds a refused client is told to wait: 1 for the first `limit` refused within a
+        second, 2 for the next `limit`, and so on (at most RETRY_AFTER_MAX), so that a crowd
+        refused at once comes back spread out instead of all together."""
+        now = time.monotonic()
+        if now - self.window >= 1.0:
+            self.window, self.refusals = now, 0
+        self.refusals += 1
+        return min(RETRY_AFTER_MAX, 1 + (self.refusals - 1) // (self.limit or 1))
+
+
 class Stream(StreamHandle):
-    """A connection that serves a long-lived stream (asgi.STREAM_HOOK): out of the count of
-    connections and tasks the limit applies to, until released or lost."""
+    """A connection that serves a long-lived stream (asgi.STREAM_HOOK): its request gives its place
+    back at once (streams have bounds of their own, coordinator/events.py)."""
 
     def __init__(self, protocol: EdgeGuards, stop: Callable[[], None]) -> None:
         self.protocol = protocol
         self.stop = stop
         protocol.streams[protocol] = self
-        task = asyncio.current_task()
-        if task is not None:  # a lost stream leaves the task count when its task is done
-            task.add_done_callback(self.done)
+        if protocol.admission is not None:
+            protocol.admission.release()
 
     def release(self) -> None:
-        """The stream ended on a live connection: it counts as an ordinary one again. (On a lost
-        one its task is still unwinding: `done` takes it out once the task ends.)"""
+        """The stream ended."""
         if self.protocol.streams.get(self.protocol) is self:
             del self.protocol.streams[self.protocol]
-
-    def done(self, _: object) -> None:
-        if self.protocol.streams.get(self.protocol) is self:
-            del self.protocol.streams[self.protocol]
-        if self.protocol.unwinding.get(self.protocol) is self:
-            del self.protocol.unwinding[self.protocol]
 
     def abort(self) -> None:
         self.protocol.transport.abort()
 
 
 class EdgeGuards:
-    """What both protocol subclasses add to uvicorn's: the header deadline and the JSON 503.
+    """What both protocol subclasses add to uvicorn's: the header deadline, the places of requests
+    in flight, the bound on idle connections, the bound per client address, and JSON errors.
 
     A mixin before uvicorn's class in the bases: its methods wrap uvicorn's through super().
-    `header_timeout` is set by edge_protocol(); the connection limit is config.limit_concurrency,
-    taken over from uvicorn (whose own check answers in plain text) at construction. `streams`
-    (one dict per server, made by edge_protocol()) holds the connections that serve a long-lived
-    stream.
+    The class attributes are set per server by edge_protocol(). The connection limit of uvicorn
+    (config.limit_concurrency, which counts connections and answers in plain text) is taken over
+    at construction: it becomes `places`, which counts requests.
     """
 
     header_timeout: float = 10.0
-    # connections one client address may hold at once (0: no bound); beyond, a new one is closed
-    # as soon as it is accepted, before it can hold a place in the connection limit. Trusted
-    # proxies (DEXP_TRUSTED_PROXIES) are exempt: they carry many clients and bound them themselves.
+    # connections one client (an IPv4 address, an IPv6 /64) may hold at once (0: no bound);
+    # beyond, a new one is closed as soon as it is accepted. Trusted proxies
+    # (DEXP_TRUSTED_PROXIES) are exempt: they carry many clients and bound them themselves.
     max_per_client: int = 0
     exempt: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     per_client: Counter[str] = Counter()  # noqa: RUF012 (replaced per server by edge_protocol)
     streams: dict[EdgeGuards, Stream] = {}  # noqa: RUF012 (replaced per server by edge_protocol)
-    # streams whose connection is lost and whose task has not ended yet: out of the task count
-    # until it ends, so that thousands of streams closing at once do not fill the limit
-    unwinding: dict[EdgeGuards, Stream] = {}  # noqa: RUF012 (replaced per server, as streams)
+    places: Places = Places(None)  # replaced per server by edge_protocol
+    # connections without a request in flight, oldest first; beyond max_idle the oldest is closed
+    idle: OrderedDict[EdgeGuards, None] = OrderedDict()  # noqa: RUF012 (as streams)
+    max_idle: int = 0  # 0: no bound
     # uvicorn's per-connection state that the guards read
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
-    connections: set[Any]
-    tasks: set[asyncio.Task[None]]
     limit_concurrency: int | None
     timeout_keep_alive_task: asyncio.TimerHandle | None
     app: ASGIApp
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.max_concurrency, self.limit_concurrency = self.limit_concurrency, None
+        self.limit_concurrency = None
         self.served_app, self.app = self.app, self.gate
         self.header_deadline: asyncio.TimerHandle | None = None
+        self.admission: Admission | None = None
+        self.counted = False
 
     # -- the header deadline ------------------------------------------------------------------
     def arm_header_deadline(self) -> None:
@@ -172,18 +261,39 @@ class EdgeGuards:
         if not self.transport.is_closing():
             self.transport.close()  # nothing is said: the client has not asked anything yet
 
+    # -- idle connections ---------------------------------------------------------------------
+    def now_idle(self) -> None:
+        """No request in flight on this connection (just accepted, or kept alive after a
+        response): its next request's headers are due within header_timeout, and beyond max_idle
+        idle connections the oldest one is closed, so that idle sockets cost a bounded amount
+        (a few KB each, and a descriptor) however many are opened."""
+        self.arm_header_deadline()
+        self.idle[self] = None
+        self.idle.move_to_end(self)
+        if self.max_idle and len(self.idle) > self.max_idle:
+            oldest, _ = self.idle.popitem(last=False)
+            REAPED_CONNECTIONS.inc()
+            oldest.cancel_header_deadline()
+            oldest.transport.close()  # nothing is said: it has not asked anything yet
+
+    def now_busy(self) -> None:
+        """A request's headers are complete."""
+        self.cancel_header_deadline()
+        self.idle.pop(self, None)
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[misc]
         peer = transport.get_extra_info("peername")
-        self.peer = str(peer[0]) if peer else ""
-        if self.max_per_client and not self.trusted(self.peer):
+        address = str(peer[0]) if peer else ""
+        self.peer = client_group(address)
+        if self.max_per_client and not self.trusted(address):
             self.per_client[self.peer] += 1
             self.counted = True
             if self.per_client[self.peer] > self.max_per_client:
                 REFUSED_CONNECTIONS.inc()
                 self.transport.close()  # nothing is said: the client has asked nothing yet
                 return
-        self.arm_header_deadline()
+        self.now_idle()
 
     def trusted(self, peer: str) -> bool:
         """A trusted proxy's address: exempt from the per-client bound."""
@@ -196,15 +306,14 @@ class EdgeGuards:
         return any(address in network for network in self.exempt)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if getattr(self, "counted", False):
+        if self.counted:
             self.counted = False
             self.per_client[self.peer] -= 1
             if self.per_client[self.peer] <= 0:
                 del self.per_client[self.peer]
         self.cancel_header_deadline()
-        stream = self.streams.pop(self, None)
-        if stream is not None:
-            self.unwinding[self] = stream
+        self.idle.pop(self, None)
+        self.streams.pop(self, None)
         super().connection_lost(exc)  # type: ignore[misc]
 
     def shutdown(self) -> None:
@@ -218,25 +327,37 @@ class EdgeGuards:
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
         # uvicorn arms its keep-alive timer when the connection waits for a next request (none is
-        # pipelined): that request's headers are due within header_timeout from now
+        # pipelined): idle again, that request's headers due within header_timeout from now
         if self.timeout_keep_alive_task is not None:
-            self.arm_header_deadline()
+            self.now_idle()
 
-    # -- the connection limit -----------------------------------------------------------------
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to what its parser refuses (malformed framing, a body length given
+        twice or both ways), as the API's JSON error instead of plain text."""
+        self.transport.write(
+            b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+            b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(BAD_REQUEST), BAD_REQUEST)
+        )
+        self.transport.close()
+
+    # -- the places of requests in flight -----------------------------------------------------
     async def gate(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The app, or the JSON 503 beyond max_concurrency connections or running requests
-        (this connection and this request's task are counted; streams are not, each being one
-        connection and one task)."""
-        limit = self.max_concurrency
-        streams = len(self.streams)
-        tasks = len(self.tasks) - streams - len(self.unwinding)
+        """The app, once this request has a place among DEXP_MAX_CONCURRENCY (given back when it
+        ends or becomes a stream); else the JSON 503 with Retry-After."""
         if scope["path"] == "/healthz":  # liveness: answered whatever the load, it costs nothing
             return await self.served_app(scope, receive, send)
-        if limit is not None and (len(self.connections) - streams > limit or tasks > limit):
+        admission = await self.places.admit()
+        if admission is None:
             log.warning("Exceeded concurrency limit.")
-            return await overloaded(scope, receive, send)
-        scope[STREAM_HOOK] = self.as_stream
-        return await self.served_app(scope, receive, send)
+            return await overloaded(send, self.places.retry_after())
+        self.admission = admission
+        try:
+            scope[STREAM_HOOK] = self.as_stream
+            return await self.served_app(scope, receive, send)
+        finally:
+            admission.release()
+            if self.admission is admission:
+                self.admission = None
 
     def as_stream(self, stop: Callable[[], None]) -> StreamHandle:
         """asgi.STREAM_HOOK: this connection serves a long-lived stream from now on."""
@@ -250,7 +371,7 @@ class EdgeH11Protocol(EdgeGuards, H11Protocol):
         cycle = self.cycle
         super().handle_events()
         if self.cycle is not cycle:  # uvicorn made a new cycle: a request's headers are in
-            self.cancel_header_deadline()
+            self.now_busy()
 
 
 try:
@@ -282,7 +403,7 @@ else:
 
         def on_headers_complete(self) -> None:
             self.awaiting_headers = False
-            self.cancel_header_deadline()
+            self.now_busy()
             size = len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
             # uvicorn reads self.app here to serve this request
             self.app = headers_too_large if size > MAX_HEADER_BYTES else self.gate
@@ -306,19 +427,44 @@ def edge_protocol(
     header_timeout: float,
     max_per_client: int = 0,
     exempt: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = (),
+    max_concurrency: int | None = None,
+    max_idle: int = 0,
 ) -> type[asyncio.Protocol]:
     """The protocol class for uvicorn.Config(http=...): httptools if importable, else h11. One
-    class per server, with its own registry of streams and count of connections per client."""
+    class per server, with its own places, idle connections, streams and count per client."""
     base: type[asyncio.Protocol] = FAST_PROTOCOL or EdgeH11Protocol
     attributes = {
         "header_timeout": header_timeout,
         "streams": {},
-        "unwinding": {},
         "max_per_client": max_per_client,
         "exempt": exempt,
         "per_client": Counter(),
+        "places": Places(max_concurrency),
+        "idle": OrderedDict(),
+        "max_idle": max_idle,
     }
     return type(base.__name__, (base,), attributes)
+
+
+def open_files() -> int:
+    """The process's limit of open descriptors, its soft limit first raised to the hard one (each
+    connection is one; Linux's usual soft limit, 1,024, would hold few)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def idle_bound(settings: Settings, files: int) -> int:
+    """The idle connections one process keeps: DEXP_MAX_IDLE_CONNECTIONS, less if the descriptors
+    (`files`) would not hold them beside the streams (DEXP_MAX_SUBSCRIBERS), the requests in flight
+    and those waiting (twice DEXP_MAX_CONCURRENCY) and OPEN_FILES_RESERVE; at least 64."""
+    room = files - settings.max_subscribers - 2 * settings.max_concurrency - OPEN_FILES_RESERVE
+    return max(64, min(settings.max_idle_connections, room))
 
 
 def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Config:
@@ -333,6 +479,8 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Config:
             settings.header_timeout_seconds,
             settings.max_connections_per_client,
             tuple(ipaddress.ip_network(p, strict=False) for p in proxies),
+            settings.max_concurrency,
+            idle_bound(settings, open_files()),
         ),
         "ws": "none",  # no WebSocket routes
         "lifespan": "on",  # Redis and the default experiment: a failed start-up must stop
@@ -341,7 +489,6 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Config:
         "proxy_headers": bool(proxies),
         "forwarded_allow_ips": proxies or None,
         "timeout_keep_alive": settings.keep_alive_seconds,
-        "limit_concurrency": settings.max_concurrency,
         "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
     }
     options.update(overrides)

@@ -24,6 +24,7 @@ from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 from prometheus_client import Counter
 
+from coordinator.addresses import client_group
 from coordinator.asgi import ASGIApp, Exchange, Message, Step, header, send_problem
 
 THROTTLED = Counter(
@@ -46,7 +47,7 @@ class CredentialThrottle(Step):
         scope = ex.scope
         if header(scope, b"authorization") is None:
             return False
-        client = scope["client"][0] if scope.get("client") else ""
+        client = client_group(scope["client"][0]) if scope.get("client") else ""
         if not self.limiter.test(self.item, client):
             THROTTLED.inc()
             reset = self.limiter.get_window_stats(self.item, client).reset_time

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from coordinator.addresses import client_group
 from coordinator.api.deps import (
     Credentials,
     SettingsDep,
@@ -216,7 +217,7 @@ async def enroll(
     if not experiment:
         raise Invalid("experiment: required (this coordinator has no default experiment)")
     if settings.open_enrollment_enabled and same_secret(credential, settings.enrollment_secret):
-        client = request.client.host if request.client else ""
+        client = client_group(request.client.host) if request.client else ""
         enrollment = await store.enroll(experiment, client)
     elif ticket_experiment(credential):
         enrollment = await store.enroll(experiment, ticket=credential)

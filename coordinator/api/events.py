@@ -29,6 +29,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Request
 from starlette.responses import Response
 
+from coordinator.addresses import client_group
 from coordinator.api.deps import SettingsDep, StoreDep, problems
 from coordinator.asgi import Receive, Scope, Send, StreamHandle, send_problem, stream_handle
 from coordinator.errors import CoordinatorError, NotFound
@@ -211,7 +212,7 @@ async def events(
         request.app.state.hub,
         experiment,
         created_at,
-        request.client.host if request.client else "",
+        client_group(request.client.host) if request.client else "",
         last_event_id,
         settings.sse_heartbeat_seconds,
         settings.sse_retry_ms,

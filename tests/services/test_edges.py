@@ -22,6 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
+import coordinator.server as server_module
+from coordinator.addresses import client_group
 from coordinator.server import trusted_proxies
 from tests.prerequisites import missing
 
@@ -205,11 +207,14 @@ def megabytes(n: int) -> Iterator[bytes]:
         yield chunk
 
 
-ATTACKS = {
-    "streamed-anonymous": {},  # no Content-Length: chunked, counted as it streams in
-    "declared-anonymous": {"Content-Length": str(ATTACK)},  # refused from the headers alone
+MISSING_TOKEN = {"detail": "missing bearer token (Authorization: Bearer ...)"}
+TOO_LARGE = {"detail": "request body too large: at most 65536 bytes"}
+ATTACKS = {  # the request's headers, the answer's status and body
+    # anonymous: refused from the headers alone by the credential gate, before any body byte
+    "streamed-anonymous": ({}, 401, MISSING_TOKEN),  # no Content-Length: chunked
+    "declared-anonymous": ({"Content-Length": str(ATTACK)}, 401, MISSING_TOKEN),
     # a valid admin token passes every credential check: only the body limit stops it
-    "streamed-admin": {"Authorization": f"Bearer {ADMIN_TOKEN}"},
+    "streamed-admin": ({"Authorization": f"Bearer {ADMIN_TOKEN}"}, 413, TOO_LARGE),
 }
 
 
@@ -217,7 +222,7 @@ ATTACKS = {
 def test_a_100_mb_body_is_refused_quickly_without_being_held(
     coordinator_process: Process, clean_redis: str, attack: str
 ) -> None:
-    headers = ATTACKS[attack]
+    headers, status, detail = ATTACKS[attack]
     with httpx.Client(base_url=coordinator_process.url, timeout=30, trust_env=False) as client:
         # warm the paths (imports, caches) so that the peak measures the body, not the first call
         client.post("/v1/experiments", content=b"x" * MB)
@@ -228,8 +233,8 @@ def test_a_100_mb_body_is_refused_quickly_without_being_held(
         response = client.post("/v1/experiments", content=megabytes(100), headers=headers)
 
         growth = coordinator_process.peak_rss() - peak
-        assert response.status_code == 413, response.text
-        assert response.json() == {"detail": "request body too large: at most 65536 bytes"}
+        assert response.status_code == status, response.text
+        assert response.json() == detail
         assert response.headers["connection"] == "close"  # the rest is not read
         assert growth < 20 * MB, f"peak RSS grew by {growth / MB:.1f} MB (600 MB before the limit)"
         assert snapshot(clean_redis) == before
@@ -240,7 +245,10 @@ def test_a_declared_length_over_the_limit_is_refused_before_any_body_byte(
     edge: ThreadedCoordinator,
 ) -> None:
     with connect(edge) as sock:
-        sock.sendall(request("/v1/experiments", "POST", f"Content-Length: {ATTACK}\r\n"))
+        credential = f"Authorization: Bearer {ADMIN_TOKEN}\r\n"
+        sock.sendall(
+            request("/v1/experiments", "POST", f"{credential}Content-Length: {ATTACK}\r\n")
+        )
         reply = read_reply(sock)  # not one byte of the body was sent
         assert reply.status == 413
         assert reply.json() == {"detail": f"request body too large: at most {LIMIT} bytes"}
@@ -248,25 +256,25 @@ def test_a_declared_length_over_the_limit_is_refused_before_any_body_byte(
         seconds_until_closed(sock, 5)  # and the connection is closed: the body is never read
 
 
-ROUTES = [
-    ("POST", "/v1/experiments"),
-    ("POST", "/v1/agents"),
-    ("POST", "/v1/experiments/limit/votes"),
-    ("POST", "/v1/experiments/limit/reset"),
-    ("DELETE", "/v1/experiments/limit"),
-    ("GET", "/healthz"),
-    ("PUT", "/no/such/route"),
+ROUTES = [  # with a credential that passes the credential gate (it checks before the body)
+    ("POST", "/v1/experiments", ADMIN_TOKEN),
+    ("POST", "/v1/agents", ENROLLMENT_SECRET),
+    ("POST", "/v1/experiments/limit/votes", "limit-0.secret"),  # only its form, for a vote
+    ("POST", "/v1/experiments/limit/reset", ADMIN_TOKEN),
+    ("DELETE", "/v1/experiments/limit", ADMIN_TOKEN),
+    ("GET", "/healthz", ADMIN_TOKEN),
+    ("PUT", "/no/such/route", ADMIN_TOKEN),
 ]
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
-@pytest.mark.parametrize(("method", "path"), ROUTES)
+@pytest.mark.parametrize(("method", "path", "token"), ROUTES)
 def test_a_body_just_over_the_limit_is_413_on_every_route(
-    edge_client: httpx.Client, method: str, path: str, chunked: bool
+    edge_client: httpx.Client, method: str, path: str, token: str, chunked: bool
 ) -> None:
     body = b"{" + b" " * (LIMIT - 1) + b"}"  # LIMIT + 1 bytes
     content = iter([body[:100], body[100:]]) if chunked else body
-    response = edge_client.request(method, path, content=content, headers=admin_headers())
+    response = edge_client.request(method, path, content=content, headers=bearer(token))
     assert response.status_code == 413, response.text
     assert response.json() == {"detail": f"request body too large: at most {LIMIT} bytes"}
 
@@ -317,6 +325,38 @@ def test_forwarded_for_names_the_client_behind_a_trusted_proxy(
         assert enroll_spoofed(client, "proxied", ["198.51.100.7"] * 4) == [201, 201, 201, 429]
         # the proxy's own requests (no header) are its own client
         assert len(enroll_agents(client, "proxied", 3)) == 3
+
+
+def test_ipv6_clients_are_counted_by_their_64_as_at_the_proxy(
+    redis_url: str, clean_redis: str
+) -> None:
+    """Failed credentials from 21 addresses of one IPv6 /64 share one window (20 a minute): the
+    21st is throttled, as if one address (deploy/proxy groups IPv6 by /64 too); another /64 has a
+    window of its own."""
+
+    def me(address: str) -> int:
+        headers = {"Authorization": "Bearer x.y", "X-Forwarded-For": address}
+        return http.get("/v1/agents/me", headers=headers).status_code
+
+    settings = coordinator_settings(
+        redis_url, trusted_proxies="127.0.0.1", auth_failure_limit="20/minute"
+    )
+    with (
+        coordinator(settings) as server,
+        httpx.Client(base_url=server.url, trust_env=False) as http,
+    ):
+        statuses = [me(f"2001:db8:0:1:{i:x}::1") for i in range(1, 22)]
+        assert statuses == [401] * 20 + [429]
+        assert me("2001:db8:0:2::1") == 401
+
+
+def test_client_groups() -> None:
+    assert client_group("203.0.113.7") == "203.0.113.7"
+    assert client_group("2001:db8:1:2:aaaa::1") == client_group("2001:db8:1:2::ffff")
+    assert client_group("2001:db8:1:2::1") == "2001:db8:1:2::/64"
+    assert client_group("2001:db8:1:3::1") != client_group("2001:db8:1:2::1")
+    assert client_group("::ffff:203.0.113.7") == "203.0.113.7"
+    assert client_group("testclient") == "testclient"
 
 
 def test_trusted_proxies_are_checked_addresses() -> None:
@@ -397,38 +437,72 @@ def test_an_idle_keep_alive_connection_is_closed_after_keep_alive_seconds(
         assert seconds_until_closed(sock, 1.0 + SLACK, since=asked) >= 1.0 - CLOCK
 
 
-# -- the connection limit ----------------------------------------------------------------------
-def test_connections_beyond_max_concurrency_get_a_json_503(
-    redis_url: str, clean_redis: str
+# -- the limit of requests in flight ----------------------------------------------------------
+def slow_request(server: ThreadedCoordinator) -> socket.socket:
+    """A request in flight until its body comes (its headers whole, not one byte of its body)."""
+    sock = connect(server)
+    credential = f"Authorization: Bearer {ADMIN_TOKEN}\r\nContent-Length: 10\r\n"
+    sock.sendall(request("/v1/experiments", "POST", credential))
+    return sock
+
+
+def test_requests_beyond_max_concurrency_wait_in_line_then_get_a_json_503(
+    redis_url: str, clean_redis: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = coordinator_settings(redis_url, max_concurrency=4, keep_alive_seconds=30.0)
+    """DEXP_MAX_CONCURRENCY counts requests, not connections: 2 in flight, 2 waiting in line,
+    the fifth refused at once; those in line get 503 when their wait ends; /healthz always."""
+    monkeypatch.setattr(server_module, "QUEUE_SECONDS", 1.0)
+    settings = coordinator_settings(redis_url, max_concurrency=2, body_timeout_seconds=60.0)
     with coordinator(settings) as server:
-        held = [connect(server) for _ in range(3)]
+        places = server.server.config.http_protocol_class.places
+        held = [slow_request(server) for _ in range(4)]
         try:
-            for sock in held:  # three kept-alive connections, each served once
-                sock.sendall(request("/readyz"))
-                assert read_reply(sock).status == 200
-            with connect(server) as fourth:  # the limit itself is allowed
-                fourth.sendall(request("/readyz"))
-                assert read_reply(fourth).status == 200
-                with connect(server) as fifth:
-                    fifth.sendall(request("/readyz"))
-                    reply = read_reply(fifth)
-                    assert reply.status == 503
-                    assert reply.headers["retry-after"] == "1"
-                    assert reply.headers["content-type"] == "application/json"
-                    assert "DEXP_MAX_CONCURRENCY" in reply.json()["detail"]
-                    seconds_until_closed(fifth, 5)
-                with connect(server) as probe:  # liveness is answered over the limit
-                    probe.sendall(request("/healthz"))
-                    assert read_reply(probe).status == 200
-            deadline = time.monotonic() + 30  # (a safety net) the fourth is gone: room again
-            while len(server.server.server_state.connections) > 3:
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+            wait(lambda: places.running == 2 and len(places.waiting) == 2, "2 in flight, 2 in line")
+            with connect(server) as fifth:
+                fifth.sendall(request("/readyz"))
+                reply = read_reply(fifth)
+                assert reply.status == 503
+                assert reply.headers["retry-after"] == "1"
+                assert reply.headers["content-type"] == "application/json"
+                assert "DEXP_MAX_CONCURRENCY" in reply.json()["detail"]
+                seconds_until_closed(fifth, 5)
+            with connect(server) as probe:  # liveness is answered over the limit
+                probe.sendall(request("/healthz"))
+                assert read_reply(probe).status == 200
+            for sock in held[2:]:  # the line's wait ended: 503, retry later
+                assert read_reply(sock).status == 503
+            for sock in held[:2]:
+                sock.close()
+            wait(lambda: places.running == 0, "the places given back")
             with connect(server) as again:
                 again.sendall(request("/readyz"))
                 assert read_reply(again).status == 200
         finally:
             for sock in held:
                 sock.close()
+
+
+def wait(condition: Any, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.01)
+
+
+# -- transport errors --------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "framing",
+    [
+        "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+        "Content-Length: 5\r\nContent-Length: 6\r\n",
+    ],
+    ids=["length-and-chunked", "two-lengths"],
+)
+def test_an_ambiguous_body_length_is_a_json_400(edge: ThreadedCoordinator, framing: str) -> None:
+    with connect(edge) as sock:
+        sock.sendall(request("/v1/experiments", "POST", framing) + b"hello")
+        reply = read_reply(sock)
+        assert reply.status == 400
+        assert reply.headers["content-type"] == "application/json"
+        assert "Content-Length" in reply.json()["detail"]
+        seconds_until_closed(sock, 5)

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from tests.services.helpers import (
+    ADMIN_TOKEN,
     ThreadedCoordinator,
     coordinator,
     coordinator_settings,
@@ -105,12 +106,20 @@ def test_idle_connections_of_one_address_cannot_starve_the_others(
             s.close()
 
 
-def test_healthz_is_answered_when_the_connection_limit_is_full(
+def test_healthz_is_answered_when_the_request_limit_is_full(
     server: ThreadedCoordinator,
 ) -> None:
-    crowd = [s for i in range(3, 6) for s in idle(server, f"127.0.0.{i}", PER_CLIENT)]
+    """Requests in flight fill DEXP_MAX_CONCURRENCY (bodies that do not come) and its line: other
+    requests get 503 with Retry-After, /healthz 200."""
+    head = (
+        f"POST /v1/experiments HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n"
+        "Content-Length: 10\r\n\r\n"
+    ).encode()
+    crowd = [s for i in range(3, 9) for s in idle(server, f"127.0.0.{i}", PER_CLIENT)]
     try:
-        assert len(crowd) > CONCURRENCY
+        for s in crowd:
+            s.sendall(head)
+        assert len(crowd) > 2 * CONCURRENCY
         with httpx.Client(base_url=server.url, timeout=10.0, trust_env=False) as client:
             wait_for(lambda: client.get("/readyz").status_code == 503, "the limit reached")
             busy = client.get("/v1/experiments")
@@ -152,7 +161,7 @@ def trickle(server: ThreadedCoordinator, head: bytes, body: bytes) -> bytes:
     "path, authorization",
     [
         ("/v1/experiments/slow/votes", "Bearer junk.token"),  # the vote fast path's candidate
-        ("/v1/experiments", "Bearer dev-admin-token"),  # an ordinary route
+        ("/v1/experiments", f"Bearer {ADMIN_TOKEN}"),  # an ordinary route, a valid credential
     ],
 )
 def test_a_trickled_body_gets_408_and_the_connection_closes(
@@ -169,3 +178,33 @@ def test_a_trickled_body_gets_408_and_the_connection_closes(
     assert b"did not arrive within 1 s" in answer
     with httpx.Client(base_url=server.url, timeout=10.0, trust_env=False) as client:
         assert client.get("/v1/experiments").status_code == 200  # nothing else held up
+
+
+@pytest.mark.parametrize(
+    "path, authorization",
+    [
+        ("/v1/agents", ""),  # the red team's: anonymous enrollment
+        ("/v1/agents", "Authorization: Bearer not-a-ticket\r\n"),
+        ("/v1/experiments", "Authorization: Bearer wrong-admin-token\r\n"),
+        ("/v1/experiments/slow/votes", "Authorization: Bearer no-dot\r\n"),
+    ],
+)
+def test_a_trickled_body_without_a_valid_credential_gets_401_at_once(
+    server: ThreadedCoordinator, path: str, authorization: str
+) -> None:
+    """The credential is checked before a byte of the body is read: 401 while the body has not
+    begun (before, the body was read first: 408 after DEXP_BODY_TIMEOUT_SECONDS)."""
+    body = b'{"experiment": "slow"}' + b" " * 200
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\n{authorization}"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=DEADLINE) as s:
+        s.sendall(head)  # and not one byte of the body
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = s.recv(4096)
+            assert chunk, answer
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:300]
+    assert b"connection: close" in answer.lower()

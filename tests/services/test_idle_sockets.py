@@ -1,0 +1,104 @@
+"""Idle sockets hold no place a request needs (the hardened edge, round two, item 1, replayed).
+
+Before: DEXP_MAX_CONCURRENCY counted connections that had not become streams, so 5 addresses x 200
+idle sockets (no byte sent) made 71 of 75 votes, 73 of 75 reads and new event streams answer 503.
+Now (coordinator/server.py) the limit counts requests in flight; an idle connection costs a
+descriptor and a few KB, the process keeps at most DEXP_MAX_IDLE_CONNECTIONS of them (the oldest
+closed first), and each address still holds at most DEXP_MAX_CONNECTIONS_PER_CLIENT.
+
+Here, at a small scale: 10 addresses x 20 idle sockets (ten times DEXP_MAX_CONCURRENCY = 20, three
+times DEXP_MAX_IDLE_CONNECTIONS = 64); an honest device from another address then votes, reads
+and opens a stream, every one served. benchmarks/bench_idle_sockets.py measures the full scale.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.services.helpers import (
+    ThreadedCoordinator,
+    coordinator,
+    coordinator_settings,
+    create_experiment,
+    enroll_agents,
+)
+from tests.services.sse import Stream, wait_until
+
+ADDRESSES = 10
+PER_ADDRESS = 20  # DEXP_MAX_CONNECTIONS_PER_CLIENT: every attacker's address holds its maximum
+CONCURRENCY = 20
+MAX_IDLE = 64
+
+
+@pytest.fixture
+def server(redis_url: str, clean_redis: str) -> Iterator[ThreadedCoordinator]:
+    settings = coordinator_settings(
+        redis_url,
+        max_connections_per_client=PER_ADDRESS,
+        max_concurrency=CONCURRENCY,
+        max_idle_connections=MAX_IDLE,
+        keep_alive_seconds=30.0,
+        header_timeout_seconds=30.0,  # the attack's sockets are not cut by the header deadline
+    )
+    with coordinator(settings) as running:
+        yield running
+
+
+def open_idle(server: ThreadedCoordinator, address: str, n: int) -> list[socket.socket]:
+    """`n` connections from `address` that send nothing."""
+    sockets = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((address, 0))
+        s.connect(("127.0.0.1", server.port))
+        sockets.append(s)
+    return sockets
+
+
+def closed(s: socket.socket) -> bool:
+    """Whether the server has closed `s` (end of file or reset); an open one would block."""
+    s.setblocking(False)
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_idle_sockets_of_many_addresses_leave_votes_reads_and_streams_served(
+    server: ThreadedCoordinator,
+) -> None:
+    with httpx.Client(base_url=server.url, timeout=10.0, trust_env=False) as http:
+        create_experiment(http, id="idle", arms=["A", "B", "C"], delta=0.25, eta=0.5)
+        agents = enroll_agents(http, "idle", 3)
+    attack = [
+        s for i in range(ADDRESSES) for s in open_idle(server, f"127.0.1.{i + 1}", PER_ADDRESS)
+    ]
+    try:
+        assert len(attack) == 10 * CONCURRENCY
+        # the process keeps MAX_IDLE idle connections: the oldest of the others are closed
+        wait_until(
+            lambda: sum(closed(s) for s in attack) >= len(attack) - MAX_IDLE, "idle ones reaped"
+        )
+        assert not any(closed(s) for s in attack[-MAX_IDLE // 2 :])  # the newest are kept
+        with httpx.Client(base_url=server.url, timeout=10.0, trust_env=False) as http:
+            for n, agent in enumerate(agents):
+                vote = http.post(
+                    "/v1/experiments/idle/votes", json={"arm": n % 3, "epoch": 0},
+                    headers=agent.headers,
+                )  # fmt: skip
+                assert vote.status_code == 200, vote.text
+            for path in ("/v1/experiments/idle", "/v1/experiments/idle/best-arm", "/readyz"):
+                read = http.get(path)
+                assert read.status_code == 200, read.text
+        with Stream(server.url, "/v1/experiments/idle/events") as stream:
+            assert stream.status == 200, stream.body
+            assert stream.next_event().json()["experiment"] == "idle"
+    finally:
+        for s in attack:
+            s.close()
