@@ -59,7 +59,8 @@ class ExperimentCreate(BaseModel):
             min_length=2,
             max_length=1000,
             examples=[["A", "B", "C"]],
-            description="arm names: printable, trimmed and NFKC-normalized, at most "
+            description="arm names: printable, NFKC-normalized, trimmed, each run of spaces made "
+            "one (as a page shows it), at most "
             f"{MAX_ARM_NAME} characters, with no invisible character, stacked marks or mixed "
             "look-alike scripts, and no two that read the same (ignoring case, or with one "
             "Unicode confusable skeleton, UTS #39)",

@@ -439,6 +439,9 @@ def test_while_redis_is_down_requests_get_a_json_503_with_retry_after() -> None:
         (["\u202eA", "B"], "U+202E"),
         (["A\u200b", "B"], "U+200B"),
         (["A", "A "], "'A' and 'A' look the same"),
+        # A page draws a run of spaces as one: the dashboard showed "A B" and "A  B" alike
+        (["A B", "A  B"], "'A B' and 'A B' look the same"),
+        (["A B", "A\u3000\u00a0B"], "'A B' and 'A B' look the same"),  # NFKC spaces, one run
         (["Café", "Cafe\u0301"], "look the same"),  # NFC and NFD spellings of one name
         (["arm", "ARM"], "look the same"),
         # The audit's look-alikes (issue 23, point 7): UTS #39 skeletons, named character by
@@ -474,8 +477,8 @@ def test_unreadable_or_indistinct_arm_names_are_refused(
 
 
 def test_arm_names_are_stored_trimmed_and_normalized(client: httpx.Client) -> None:
-    state = create_experiment(client, id="norm", arms=["  A ", "Cafe\u0301", "ﬁve"])
-    assert state["arms"] == ["A", "Café", "five"]
+    state = create_experiment(client, id="norm", arms=["  A ", "Cafe\u0301", "ﬁve", "B  \u2003C"])
+    assert state["arms"] == ["A", "Café", "five", "B C"]
 
 
 def test_names_in_any_one_script_and_symbols_are_accepted(client: httpx.Client) -> None:
