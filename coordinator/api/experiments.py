@@ -69,6 +69,26 @@ IfNoneMatch = Annotated[
 ]
 
 
+def settings_in_schema(schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The bounds this coordinator's settings put on request bodies, written into its OpenAPI
+    schema (in place), so that a body the schema admits is never refused for them: the tickets
+    of one request (DEXP_MAX_TICKETS), their lifetime (DEXP_MAX_TICKET_TTL_SECONDS) and CDE's
+    agents expected (DEXP_MAX_AGENTS)."""
+    bodies = schema["components"]["schemas"]
+    tickets = bodies["TicketRequest"]["properties"]
+    lower(tickets["count"], settings.max_tickets)
+    lower(tickets["ttl_seconds"], settings.max_ticket_ttl_seconds)
+    if settings.max_agents:
+        agents = bodies["ExperimentCreate"]["properties"]["agents"]["anyOf"]
+        lower(next(s for s in agents if s.get("type") == "integer"), settings.max_agents)
+    return schema
+
+
+def lower(field: dict[str, Any], maximum: int) -> None:
+    """A field's schema with `maximum` unless its own is lower (the model's still holds)."""
+    field["maximum"] = min(field.get("maximum", maximum), maximum)
+
+
 def certificate_of(state: ExperimentState, agents: int | None = None) -> Certificate:
     """What the experiment certifies with `agents` agents (default: those enrolled), when at most
     f (its tolerance) of them lie. CDE's threshold is the one it was created with (chosen from
