@@ -559,6 +559,16 @@ class AgentView(BaseModel):
     voted_against: list[int] = Field(description="arms it voted against, this epoch")
     resets: int = Field(description="DSER4 resets of the experiment it made")
     last_reset_at: int | None = Field(description="unix ms of its last reset")
+    revoked_at: int | None = Field(
+        None, description="unix ms when the admin revoked its token; null: its token works"
+    )
+
+
+class AgentRevoked(BaseModel):
+    experiment: str
+    agent_id: str
+    revoked: bool = Field(description="revoked by this request (false: it was revoked before)")
+    revoked_at: int = Field(description="unix ms of its revocation")
 
 
 class AgentPage(BaseModel):

@@ -209,6 +209,11 @@ SCRIPTS: dict[str, ScriptInputs] = {
         keys=("meta_key", "eliminations_key", "load_generator_key"),
         args=(),
     ),
+    "revoke": ScriptInputs(
+        "revoke.lua",
+        keys=("meta_key", "agents_key", "credentials_key"),
+        args=("agent_id", "now_ms"),
+    ),
 }
 
 
@@ -262,3 +267,4 @@ class Scripts:
         self.announce = Script(redis, SCRIPTS["announce"])
         self.result = Script(redis, SCRIPTS["result"])
         self.tag = Script(redis, SCRIPTS["tag"])
+        self.revoke = Script(redis, SCRIPTS["revoke"])

@@ -175,6 +175,7 @@ NATURAL = {
     "GET /v1/experiments/{experiment}/voters": "admin",
     "GET /v1/experiments/{experiment}/agents": "admin",
     "GET /v1/experiments/{experiment}/suspects": "admin",
+    "DELETE /v1/experiments/{experiment}/agents/{agent}": "admin",
     "POST /v1/agents": "ticket",
     "GET /v1/agents/me": "agent",
     "POST /v1/experiments/{experiment}/votes": "agent",
