@@ -144,6 +144,7 @@ class ExperimentStore:
         self.agent_ids = enrollments.agent_ids
         self.own_votes = enrollments.own_votes
         self.agents_page = enrollments.agents_page
+        self.revoke = enrollments.revoke
 
     @property
     def limits(self) -> Limits:
