@@ -224,6 +224,7 @@ def test_the_guides_http_calls_are_the_coordinators(
         ("post", f"/v1/experiments/{EXPERIMENT}/report"),
         ("post", f"/v1/experiments/{EXPERIMENT}/reports"),
         ("get", "/v1/agents/me"),
+        ("get", f"/v1/experiments/{EXPERIMENT}/waiting"),
     }
     for e in exchanges:
         route = e["path"].replace(f"/{EXPERIMENT}", "/{experiment}")
