@@ -56,6 +56,18 @@ def create_banners(client: httpx.Client) -> list[str]:
 
 
 def run_quickstart(script: Path, url: str, ticket: str | None, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        env=run_environment(url, ticket, cwd),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_environment(url: str, ticket: str | None, cwd: Path) -> dict[str, str]:
+    """A device's environment: the coordinator's URL, its ticket, and nothing of Redis."""
     env = {
         "PATH": os.environ.get("PATH", ""),
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
@@ -65,14 +77,7 @@ def run_quickstart(script: Path, url: str, ticket: str | None, cwd: Path) -> sub
         **({"DEXP_TICKET": ticket} if ticket else {}),
     }
     assert not [name for name in env if "REDIS" in name.upper()]
-    return subprocess.Popen(
-        [sys.executable, str(script)],
-        env=env,
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return env
 
 
 def finish(process: subprocess.Popen[str]) -> str:
@@ -147,6 +152,41 @@ def test_one_quickstart_device_ends_and_shows_its_votes_counted(
         assert again[-2:] == [out_now, "identified (0 of 10 messages to publish)"]
         assert json.loads((tmp_path / "dexp-banners.json").read_text())["agent_id"] == agent_id
         assert client.get(f"/v1/experiments/{EXPERIMENT}").json()["agents"] == 4  # no new agent
+
+
+def test_the_example_device_alone_ends_on_its_own_counted_votes(
+    default_batch: str, tmp_path: Path
+) -> None:
+    """examples/device_agent.py, one device with its defaults (issue 37): it ends once it has its
+    own answer and reports its three votes counted, 3 of 10 messages waiting for publication."""
+    with httpx.Client(base_url=default_batch, timeout=10, trust_env=False) as client:
+        arms = [
+            row.split(",")[0]
+            for row in (ROOT / "examples" / "click_rates.csv").read_text().split()[1:]
+        ]
+        body = {"id": EXPERIMENT, "arms": arms, "eta": 0.5, "delta": 0.1, "epsilon": 0.1}
+        assert client.post("/v1/experiments", json=body, headers=admin_headers()).is_success
+        issued = client.post(
+            f"/v1/experiments/{EXPERIMENT}/tickets", json={"count": 1}, headers=admin_headers()
+        )
+        (ticket,) = issued.json()["tickets"]
+        example = subprocess.Popen(
+            [sys.executable, str(ROOT / "examples" / "device_agent.py"), "--seed", "1"],
+            env=run_environment(default_batch, ticket, tmp_path),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        report = json.loads(finish(example).splitlines()[-1])
+        ((_, voted),) = (
+            client.get(f"/v1/experiments/{EXPERIMENT}/voters", headers=admin_headers())
+            .json()["by_agent"]
+            .items()
+        )
+    assert (report["status"], report["settled"], report["votes_sent"]) == ("exploring", True, 3)
+    assert report["counted"] == [{"arm": arms[arm], "outcome": "counted"} for arm in voted]
+    assert (report["waiting"], report["publish_batch"]) == (3, 10)
 
 
 def exchange(block: str) -> dict[str, Any]:
