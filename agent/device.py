@@ -320,6 +320,19 @@ class DeviceAgent:
             self._catch_up()
             return votes
 
+    def me(self) -> dict[str, Any]:
+        """What the coordinator counted of this agent's own messages (GET /v1/agents/me, with its
+        own token): `votes` (its votes of this epoch, each `counted` or `arm_out`), `reported`
+        (CDE), `reports_sent` and `reports_left` (LDP), and `waiting`, the experiment's counted
+        messages not yet in the public counts, which are published `publish_batch` at a time:
+        the public counts may not show this agent's messages yet, this does."""
+        with self._lock, self._gone_on_404():
+            return self.client.me(self._token)
+
+    @property
+    def _token(self) -> str:
+        return self.agent.record.token
+
     def wait_for_change(self, timeout: float | None = None) -> bool:
         """Wait until the follower learns of a change of the global set (True), or `timeout`
         seconds pass (False): what an agent whose local set holds one arm can do meanwhile."""
@@ -527,6 +540,10 @@ class PrivateDeviceAgent(DeviceAgent):
             outcome = run(self.protocol.deliver(kind), self._transport)
             self._catch_up()
             return [pending[0]] if outcome in ("counted", "duplicate") else []
+
+    @property
+    def _token(self) -> str:
+        return self.record.token
 
     def resend_pending(self) -> str | None:
         """After a restart: the report decided and not seen answered, sent again (the same arm,

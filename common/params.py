@@ -94,7 +94,10 @@ def tie_warning(n_agents: int, threshold: int) -> str | None:
     if n_agents < 2 * threshold - 1:
         return (
             f"{n_agents} agents < 2 x threshold - 1 = {2 * threshold - 1}: arms within epsilon "
-            "of each other can split the agents and end the experiment tied (several arms kept)"
+            "of each other can split the agents and end the experiment tied (several arms kept). "
+            f"To rule it out, enroll at least {2 * threshold - 1} agents, or create the "
+            f"experiment with a threshold of at most {(n_agents + 1) // 2} (a lower eta or a "
+            "higher delta: M = ceil(log delta / log eta))"
         )
     return None
 

@@ -33,7 +33,7 @@ EXPERIMENT = r"/v1/experiments/[A-Za-z0-9_-]{1,64}"
 ROUTES: list[tuple[re.Pattern[str], tuple[str, ...]]] = [
     (re.compile(r"/v1/experiments"), ("GET",)),
     (re.compile(EXPERIMENT), ("GET",)),
-    (re.compile(EXPERIMENT + r"/(best-arm|events)"), ("GET",)),
+    (re.compile(EXPERIMENT + r"/(best-arm|events|waiting)"), ("GET",)),
     (re.compile(EXPERIMENT + r"/(votes|settled|reset|reports?)"), ("POST",)),
     (re.compile(r"/v1/agents"), ("POST",)),
     (re.compile(r"/v1/agents/me"), ("GET",)),

@@ -9,8 +9,14 @@ rewards and the local statistics stay in this process; what leaves it is the enr
         --ticket ticket.banners.… --state-file banners-agent.json
 
 Run again with the same --state-file, it is the same agent (no ticket needed). It needs the
-coordinator only: no Redis. It prints one JSON line when the experiment ends (the best banner
-identified, a tie, or the experiment deleted) or after --max-visits visits.
+coordinator only: no Redis. It prints one JSON line with what the coordinator counted of its votes
+(GET /v1/agents/me) when it ends: by default (--until settled) once it has its own answer (one
+banner left in its local set, the two others voted against), which one device reaches alone
+within seconds; with --until done, once the experiment ends (the best banner identified, a tie,
+or the experiment deleted), which takes `threshold` devices voting against each other banner; or
+after --max-visits visits. What to expect of one device: its votes `counted` while the experiment
+is still `exploring`, and the public counts (the dashboard) not moving yet: they are published
+`publish_batch` counted messages at a time, `waiting` says how many wait.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import csv
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +50,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None, help="the visitor's clicks")
     parser.add_argument("--max-visits", type=int, default=1_000_000)
     parser.add_argument("--poll-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--until",
+        choices=("settled", "done"),
+        default="settled",
+        help="settled: this device's own answer (one device reaches it); done: the experiment's",
+    )
     args = parser.parse_args()
     if not args.coordinator:
         parser.error("--coordinator (or DEXP_COORDINATOR_URL) is required")
@@ -57,15 +70,19 @@ def main() -> None:
         poll_seconds=args.poll_seconds,
     )
     visits = 0
+    counted: dict[str, Any] = {}
     try:
         while not agent.done and visits < args.max_visits:
             arms = agent.choose()  # the banners to show this visitor (usually one)
             if agent.settled:  # one banner left locally: nothing to learn until the rest moves
+                if args.until == "settled":
+                    break
                 agent.wait_for_change(timeout=5.0)
                 continue
             clicks = [float(visitor.random() < rates[agent.arms[arm]]) for arm in arms]
             agent.observe(arms, clicks)  # the clicks stay here; maybe a vote leaves
             visits += 1
+        counted = agent.me()  # its own votes as counted, published or not yet
     except ExperimentGone:
         pass
     finally:
@@ -81,6 +98,13 @@ def main() -> None:
                 "best_arm": None if best is None else agent.arms[best],
                 "visits": visits,
                 "votes_sent": agent.votes_sent,
+                "settled": agent.settled,
+                "counted": [
+                    {"arm": agent.arms[vote["arm"]], "outcome": vote["outcome"]}
+                    for vote in counted.get("votes", [])
+                ],
+                "waiting": counted.get("waiting"),
+                "publish_batch": counted.get("publish_batch"),
                 "follower": None
                 if follower is None
                 else {

@@ -363,3 +363,12 @@ def test_tie_warning_from_fewer_than_2m_minus_1_agents(threshold: int) -> None:
     warning = tie_warning(n_agents, threshold)
     assert warning is not None
     assert warning.startswith(f"{n_agents} agents < 2 x threshold - 1 = {2 * threshold - 1}:")
+
+
+def test_the_tie_warning_says_what_to_do() -> None:
+    """The demo's defaults (32 agents, M = 29): the warning names the way out, in numbers."""
+    warning = tie_warning(32, 29)
+    assert warning is not None
+    assert "enroll at least 57 agents" in warning
+    assert "a threshold of at most 16" in warning  # 2 x 16 - 1 = 31 <= 32
+    assert tie_warning(32, 16) is None

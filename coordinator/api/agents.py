@@ -61,6 +61,16 @@ class AgentPublic(BaseModel):
     experiment: str
 
 
+class OwnVote(BaseModel):
+    """One of the agent's own votes, as counted."""
+
+    arm: int
+    outcome: Literal["counted", "arm_out"] = Field(
+        description="counted: in the arm's voter set; arm_out: counted, and the arm has left the "
+        "global set as published (by this vote or others')"
+    )
+
+
 class AgentSelf(BaseModel):
     """What an agent may read of itself: enough to re-send a vote the store lost."""
 
@@ -75,6 +85,26 @@ class AgentSelf(BaseModel):
     version: int
     voted_against: list[int] = Field(
         description="the arms whose voter set holds this agent, in the current epoch"
+    )
+    algorithm: str = Field(description="the experiment's algorithm (de, ce, dp-mase, cde, ldp)")
+    votes: list[OwnVote] = Field(
+        description="this agent's votes counted in the current epoch, one per arm of "
+        "`voted_against`: counted at once, whatever the publication batch"
+    )
+    reported: bool | None = Field(
+        description="CDE: this agent's one report is counted (null under another algorithm)"
+    )
+    reports_sent: int | None = Field(description="LDP: this agent's reports counted (else null)")
+    reports_left: int | None = Field(
+        description="LDP: the reports it may still send, reports_per_agent - reports_sent"
+    )
+    waiting: int = Field(
+        description="the experiment's counted messages (anyone's) not yet in the public counts: "
+        "they are published together once there are `publish_batch` of them (docs/PRIVACY.md, "
+        "Timing), so the public counts may not show this agent's own messages yet"
+    )
+    publish_batch: int = Field(
+        description="DEXP_PUBLISH_BATCH: the counted messages per publication"
     )
 
 
@@ -251,9 +281,14 @@ async def enroll(
     responses=problems(401, s401="missing or invalid agent token"),
 )
 async def me(store: StoreDep, credentials: Credentials) -> AgentSelf:
-    """Agent token. The agent's own enrollment and the arms it is counted against this epoch, so
-    that it can send again an acknowledged vote a store failover lost (nobody else's votes)."""
-    return AgentSelf(**await store.own_votes(bearer_token(credentials)))
+    """Agent token. The agent's own enrollment and its own messages as counted: the arms it is
+    counted against this epoch (so that it can send again an acknowledged vote a store failover
+    lost), CDE's report, LDP's reports; nobody else's. The public counts are published in
+    batches: `waiting` says how many counted messages wait for the next one."""
+    own = await store.own_votes(bearer_token(credentials))
+    return AgentSelf(
+        **own, **await store.own_messages(own["experiment"], own["agent_id"], own["voted_against"])
+    )
 
 
 @router.post(

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Response, status
 from prometheus_client import Counter
+from pydantic import BaseModel, Field
 
 from common import cde
 from common.algorithms import AlgorithmConfig
@@ -290,6 +291,36 @@ async def get_experiment(
     state = await store.get_with_status(experiment)
     return conditional("state", state, if_none_match, settings, response) or _public(
         state, settings
+    )
+
+
+class Waiting(BaseModel):
+    """The publication batch's progress: how many counted messages the public counts lack."""
+
+    experiment: str
+    waiting: int = Field(
+        description="counted messages (votes, CDE's and LDP's reports; anyone's) not yet in the "
+        "published counts: they are published together once there are `publish_batch` of them, "
+        "or with an elimination at the next tick of DEXP_PUBLISH_CADENCE_SECONDS"
+    )
+    publish_batch: int = Field(description="DEXP_PUBLISH_BATCH")
+
+
+@router.get(
+    "/{experiment}/waiting",
+    response_model=Waiting,
+    responses=problems(404, 422),
+)
+async def waiting(experiment: ExperimentId, store: StoreDep, response: Response) -> Waiting:
+    """For anyone: the number of counted messages waiting for the next publication (never their
+    arms: what the batch rule already bounds, docs/PRIVACY.md "Timing"), so that a reader of the
+    public counts knows why they do not move yet. Not part of the experiment's document, whose
+    ETag moves only with a publication (a polling device's 304s); never cached."""
+    response.headers["Cache-Control"] = "no-store"
+    return Waiting(
+        experiment=experiment,
+        waiting=await store.waiting(experiment),
+        publish_batch=store.limits.publish_batch,
     )
 
 

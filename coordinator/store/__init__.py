@@ -44,6 +44,7 @@ from coordinator.store.core import (
     ticket_experiment,
 )
 from coordinator.store.enrollment import Enrollments
+from coordinator.store.own import OwnMessages
 from coordinator.store.reads import TIE_CACHE_SIZE, ExperimentReads
 from coordinator.store.state import (
     PUBLICATION_FIELDS,
@@ -145,6 +146,9 @@ class ExperimentStore:
         self.own_votes = enrollments.own_votes
         self.agents_page = enrollments.agents_page
         self.revoke = enrollments.revoke
+        self.own = own = OwnMessages(core)
+        self.own_messages = own.own_messages
+        self.waiting = own.waiting
 
     @property
     def limits(self) -> Limits:

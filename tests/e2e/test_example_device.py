@@ -104,6 +104,7 @@ def device(stack: LocalStack, i: int, ticket: str | None, tmp_path: Path) -> sub
             sys.executable,
             str(EXAMPLE),
             *("--experiment", "banners", "--seed", str(i), "--poll-seconds", "1"),
+            *("--until", "done"),
             *("--state-file", str(tmp_path / f"device-{i}.json")),
         ],
         env=env,

@@ -268,8 +268,16 @@ def test_an_agent_reads_its_own_votes_and_nobody_elses(client: httpx.Client) -> 
         "epoch_started_at": started,  # public too: the experiment's state says it
         "version": 0,
         "voted_against": [2],
+        "algorithm": "de",
+        "votes": [{"arm": 2, "outcome": "counted"}],
+        "reported": None,
+        "reports_sent": None,
+        "reports_left": None,
+        "waiting": 0,  # this coordinator publishes every message at once
+        "publish_batch": 1,
     }
-    assert client.get("/v1/agents/me", headers=b.headers).json()["voted_against"] == []
+    others = client.get("/v1/agents/me", headers=b.headers).json()
+    assert (others["voted_against"], others["votes"]) == ([], [])
     for headers in ({}, admin_headers(), bearer(a.agent_id + ".forged"), bearer(ENROLLMENT_SECRET)):
         assert client.get("/v1/agents/me", headers=headers).status_code == 401
 

@@ -574,3 +574,51 @@ def test_an_ldp_experiment_fits_a_phone(
     assert width <= 390, f"the page is {width} px wide on a 390 px screen"
     page.screenshot(path=str(screenshots / "dashboard-ldp-phone.png"), full_page=True)
     phone.assert_clean()
+
+
+@pytest.fixture
+def batched_page(
+    browser: Browser, redis_url: str, clean_redis: str
+) -> Iterator[tuple[Watched, str]]:
+    """A desktop page of a coordinator that publishes as a default one does (batches of 10; the
+    eliminations' tick an hour away, so that nothing publishes in the test), and its URL."""
+    from .helpers import coordinator, coordinator_settings
+
+    settings = coordinator_settings(
+        redis_url, publish_batch=10, publish_cadence_seconds=3600, experiment=""
+    )
+    with coordinator(settings) as server:
+        context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
+        try:
+            yield Watched(context.new_page()), server.url
+        finally:
+            context.close()
+
+
+def test_votes_waiting_for_their_batch_are_shown_not_lost(
+    batched_page: tuple[Watched, str], screenshots: Path
+) -> None:
+    """Issue 37: a device's votes, counted but not yet published, showed as 0 votes and 0
+    messages with no word of them. The page says how many wait for the next publication."""
+    from playwright.sync_api import expect
+
+    watched, url = batched_page
+    page = watched.page
+    with httpx.Client(base_url=url, timeout=10, trust_env=False) as client:
+        create_experiment(client, id="first", arms=["red", "green", "blue"], **M3)
+        page.goto(f"/dashboard?{POLL}#first")
+        expect(page.locator("#arms-waiting")).to_have_text(
+            "0 messages waiting for the next publication: the counts move 10 counted messages "
+            "at a time (an elimination at the next tick)",
+            timeout=WAIT,
+        )
+        (agent,) = enroll_agents(client, "first", 1)
+        for arm in (0, 2):
+            vote(client, "first", agent, arm)
+        expect(page.locator("#arms-waiting")).to_contain_text(
+            "2 messages waiting for the next publication", timeout=WAIT
+        )
+        expect(page.locator("#facts")).to_contain_text("Waiting for publication2")
+        expect(page.locator("#arms .count")).to_have_text(["0 / 3"] * 3)  # as published
+    page.screenshot(path=str(screenshots / "dashboard-waiting.png"), full_page=True)
+    watched.assert_clean()

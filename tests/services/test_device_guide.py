@@ -11,16 +11,19 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from agent.events import SSEParser
 from agent.state import AgentRecord, StateFile
 from common import redis_keys as keys
+from coordinator.settings import Settings
 
-from .helpers import admin_headers, bearer
+from .helpers import admin_headers, bearer, coordinator, coordinator_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "DEVICES.md"
@@ -53,6 +56,18 @@ def create_banners(client: httpx.Client) -> list[str]:
 
 
 def run_quickstart(script: Path, url: str, ticket: str | None, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        env=run_environment(url, ticket, cwd),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_environment(url: str, ticket: str | None, cwd: Path) -> dict[str, str]:
+    """A device's environment: the coordinator's URL, its ticket, and nothing of Redis."""
     env = {
         "PATH": os.environ.get("PATH", ""),
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
@@ -62,14 +77,7 @@ def run_quickstart(script: Path, url: str, ticket: str | None, cwd: Path) -> sub
         **({"DEXP_TICKET": ticket} if ticket else {}),
     }
     assert not [name for name in env if "REDIS" in name.upper()]
-    return subprocess.Popen(
-        [sys.executable, str(script)],
-        env=env,
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return env
 
 
 def finish(process: subprocess.Popen[str]) -> str:
@@ -83,45 +91,102 @@ def finish(process: subprocess.Popen[str]) -> str:
     return out.strip()
 
 
-def test_the_quickstart_runs_and_a_restart_resumes_without_a_ticket(
-    coordinator_url: str, client: httpx.Client, tmp_path: Path
+@pytest.fixture
+def default_batch(redis_url: str, clean_redis: str) -> Iterator[str]:
+    """A coordinator that publishes the public counts in batches as a default one does
+    (DEXP_PUBLISH_BATCH's default, 10; a 1 s cadence for the eliminations, to stay short): what a
+    newcomer runs the quickstart against. Yields its URL."""
+    batch = Settings.model_fields["publish_batch"].default
+    assert batch == 10
+    settings = coordinator_settings(redis_url, publish_batch=batch, publish_cadence_seconds=1)
+    with coordinator(settings) as server:
+        yield server.url
+
+
+def test_one_quickstart_device_ends_and_shows_its_votes_counted(
+    default_batch: str, tmp_path: Path
 ) -> None:
-    """The quickstart's device enrolls with its ticket and plays; four other agents vote red and
-    blue out; it learns that green is identified from the coordinator alone and prints it. Run
-    again without a ticket, it is the same agent (its state file), and ends at once."""
+    """Issue 37: the quickstart's one device ran forever and showed nothing (one device never
+    reaches the threshold; its votes wait for the publication batch). It ends once it has its own
+    answer and prints its votes as the coordinator counted them (GET /v1/agents/me), which the
+    public counts do not show yet (2 of 10 messages waiting). Three other agents then vote the
+    same two arms out; run again without a ticket, it is the same agent, already settled, and
+    prints its votes with the arms out and the experiment identified."""
     (code,) = blocks("python", under="Quickstart")
     assert len([line for line in code.splitlines() if line.strip()]) <= 25  # "about 20 lines"
     script = tmp_path / "quickstart.py"
     script.write_text(code)
-    tickets = create_banners(client)
+    with httpx.Client(base_url=default_batch, timeout=10, trust_env=False) as client:
+        tickets = create_banners(client)
+        out = finish(run_quickstart(script, default_batch, tickets[0], tmp_path))
+        by_agent = client.get(
+            f"/v1/experiments/{EXPERIMENT}/voters", headers=admin_headers()
+        ).json()["by_agent"]
+        ((agent_id, voted),) = by_agent.items()
+        assert len(voted) == 2  # its local answer: the third arm
+        counted = "counted: " + " ".join(f"{ARMS[arm]}:counted" for arm in voted)
+        assert out.splitlines()[-2:] == [counted, "exploring (2 of 10 messages to publish)"]
+        document = client.get(f"/v1/experiments/{EXPERIMENT}").json()
+        assert (document["votes"], document["messages"]) == ([0, 0, 0], 0)  # not published yet
+        waiting = client.get(f"/v1/experiments/{EXPERIMENT}/waiting")
+        assert waiting.json() == {"experiment": EXPERIMENT, "waiting": 2, "publish_batch": 10}
+        assert waiting.headers["cache-control"] == "no-store"
 
-    device = run_quickstart(script, coordinator_url, tickets[0], tmp_path)
-    try:
-        deadline = time.monotonic() + 60
-        while client.get(f"/v1/experiments/{EXPERIMENT}").json()["agents"] < 1:
-            assert device.poll() is None, device.communicate()
-            assert time.monotonic() < deadline, "the quickstart never enrolled"
-            time.sleep(0.05)
-        for ticket in tickets[1:]:
+        for ticket in tickets[1:4]:
             agent = client.post(
                 "/v1/agents", json={"experiment": EXPERIMENT}, headers=bearer(ticket)
             ).json()
-            for arm in (0, 2):
+            for arm in voted:
                 vote = client.post(
                     f"/v1/experiments/{EXPERIMENT}/votes",
                     json={"arm": arm, "epoch": 0},
                     headers=bearer(agent["token"]),
                 )
                 assert vote.status_code == 200, vote.text
-    finally:
-        out = finish(device)
-    assert out.splitlines()[-1] == "identified green"
-    saved = json.loads((tmp_path / "dexp-banners.json").read_text())
+        deadline = time.monotonic() + 30  # the eliminations' tick (1 s)
+        while client.get(f"/v1/experiments/{EXPERIMENT}").json()["status"] != "identified":
+            assert time.monotonic() < deadline, "never identified"
+            time.sleep(0.1)
+        again = finish(run_quickstart(script, default_batch, None, tmp_path)).splitlines()
+        out_now = "counted: " + " ".join(f"{ARMS[arm]}:arm_out" for arm in voted)
+        assert again[-2:] == [out_now, "identified (0 of 10 messages to publish)"]
+        assert json.loads((tmp_path / "dexp-banners.json").read_text())["agent_id"] == agent_id
+        assert client.get(f"/v1/experiments/{EXPERIMENT}").json()["agents"] == 4  # no new agent
 
-    again = finish(run_quickstart(script, coordinator_url, None, tmp_path))
-    assert again.splitlines()[-1] == "identified green"
-    assert json.loads((tmp_path / "dexp-banners.json").read_text())["agent_id"] == saved["agent_id"]
-    assert client.get(f"/v1/experiments/{EXPERIMENT}").json()["agents"] == 5  # no new agent
+
+def test_the_example_device_alone_ends_on_its_own_counted_votes(
+    default_batch: str, tmp_path: Path
+) -> None:
+    """examples/device_agent.py, one device with its defaults (issue 37): it ends once it has its
+    own answer and reports its three votes counted, 3 of 10 messages waiting for publication."""
+    with httpx.Client(base_url=default_batch, timeout=10, trust_env=False) as client:
+        arms = [
+            row.split(",")[0]
+            for row in (ROOT / "examples" / "click_rates.csv").read_text().split()[1:]
+        ]
+        body = {"id": EXPERIMENT, "arms": arms, "eta": 0.5, "delta": 0.1, "epsilon": 0.1}
+        assert client.post("/v1/experiments", json=body, headers=admin_headers()).is_success
+        issued = client.post(
+            f"/v1/experiments/{EXPERIMENT}/tickets", json={"count": 1}, headers=admin_headers()
+        )
+        (ticket,) = issued.json()["tickets"]
+        example = subprocess.Popen(
+            [sys.executable, str(ROOT / "examples" / "device_agent.py"), "--seed", "1"],
+            env=run_environment(default_batch, ticket, tmp_path),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        report = json.loads(finish(example).splitlines()[-1])
+        ((_, voted),) = (
+            client.get(f"/v1/experiments/{EXPERIMENT}/voters", headers=admin_headers())
+            .json()["by_agent"]
+            .items()
+        )
+    assert (report["status"], report["settled"], report["votes_sent"]) == ("exploring", True, 3)
+    assert report["counted"] == [{"arm": arms[arm], "outcome": "counted"} for arm in voted]
+    assert (report["waiting"], report["publish_batch"]) == (3, 10)
 
 
 def exchange(block: str) -> dict[str, Any]:
@@ -199,6 +264,7 @@ def test_the_guides_http_calls_are_the_coordinators(
         ("post", f"/v1/experiments/{EXPERIMENT}/report"),
         ("post", f"/v1/experiments/{EXPERIMENT}/reports"),
         ("get", "/v1/agents/me"),
+        ("get", f"/v1/experiments/{EXPERIMENT}/waiting"),
     }
     for e in exchanges:
         route = e["path"].replace(f"/{EXPERIMENT}", "/{experiment}")

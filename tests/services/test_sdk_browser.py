@@ -306,11 +306,12 @@ def test_the_browser_quickstart_is_one_agent_across_visits(
     """The guide's page, as written (the coordinator's URL and a ticket put in), visited again and
     again by one visitor who clicks the green banner only: the first visit enrolls, every later
     one resumes from localStorage, and the observations handed over at `pagehide` add up until
-    the agent has voted red and blue out. Three other agents vote the same way: every arm but
-    green is out, and the next visit shows green. One enrollment from the page, whatever the
-    number of visits."""
+    the page shows what one visitor reaches (issue 37: it showed nothing of it), its own answer
+    and its votes against red and blue counted (GET /v1/agents/me). Three other agents vote the
+    same way: every arm but green is out, and the next visit shows green. One enrollment from the
+    page, whatever the number of visits."""
     code = quickstart_page()
-    assert len([line for line in code.splitlines() if line.strip()]) <= 15  # "a 15-line page"
+    assert len([line for line in code.splitlines() if line.strip()]) <= 17
     client = httpx.Client(base_url=sdk_coordinator.url)
     context = browser.new_context()
     try:
@@ -328,15 +329,19 @@ def test_the_browser_quickstart_is_one_agent_across_visits(
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         shown = "document.getElementById('banner').textContent"
+        counted = "document.getElementById('counted').textContent"
         visits, deadline = 0, time.monotonic() + 120
-        while client.get("/v1/experiments/banners").json()["votes"] != [1, 0, 1]:
+        while True:
             assert time.monotonic() < deadline and visits < 300, (visits, errors)
             page.goto(f"{site.origin}/quickstart.html")
-            page.wait_for_function(shown, timeout=WAIT)
+            page.wait_for_function(f"{shown} && {counted}", timeout=WAIT)
+            if page.evaluate(counted) == "settled; votes counted: red, blue":
+                break  # what one visitor reaches, as the coordinator counted it
             if page.evaluate(shown) == "green":
                 page.click("#banner")
             visits += 1  # the next visit's page replaces it: pagehide hands the reward over
         assert not errors, errors
+        assert client.get("/v1/experiments/banners").json()["votes"] == [1, 0, 1]
         assert client.get("/v1/experiments/banners").json()["agents"] == 1  # one enrollment
         for other in others:
             agent = client.post(

@@ -429,7 +429,9 @@ def test_warnings_name_ties_ce_shortfalls_and_dser4_resets(client: httpx.Client)
     enroll_agents(client, "w", 3)
     assert client.get("/v1/experiments/w").json()["warnings"] == [
         "3 agents < 2 x threshold - 1 = 5: arms within epsilon of each other can split the "
-        "agents and end the experiment tied (several arms kept)"
+        "agents and end the experiment tied (several arms kept). To rule it out, enroll at "
+        "least 5 agents, or create the experiment with a threshold of at most 2 (a lower eta or "
+        "a higher delta: M = ceil(log delta / log eta))"
     ]
     enroll_agents(client, "w", 2)
     assert client.get("/v1/experiments/w").json()["warnings"] == []

@@ -21,6 +21,7 @@ const state = {
   listKey: "",
   detail: null,
   best: null,
+  waiting: null, // GET .../waiting: counted messages not yet published
   missing: "", // the selected id answered 404
   renderedKey: "",
   statusText: "",
@@ -191,6 +192,7 @@ async function poll() {
     const id = selectedId();
     let detail = null;
     let best = null;
+    let waiting = null;
     state.missing = "";
     if (id) {
       try {
@@ -198,6 +200,8 @@ async function poll() {
         if (detail.status !== "exploring") {
           best = await getJSON(`${API}/${encodeURIComponent(id)}/best-arm`);
         }
+        // the counted messages the published counts lack yet (an older coordinator: none known)
+        waiting = await getJSON(`${API}/${encodeURIComponent(id)}/waiting`).catch(() => null);
       } catch (error) {
         if (!(error instanceof HttpError && error.status === 404)) throw error;
         state.missing = id;
@@ -210,6 +214,7 @@ async function poll() {
     }
     state.detail = detail;
     state.best = best;
+    state.waiting = waiting;
     if (detail) freshenSummary(detail);
     state.lastOk = Date.now();
     state.failingSince = 0;
@@ -281,7 +286,7 @@ function render() {
   }
   placeholder.hidden = true;
   $("experiment").hidden = false;
-  const key = JSON.stringify([d, state.best]);
+  const key = JSON.stringify([d, state.best, state.waiting]);
   if (key !== state.renderedKey) {
     state.renderedKey = key;
     renderExperiment(d, state.best);
@@ -418,6 +423,7 @@ function renderExperiment(d, best) {
   $("arms-card").hidden = crowd;
   renderCrowd(d, remaining, bestIndex);
 
+  renderWaiting(state.waiting, crowd);
   renderFacts(d, M, arms.length);
   renderParams(d);
   renderCertificate(d);
@@ -583,6 +589,27 @@ function joinNames(names) {
   return out;
 }
 
+// The counts shown are the last publication's: say how many counted messages the next one adds,
+// so that a device's votes, counted but not yet published, do not look lost (0 votes).
+function waitingText(w) {
+  if (!w || typeof w.waiting !== "number") return "";
+  const n = w.waiting;
+  const batch = typeof w.publish_batch === "number" ? w.publish_batch : 0;
+  const what = `${num(n)} ${n === 1 ? "message" : "messages"} waiting for the next publication`;
+  if (batch <= 1) return what;
+  return `${what}: the counts move ${num(batch)} counted messages at a time ` +
+    "(an elimination at the next tick)";
+}
+
+function renderWaiting(w, crowd) {
+  const text = waitingText(w);
+  const note = $("arms-waiting");
+  note.hidden = !text || crowd;
+  note.textContent = text;
+  $("crowd-waiting").hidden = !text || !crowd;
+  $("crowd-waiting").textContent = text;
+}
+
 function renderFacts(d, M, K) {
   const dl = $("facts");
   dl.replaceChildren();
@@ -591,6 +618,9 @@ function renderFacts(d, M, K) {
     fact(dl, "Settled agents (CE)", num(d.settled_agents));
   }
   fact(dl, "Messages (all epochs)", `${num(d.messages)}`, el("span", { class: "muted", text: ` · ${num(d.ignored_messages)} ignored` }));
+  if (state.waiting && typeof state.waiting.waiting === "number") {
+    fact(dl, "Waiting for publication", num(state.waiting.waiting));
+  }
   const crowd = Array.isArray(d.estimates);
   if (crowd) {
     fact(dl, "Reports published", num(d.reports_total));

@@ -1794,6 +1794,12 @@ var PrivateAgent = class _PrivateAgent {
   refresh() {
     return this.run(() => this.read());
   }
+  /** What the coordinator counted of this device's own reports (GET /v1/agents/me, its own
+   * token): `reports_sent`, `reports_left`, and `waiting`, the experiment's counted messages not
+   * yet in the public counts (published `publish_batch` at a time). */
+  me() {
+    return this.run(() => this.client.me(this.record.token));
+  }
   /** Resolves once every report decided so far is answered and saved. */
   async flush() {
     await this.queue;
@@ -2475,6 +2481,14 @@ var DeviceAgent = class _DeviceAgent {
   /** Read the experiment's state now; true if the global set changed. */
   refresh() {
     return this.run(() => this.view.refresh(this.client));
+  }
+  /** What the coordinator counted of this agent's own messages (GET /v1/agents/me, its own
+   * token): `votes` (this epoch's, each `counted` or `arm_out`), `reported` (CDE), `reports_sent`
+   * and `reports_left` (LDP), and `waiting`, the experiment's counted messages not yet in the
+   * public counts (published `publish_batch` at a time): those may not show this agent's
+   * messages yet, this does. Queued after what the agent is sending (`flush` first). */
+  me() {
+    return this.run(() => this.client.me(this.record.token));
   }
   /** Stop following, save the local statistics, release the storage key. Votes decided and not
    * yet acknowledged are on record: the next start sends them. */

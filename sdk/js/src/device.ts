@@ -295,6 +295,15 @@ export class DeviceAgent {
     return this.run(() => this.view.refresh(this.client));
   }
 
+  /** What the coordinator counted of this agent's own messages (GET /v1/agents/me, its own
+   * token): `votes` (this epoch's, each `counted` or `arm_out`), `reported` (CDE), `reports_sent`
+   * and `reports_left` (LDP), and `waiting`, the experiment's counted messages not yet in the
+   * public counts (published `publish_batch` at a time): those may not show this agent's
+   * messages yet, this does. Queued after what the agent is sending (`flush` first). */
+  me(): Promise<Record<string, any>> {
+    return this.run(() => this.client.me(this.record.token));
+  }
+
   /** Stop following, save the local statistics, release the storage key. Votes decided and not
    * yet acknowledged are on record: the next start sends them. */
   async close(): Promise<void> {

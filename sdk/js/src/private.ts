@@ -294,6 +294,13 @@ export class PrivateAgent {
     return this.run(() => this.read());
   }
 
+  /** What the coordinator counted of this device's own reports (GET /v1/agents/me, its own
+   * token): `reports_sent`, `reports_left`, and `waiting`, the experiment's counted messages not
+   * yet in the public counts (published `publish_batch` at a time). */
+  me(): Promise<Record<string, any>> {
+    return this.run(() => this.client.me(this.record.token));
+  }
+
   /** Resolves once every report decided so far is answered and saved. */
   async flush(): Promise<void> {
     await this.queue;

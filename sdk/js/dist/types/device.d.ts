@@ -111,6 +111,12 @@ export declare class DeviceAgent {
     waitForChange(timeoutMs?: number): Promise<boolean>;
     /** Read the experiment's state now; true if the global set changed. */
     refresh(): Promise<boolean>;
+    /** What the coordinator counted of this agent's own messages (GET /v1/agents/me, its own
+     * token): `votes` (this epoch's, each `counted` or `arm_out`), `reported` (CDE), `reports_sent`
+     * and `reports_left` (LDP), and `waiting`, the experiment's counted messages not yet in the
+     * public counts (published `publish_batch` at a time): those may not show this agent's
+     * messages yet, this does. Queued after what the agent is sending (`flush` first). */
+    me(): Promise<Record<string, any>>;
     /** Stop following, save the local statistics, release the storage key. Votes decided and not
      * yet acknowledged are on record: the next start sends them. */
     close(): Promise<void>;

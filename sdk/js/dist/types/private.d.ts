@@ -109,6 +109,10 @@ export declare class PrivateAgent {
     observe(arms: number[], rewards: number[]): Promise<number[]>;
     /** Read the experiment document now (If-None-Match); true if it changed. */
     refresh(): Promise<boolean>;
+    /** What the coordinator counted of this device's own reports (GET /v1/agents/me, its own
+     * token): `reports_sent`, `reports_left`, and `waiting`, the experiment's counted messages not
+     * yet in the public counts (published `publish_batch` at a time). */
+    me(): Promise<Record<string, any>>;
     /** Resolves once every report decided so far is answered and saved. */
     flush(): Promise<void>;
     /** Resolves true at the next change the follower learns of, false after `timeoutMs`. */
