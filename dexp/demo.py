@@ -464,19 +464,29 @@ class LocalStack:
         return lines
 
     def stop(self) -> None:
+        """The agent processes first, while the coordinator still answers, then the rest: an agent
+        whose coordinator went away with it waited out its client's retry back-off (up to
+        DEXP_RETRY_MAX_SECONDS) before exiting, seconds at the end of every run."""
         self.ended.update(self.named)
-        for process in reversed(self.processes):
+        agents = [p for n, p in self.named.items() if n.startswith("agent-")]
+        for group in (agents, [p for p in reversed(self.processes) if p not in agents]):
+            self._terminate(group)
+        if self.redis_cluster is not None:  # after the services: they used it to the end
+            self.redis_cluster.stop()  # its logs stay in the workdir
+
+    @staticmethod
+    def _terminate(processes: list[subprocess.Popen[bytes]]) -> None:
+        """SIGTERM them all, wait 10 s at most for the lot, SIGKILL the ones still running."""
+        for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
-        for process in reversed(self.processes):
+        for process in processes:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        if self.redis_cluster is not None:  # after the services: they used it to the end
-            self.redis_cluster.stop()  # its logs stay in the workdir
 
     def stop_agents(self, timeout: float = 15.0) -> None:
         """SIGTERM every agent process and wait: each finishes its batch (votes included) first."""

@@ -33,6 +33,10 @@ TIE_ENV = Environment((0.8, 0.8, 0.2, 0.1))
 BASE = {"epsilon": 0.5, "delta": 0.05, "eta": 0.5}
 P_MIN = 0.001
 
+# One xdist worker for the whole module: most tests read the same cached runs (`_results`), which
+# two workers would each compute.
+pytestmark = pytest.mark.xdist_group("fast-vs-reference")
+
 
 @dataclass(frozen=True)
 class Case:

@@ -52,6 +52,11 @@ def problem_1_trials() -> list[TrialResult]:
     return run_trials(PROBLEM_1, 200, seed=SEED)
 
 
+# The tests that read problem_1_trials() run on one xdist worker, so that its cache computes the
+# 200 trials once (on two workers each computed them, the file's largest cost).
+PROBLEM_1_TRIALS = pytest.mark.xdist_group("ldp-problem-1")
+
+
 # --------------------------------------------------------------------------- the mechanism
 
 
@@ -74,6 +79,7 @@ def test_occurrence_ranks_count_the_earlier_draws_of_the_same_agent() -> None:
 # --------------------------------------------------------------------------- (a) correctness
 
 
+@PROBLEM_1_TRIALS
 def test_problem_1_fails_within_delta_at_dp_epsilon_1() -> None:
     results = problem_1_trials()
     assert all(r.stopped_by == "global" for r in results)  # answers, not exhausted runs
@@ -174,6 +180,7 @@ def covers(result: TrialResult, means: tuple[float, ...]) -> bool:
     return all(e.low <= mu <= e.high for e, mu in zip(result.estimates, means, strict=True))
 
 
+@PROBLEM_1_TRIALS
 def test_the_intervals_cover_every_mean_together_in_1_minus_delta_of_trials() -> None:
     results = problem_1_trials()
     means = PROBLEM_1.environment.means

@@ -215,6 +215,8 @@ def test_clopper_pearson_covers_at_least_its_level(p: float) -> None:
 
 # -- measured facts on Problem 1 (the numbers docs/RESULTS.md quotes) ----------------------------
 N_AGENTS, TRIALS, SEED = 64, 20, 0
+# The tests that read `measured` run on one xdist worker: its cache then computes each point once.
+MEASURED = pytest.mark.xdist_group("privacy-audit-measured")
 
 
 @functools.cache
@@ -224,6 +226,7 @@ def measured(algorithm: str, eta: float, xi: float = 0.0, subroutine: str = "ser
     return run_point(config, TRIALS, TRIALS, SEED)
 
 
+@MEASURED
 def test_a_higher_eta_certifies_less_and_leaks_more() -> None:
     """DE's papers' figure falls with eta, the strongest votes-only adversary's hit rate rises:
     the intervals at eta = 0.5 and 0.95 are far apart."""
@@ -237,6 +240,7 @@ def test_a_higher_eta_certifies_less_and_leaks_more() -> None:
     assert mid["named_exactly"]["mean"] < high["named_exactly"]["mean"]
 
 
+@MEASURED
 def test_the_bayes_adversary_beats_the_never_voted_guess() -> None:
     point = measured("de", 0.9)
     bayes = point["adversaries"]["bayes-posterior"]
@@ -245,6 +249,7 @@ def test_the_bayes_adversary_beats_the_never_voted_guess() -> None:
     assert point["votes_only"]["adversary"] == "bayes-posterior"
 
 
+@MEASURED
 def test_the_published_answer_names_the_arm_of_every_agent() -> None:
     point = measured("de", 0.9)
     assert point["baseline"]["guess"] == "identified-arm"
@@ -253,6 +258,7 @@ def test_the_published_answer_names_the_arm_of_every_agent() -> None:
     assert point["baselines"]["uniform"]["mean"] == pytest.approx(0.2)
 
 
+@MEASURED
 def test_ce_hides_what_de_at_the_same_threshold_hides() -> None:
     """CE's lower hit rate comes from its lower M: DE at eta = eta_xi (the same M) is within the
     intervals of CE, while DE at the same eta is far above."""

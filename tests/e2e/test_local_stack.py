@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import json
 import math
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,7 +19,7 @@ from common.algorithms import AlgorithmConfig
 from common.certificate import certified_failure
 from common.params import corrupted_local_confidence
 from common.votes import tie_certificate
-from dexp.demo import local_stack, run_demo
+from dexp.demo import LocalStack, local_stack, run_demo
 from load_generator.generator import LoadGenerator, exit_code, format_summary
 from load_generator.settings import LoadSettings
 from tests.e2e.proxy import RecordingProxy
@@ -216,3 +218,42 @@ def test_a_killed_agent_process_stalls_the_run_and_the_load_generator_says_so() 
     assert summary.stall[-1] == f"coordinator: {settings.coordinator_url} answers (ready)"
     assert out.getvalue().count("activations") <= 3  # no progress line repeated unchanged
     assert summary.stall[1] in format_summary(summary, as_json=False)
+
+
+# A process that notes when SIGTERM reached it and when it exits (after `linger` seconds).
+NOTING = """
+import signal, sys, time
+name, linger, path = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+def note(what):
+    with open(path, "a") as f:
+        f.write(f"{name} {what}\\n")
+def ended(*_):
+    note("sigterm")
+    time.sleep(linger)
+    note("exited")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, ended)
+note("ready")
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_stop_ends_the_agent_processes_before_the_coordinator(tmp_path: Path) -> None:
+    """An agent process ends while its coordinator still answers (a coordinator gone first made
+    each agent wait out its retry back-off before it exited: seconds at the end of every run)."""
+    notes = tmp_path / "notes"
+    stack = LocalStack(tmp_path)
+    for name, linger in (("redis", "0"), ("coordinator", "0"), ("agent-0", "0.3")):
+        stack.spawn(name, [sys.executable, "-c", NOTING, name, linger, str(notes)], {})
+    deadline = time.monotonic() + 30  # a safety net: a loaded machine starts them slowly
+    while not notes.exists() or notes.read_text().count("ready") < 3:
+        assert time.monotonic() < deadline, "the processes did not start"
+        time.sleep(0.02)
+    stack.stop()
+    lines = [line for line in notes.read_text().splitlines() if not line.endswith("ready")]
+    assert lines[:2] == ["agent-0 sigterm", "agent-0 exited"], lines
+    assert sorted(lines[2:]) == sorted(
+        f"{n} {w}" for n in ("coordinator", "redis") for w in ("sigterm", "exited")
+    )
+    assert all(process.poll() == 0 for process in stack.processes)
