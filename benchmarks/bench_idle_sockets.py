@@ -2,6 +2,7 @@
 
     python benchmarks/bench_idle_sockets.py                         # 100 x 200 idle, 10,000 streams
     python benchmarks/bench_idle_sockets.py --addresses 10 --subscribers 1000 --seconds 10  # a look
+    python benchmarks/bench_idle_sockets.py --seconds 0 --subscribers 2000  # the storm alone
 
 Starts a real redis-server and ONE coordinator process (`python -m coordinator`, its defaults but
 DEXP_MAX_SUBSCRIBERS = --subscribers), then:
@@ -14,8 +15,12 @@ DEXP_MAX_SUBSCRIBERS = --subscribers), then:
    honest requests served (2xx) of each kind, the attackers' connects, the coordinator's open
    descriptors and RSS (peak), the idle connections it reaped.
 2. A reconnection storm. --subscribers streams from distinct addresses (127.3.x.y), all started at
-   once; a 503 or 429 is tried again after its Retry-After, as a device does. Printed: the time
-   until every stream has its first state, and the refusals.
+   once, each as the JavaScript SDK's follower: a 503 or 429 is tried again after its Retry-After,
+   an attempt is given up after 45 s, a failure followed by a randomized back-off. Printed: how
+   many had their first state (within 30 s, and in all), when; what every attempt met and what
+   the streams that never had their state met (a status, or the error); the connects the kernel
+   dropped at a full listen queue; the coordinator's refusal and Redis error counters.
+   `--seconds 0` runs the storm alone.
 
 Every phase is bounded in time (--seconds, --timeout) and count; the driver stops every process it
 started.
@@ -45,6 +50,9 @@ import contextlib
 
 from bench_fleet import raise_fd_limit, retry_after, rss_bytes
 from bench_vote_path import prepare, start_coordinator, start_redis, stop
+
+from coordinator.server import SOMAXCONN, listen_backlog
+from coordinator.settings import Settings
 
 EXPERIMENT = "bench"
 # a device gives up an attempt (connect, or the answer's headers) after this long and tries again,
@@ -252,6 +260,22 @@ def metric(url: str, name: str) -> float:
     return 0.0
 
 
+def settings() -> Settings:
+    """The coordinator's settings as the benchmark starts it (its environment)."""
+    return Settings(redis_url="redis://127.0.0.1:1/0")
+
+
+def listen_drops() -> int:
+    """The kernel's count of connects dropped because a listen queue was full (TcpExt
+    ListenDrops, this network namespace: the coordinator's, and anything else listening here)."""
+    with open("/proc/net/netstat") as file:
+        lines = file.read().splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            return int(dict(zip(names.split(), values.split(), strict=True))["ListenDrops"])
+    return 0
+
+
 def spawn(target: Any, *args: Any) -> tuple[multiprocessing.process.BaseProcess, Connection]:
     context = multiprocessing.get_context("spawn")
     mine, theirs = context.Pipe()
@@ -306,6 +330,7 @@ def storm_phase(
     """Phase 2: --subscribers streams at once, each honouring Retry-After."""
     pipes = []
     sources = [address(3, i) for i in range(args.subscribers)]
+    drops = listen_drops()
     began = time.monotonic()
     for part in range(args.processes):
         process, pipe = spawn(subscriber, port, sources[part :: args.processes], args.timeout)
@@ -325,6 +350,11 @@ def storm_phase(
         f"({sum(t <= 30 for t in done)} within 30 s); half after {after(0.5)} s, 99 % after "
         f"{after(0.99)} s, the last after {after(1.0)} s ({time.monotonic() - began:.1f} s in "
         f"all); {sum(r['refusals'] for r in results)} refusals (503/429) retried after Retry-After"
+    )
+    print(
+        f"  connects the kernel dropped (a listen queue full; the coordinator's holds "
+        f"{min(listen_backlog(settings()), int(Path(SOMAXCONN).read_text()))}): "
+        f"{listen_drops() - drops}"
     )
     print(f"  every attempt met: {dict(seen.most_common())}")
     print(f"  the streams without a state met: {dict(missed.most_common())}")

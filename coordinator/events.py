@@ -264,11 +264,7 @@ class Hub:
         try:
             await self.pubsub.subscribe(keys.changes(exp))
         except (RedisError, OSError) as exc:
-            # the connection is in doubt: the listener connects again, with every topic's channel
-            # (left as it was, a pub/sub with no channel would wait for the next topic, and this
-            # topic's subscribers for their first state, for ever)
             log.warning("event streams: subscription to %s failed (%s); retrying", exp, exc)
-            await self._reset_pubsub()
         self.subscribed.set()
 
     async def _listen(self) -> None:

@@ -10,7 +10,8 @@ the first state comes from the topic's shared document (coordinator/events.py).
 Here: SUBSCRIBERS streams from as many addresses, all at once, against a coordinator with
 CONCURRENCY places; a refused one (503, 429) tries again after its Retry-After, as a device does.
 Every stream has its first state, and Redis was asked for the experiment's `created_at` a few times,
-not once per stream.
+not once per stream. And a fault the storm set off: a request cancelled in the line of
+DEXP_MAX_CONCURRENCY could raise ValueError (a 500) instead of ending.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import httpx
 import pytest
 import redis
 
+from coordinator.server import Places
 from tests.services.helpers import (
     ThreadedCoordinator,
     coordinator,
@@ -102,3 +104,25 @@ def test_a_burst_of_subscribers_all_get_their_first_state_with_few_reads(
     # on a loaded 2-core machine)
     reads = hget_calls(client) - before
     assert reads <= SUBSCRIBERS // 2, f"{reads} reads of created_at for {SUBSCRIBERS} streams"
+
+
+def test_a_request_cancelled_in_line_after_its_turn_was_passed_over_ends_cleanly() -> None:
+    """A request waiting in the line of DEXP_MAX_CONCURRENCY is cancelled (its wait timed out, or
+    its client left), and before it runs again a place is freed: the line passes over its
+    cancelled turn. It used to raise ValueError (removing the turn a second time), a 500 for the
+    request (189 of them in a storm of 10,000 subscribers); it ends as cancelled, and the place
+    is back."""
+
+    async def body() -> None:
+        places = Places(1)
+        held = await places.admit()
+        assert held is not None
+        waiting = asyncio.create_task(places.admit())
+        await asyncio.sleep(0)  # in line
+        waiting.cancel()  # its turn is cancelled at once; the task runs again later
+        held.release()  # passes over the cancelled turn: the place goes back to the pool
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert places.running == 0 and not places.waiting
+
+    asyncio.run(body())
