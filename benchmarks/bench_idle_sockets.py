@@ -51,9 +51,6 @@ import contextlib
 from bench_fleet import raise_fd_limit, retry_after, rss_bytes
 from bench_vote_path import prepare, start_coordinator, start_redis, stop
 
-from coordinator.server import SOMAXCONN, listen_backlog
-from coordinator.settings import Settings
-
 EXPERIMENT = "bench"
 # a device gives up an attempt (connect, or the answer's headers) after this long and tries again,
 # as the JavaScript SDK's follower does (sdk/js/src/follower.ts, STREAM_TIMEOUT_MS), after its
@@ -173,7 +170,7 @@ async def first_state(
 
 
 async def storm(port: int, sources: list[str], timeout: float) -> dict[str, Any]:
-    began = time.monotonic()
+    began, started = time.monotonic(), time.time()
     done: list[float] = []
     kept: list[asyncio.StreamWriter] = []
 
@@ -197,6 +194,7 @@ async def storm(port: int, sources: list[str], timeout: float) -> dict[str, Any]
         "opened": sum(ok for ok, _ in results),
         "refusals": sum(r for _, r in results),
         "done": done,
+        "started": started,
         "seen": seen,
         "missed": missed,
     }
@@ -260,9 +258,15 @@ def metric(url: str, name: str) -> float:
     return 0.0
 
 
-def settings() -> Settings:
-    """The coordinator's settings as the benchmark starts it (its environment)."""
-    return Settings(redis_url="redis://127.0.0.1:1/0")
+def listen_queue() -> int:
+    """The coordinator's listen queue as the benchmark starts it (its environment): its backlog,
+    capped by the kernel. (Imported here, not at the top: the client processes, which import this
+    module, start faster without the coordinator's modules.)"""
+    from coordinator.server import SOMAXCONN, listen_backlog
+    from coordinator.settings import Settings
+
+    backlog = listen_backlog(Settings(redis_url="redis://127.0.0.1:1/0"))
+    return min(backlog, int(Path(SOMAXCONN).read_text()))
 
 
 def listen_drops() -> int:
@@ -351,9 +355,11 @@ def storm_phase(
         f"{after(0.99)} s, the last after {after(1.0)} s ({time.monotonic() - began:.1f} s in "
         f"all); {sum(r['refusals'] for r in results)} refusals (503/429) retried after Retry-After"
     )
+    starts = [r["started"] for r in results]
+    print(f"  the {args.processes} client processes began within {max(starts) - min(starts):.1f} s")
     print(
         f"  connects the kernel dropped (a listen queue full; the coordinator's holds "
-        f"{min(listen_backlog(settings()), int(Path(SOMAXCONN).read_text()))}): "
+        f"{listen_queue()}): "
         f"{listen_drops() - drops}"
     )
     print(f"  every attempt met: {dict(seen.most_common())}")
