@@ -163,7 +163,8 @@ class Places:
                 self.leave()  # handed a place just as it gave up: pass it on
             else:
                 turn.cancel()
-                self.waiting.remove(turn)
+                if turn in self.waiting:  # leave() may have passed over it, cancelled already
+                    self.waiting.remove(turn)
             if isinstance(exc, TimeoutError):
                 return None
             raise
@@ -467,6 +468,32 @@ def idle_bound(settings: Settings, files: int) -> int:
     return max(64, min(settings.max_idle_connections, room))
 
 
+SOMAXCONN = "/proc/sys/net/core/somaxconn"
+
+
+def listen_backlog(settings: Settings) -> int:
+    """Connections the kernel holds for the process before it accepts them: room for a storm of
+    every stream (DEXP_MAX_SUBSCRIBERS) and the requests in flight and in line, arriving at once.
+    With uvicorn's 2,048, a storm of 10,000 subscribers overflowed the queue; the kernel then drops
+    the SYNs, and a client retries its connect only after 1, 3, 7, 15, 31 s (638 of 10,000 were
+    still connecting after 60 s, benchmarks/bench_idle_sockets.py). The kernel caps it at
+    net.core.somaxconn (docs/SCALING.md says how to raise it)."""
+    wanted = max(2048, settings.max_subscribers + 2 * settings.max_concurrency)
+    try:
+        with open(SOMAXCONN) as file:
+            cap = int(file.read())
+    except (OSError, ValueError):
+        return wanted
+    if cap < wanted:
+        log.warning(
+            "listen backlog: net.core.somaxconn (%d) caps it below %d (DEXP_MAX_SUBSCRIBERS + 2 x "
+            "DEXP_MAX_CONCURRENCY): in a reconnection storm the kernel drops connects beyond it",
+            cap,
+            wanted,
+        )
+    return wanted
+
+
 def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Config:
     """uvicorn's Config for the coordinator: `app` is an ASGI app, or an import string such as
     "coordinator.app:create_app" with factory=True; `overrides` win over the settings."""
@@ -489,6 +516,7 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Config:
         "proxy_headers": bool(proxies),
         "forwarded_allow_ips": proxies or None,
         "timeout_keep_alive": settings.keep_alive_seconds,
+        "backlog": listen_backlog(settings),
         "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
     }
     options.update(overrides)

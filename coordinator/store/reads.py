@@ -20,6 +20,7 @@ from coordinator import results
 from coordinator.errors import NotFound
 from coordinator.store.core import Status, StoreCore, now_ms, text
 from coordinator.store.decisions import Decisions, pending
+from coordinator.store.shared import SharedReads
 from coordinator.store.state import (
     PUBLICATION_FIELDS,
     REVISION_FIELDS,
@@ -126,13 +127,19 @@ class ExperimentReads:
         self.decisions = Decisions(core)  # LDP's, on each publication a read takes or finds
         # exp -> (what the verdict depends on, tied): see get_with_status
         self._ties: OrderedDict[str, tuple[tuple[int, ...], bool]] = OrderedDict()
+        # every new event stream asks it (a storm of them: one read at a time, coordinator/store/shared.py)
+        self._created_at = SharedReads(self._read_created_at)
 
     async def exists(self, exp: str) -> bool:
         return bool(await self.redis.exists(keys.meta(exp)))
 
     async def created_at(self, exp: str) -> int | None:
         """When `exp` was created (unix ms; an experiment deleted and created again under the
-        same id is another one), or None if it does not exist."""
+        same id is another one), or None if it does not exist. Read after the call, and shared
+        by concurrent callers (SharedReads)."""
+        return await self._created_at.get(exp)
+
+    async def _read_created_at(self, exp: str) -> int | None:
         value = await self.redis.hget(keys.meta(exp), "created_at")
         return None if value is None else int(value)
 
