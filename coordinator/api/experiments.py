@@ -11,7 +11,7 @@ from prometheus_client import Counter
 
 from common import cde
 from common.algorithms import AlgorithmConfig
-from common.certificate import Certificate, certify, upper
+from common.certificate import Certificate, upper
 from common.votes import tie_certificate
 from coordinator.api.crowd import crowd_certificate, crowd_fields
 from coordinator.api.deps import (
@@ -49,6 +49,7 @@ from coordinator.caching import (
     not_modified,
 )
 from coordinator.errors import Forbidden, Invalid, RateLimited
+from coordinator.results import certificate_of
 from coordinator.settings import Settings
 from coordinator.store import ExperimentState
 
@@ -69,19 +70,10 @@ IfNoneMatch = Annotated[
 ]
 
 
-def certificate_of(state: ExperimentState, agents: int | None = None) -> Certificate:
-    """What the experiment certifies with `agents` agents (default: those enrolled), when at most
-    f (its tolerance) of them lie. CDE's threshold is the one it was created with (chosen from
-    the agents expected), whatever the agents enrolled."""
-    config = state.design.config
-    enrolled = state.agents if agents is None else agents
-    fixed = state.threshold if config.reports else None
-    return certify(config, len(state.arms), enrolled, threshold=fixed)
-
-
 def certified_fields(state: ExperimentState, settings: Settings) -> dict[str, Any]:
-    """The certificate's fields of both documents: the bound with the agents enrolled, and with
-    as many as the cap lets in; CDE's privacy. LDP's: delta, whatever the agents."""
+    """The certificate's fields of both documents: the bound with the agents counted (once
+    decided, those of the decision: its kept result's), and with as many as the cap lets in;
+    CDE's privacy. LDP's: delta, whatever the agents."""
     cap = settings.max_agents
     if state.design.crowd:
         return crowd_certificate(state, cap)
