@@ -197,6 +197,7 @@ class Enrollment:
                     self.settings.enrollment_secret,
                     rng,
                     reconcile_seconds=period,
+                    simulated=True,
                 )
             except CoordinatorError as exc:
                 if exc.status == 403:
@@ -220,7 +221,9 @@ class Enrollment:
             tickets = walker[0]
             for position, ticket in tickets:
                 try:
-                    agent = Agent.enroll(self.client, view, ticket, rng, reconcile_seconds=period)
+                    agent = Agent.enroll(
+                        self.client, view, ticket, rng, reconcile_seconds=period, simulated=True
+                    )
                 except CoordinatorError as exc:
                     if exc.status == 403:  # the experiment is full: the ticket is still good
                         raise EnrollmentLimited(exc.detail) from None

@@ -455,7 +455,19 @@ class ExperimentFields(BaseModel):
         description="unix ms when this epoch began: the creation or the last reset (null: not "
         "known, for an experiment reset before the field existed)",
     )
-    agents: int
+    agents: int = Field(
+        description="N, the agents counted: those enrolled, and those that left this epoch after "
+        "a vote, a settled message or a report (what they said stands, so they count until a "
+        "reset): the certificate's and the tie verdict's N"
+    )
+    agents_departed: int = Field(
+        0, description="of `agents`, those that left (DELETE /v1/agents/me) and still count"
+    )
+    agents_simulated: int = Field(
+        0,
+        description="of the agents enrolled, those that said they are simulated (the agent "
+        "service's, fed by a load generator; real devices do not)",
+    )
     settled_agents: int = Field(
         description="agents that said they settled this epoch (CE: their local set holds one arm)"
     )

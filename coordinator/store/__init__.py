@@ -17,7 +17,8 @@ agents' activation streams, in other slots, are never in a script or transaction
 The parts, by concern: reads.ExperimentReads (states, listings, revisions, status),
 writes.ScriptWrites (creation, deletion, votes, reports, LDP's private reports, settled messages,
 resets), decisions.Decisions (LDP's decision at each publication, common/ldp.py) and
-enrollment.Enrollments (tickets, enrollment, tokens, agents' views), over one core.StoreCore.
+enrollment.Enrollments (tickets, enrollment, tokens, agents' views) and departures.Departures
+(an agent leaving), over one core.StoreCore.
 ExperimentStore is the one object the routes hold: it only puts them together.
 """
 
@@ -43,6 +44,7 @@ from coordinator.store.core import (
     experiment_of,
     ticket_experiment,
 )
+from coordinator.store.departures import Departure, Departures
 from coordinator.store.enrollment import Enrollments
 from coordinator.store.reads import TIE_CACHE_SIZE, ExperimentReads
 from coordinator.store.state import (
@@ -74,6 +76,7 @@ __all__ = [
     "WRONG_MESSAGE",
     "Counters",
     "CrowdReport",
+    "Departure",
     "Design",
     "Elimination",
     "Enrollment",
@@ -144,6 +147,7 @@ class ExperimentStore:
         self.agent_ids = enrollments.agent_ids
         self.own_votes = enrollments.own_votes
         self.agents_page = enrollments.agents_page
+        self.leave = Departures(core).leave
 
     @property
     def limits(self) -> Limits:
