@@ -39,7 +39,8 @@ twice on an arm, so the analysis of DE (at most one vote per agent and arm, each
 probability at most eta) holds across the restart. Restoring statistics instead would need rewards
 or means on disk, which must never leave the process. Without a state directory every start enrolls
 new agents (the old ones' streams are orphaned). The agents that are not restored are enrolled
-(agent/enrollment.py).
+(agent/enrollment.py). With DEXP_LEAVE_ON_STOP a stop is not a restart: the agents leave their
+experiments and their files are removed (`leave`), so the next start enrolls new ones.
 """
 
 from __future__ import annotations
