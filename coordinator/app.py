@@ -6,6 +6,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import fields
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -207,4 +208,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(Edge, settings=settings, routes=lambda: app.router.routes)
     for error, handler in ERROR_HANDLERS:
         app.add_exception_handler(error, handler)
+    app.openapi = with_settings(app.openapi, settings)  # type: ignore[method-assign]
     return app
+
+
+def with_settings(
+    openapi: Callable[[], dict[str, Any]], settings: Settings
+) -> Callable[[], dict[str, Any]]:
+    """FastAPI's schema (built once, then cached by it) with this coordinator's bounds."""
+    built: list[dict[str, Any]] = []
+
+    def schema() -> dict[str, Any]:
+        if not built:
+            built.append(experiments.settings_in_schema(openapi(), settings))
+        return built[0]
+
+    return schema

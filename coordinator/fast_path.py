@@ -26,6 +26,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from coordinator.api.agents import private_report_reply, vote_reply
+from coordinator.api.models import MAX_ARMS
 from coordinator.asgi import Exchange, Step, replay, send_json, send_problem
 from coordinator.errors import CoordinatorError, StoreUnavailable
 
@@ -33,6 +34,16 @@ from coordinator.errors import CoordinatorError, StoreUnavailable
 VOTE_PATH = re.compile(r"/v1/experiments/([A-Za-z0-9_-]{1,64})/votes")
 REPORT_PATH = re.compile(r"/v1/experiments/([A-Za-z0-9_-]{1,64})/reports")
 MAX_BODY = 1024  # a message is ~30 bytes; anything longer takes the ordinary route
+
+
+def integer(value: object, low: int, high: int | None = None) -> int | None:
+    """`value` as the models' Integer reads it (an int, or a whole float up to 2^53; never a bool
+    or a string), if within [low, high] (high None: no bound); else None."""
+    if type(value) is float and value.is_integer() and abs(value) <= 2**53:
+        value = int(value)
+    if type(value) is not int or value < low:  # type() is: bool is refused
+        return None
+    return value if high is None or value <= high else None
 
 
 def plain_vote(body: bytes) -> tuple[int, int, int | None] | None:
@@ -44,12 +55,14 @@ def plain_vote(body: bytes) -> tuple[int, int, int | None] | None:
         return None
     if type(data) is not dict or not data.keys() <= {"arm", "epoch", "epoch_started_at"}:
         return None
-    arm, epoch = data.get("arm"), data.get("epoch", 0)
+    arm = integer(data.get("arm"), 0, MAX_ARMS - 1)
+    epoch = integer(data.get("epoch", 0), 0)
     started = data.get("epoch_started_at")
-    # type() is: StrictInt refuses bool (a subclass of int) and floats like 1.0
-    if type(arm) is not int or type(epoch) is not int or arm < 0 or epoch < 0:
-        return None
-    if started is not None and (type(started) is not int or not 0 <= started <= 2**53):
+    if started is not None:
+        started = integer(started, 0, 2**53)
+        if started is None:
+            return None
+    if arm is None or epoch is None:
         return None
     return arm, epoch, started
 
@@ -62,10 +75,10 @@ def plain_report(body: bytes) -> tuple[int, int, int] | None:
         return None
     if type(data) is not dict or data.keys() != {"arm", "bit", "seq"}:
         return None
-    arm, bit, seq = data["arm"], data["bit"], data["seq"]
-    if type(arm) is not int or type(bit) is not int or type(seq) is not int:
-        return None
-    if arm < 0 or bit not in (0, 1) or not 1 <= seq <= 1_000_000:
+    arm = integer(data["arm"], 0, MAX_ARMS - 1)
+    bit = integer(data["bit"], 0, 1)
+    seq = integer(data["seq"], 1, 1_000_000)
+    if arm is None or bit is None or seq is None:
         return None
     return arm, bit, seq
 

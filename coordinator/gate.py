@@ -8,7 +8,7 @@ depth, and the route's checks are what OpenAPI documents). What each route needs
 
 | route | credential |
 |---|---|
-| POST /v1/experiments, DELETE /v1/experiments/{id}, POST .../tickets, GET .../voters, .../agents, .../suspects | the admin token |
+| POST /v1/experiments, DELETE /v1/experiments/{id}, POST .../tickets, GET .../voters, .../agents, .../suspects, DELETE .../agents/{agent} | the admin token |
 | POST /v1/experiments/{id}/reset | the admin token, or a token of an agent of {id} |
 | POST /v1/experiments/{id}/votes, POST .../settled, POST .../report, POST .../reports | a token of an agent of {id} |
 | GET /v1/agents/me | an agent token |
@@ -50,6 +50,7 @@ FAST_PATH_SUFFIXES = ("/votes", "/reports")
 ROUTES: list[tuple[str, re.Pattern[str], Need]] = [
     ("POST", re.compile(r"/v1/experiments"), Need.ADMIN),
     ("DELETE", re.compile(rf"/v1/experiments/{ID}"), Need.ADMIN),
+    ("DELETE", re.compile(rf"/v1/experiments/{ID}/agents/[^/]+"), Need.ADMIN),
     ("POST", re.compile(rf"/v1/experiments/{ID}/tickets"), Need.ADMIN),
     ("GET", re.compile(rf"/v1/experiments/{ID}/(voters|agents|suspects)"), Need.ADMIN),
     ("POST", re.compile(rf"/v1/experiments/{ID}/reset"), Need.ADMIN_OR_AGENT),

@@ -21,6 +21,7 @@ from coordinator.api.deps import (
     problems,
     same_secret,
 )
+from coordinator.api.models import MAX_ARMS, WHOLE, Integer
 from coordinator.errors import Invalid, Unauthorized
 from coordinator.store import ExperimentStore, ticket_experiment
 
@@ -36,6 +37,10 @@ ExperimentId = Annotated[
     str,
     Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="experiment id", examples=["demo"]),
 ]
+
+
+# An experiment's own arm count bounds it below MAX_ARMS: a higher index is answered 422, documented.
+ARM_INDEX = "index of the arm {}, below the experiment's number of arms (a higher one: 422)"
 
 
 class AgentCreate(BaseModel):
@@ -83,12 +88,12 @@ class VoteCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    arm: StrictInt = Field(ge=0, description="index of the arm voted against", examples=[0])
-    epoch: StrictInt = Field(0, ge=0, description="the reset epoch the agent is in", examples=[0])
-    epoch_started_at: StrictInt | None = Field(
+    arm: Integer = Field(
+        ge=0, le=MAX_ARMS - 1, description=ARM_INDEX.format("voted against"), examples=[0]
+    )
+    epoch: Integer = Field(0, ge=0, description="the reset epoch the agent is in", examples=[0])
+    epoch_started_at: Annotated[StrictInt, Field(ge=0, le=2**53), WHOLE] | None = Field(
         None,
-        ge=0,
-        le=2**53,
         description="when that epoch began (unix ms, as the experiment's state and events say): "
         "an epoch's identity. An epoch a failover lost and a later one may share a number; a vote "
         "that names another start is stale_epoch, so a lost epoch's votes never count in a new "
@@ -120,7 +125,9 @@ class ReportCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    arm: StrictInt = Field(ge=0, description="index of the arm reported", examples=[0])
+    arm: Integer = Field(
+        ge=0, le=MAX_ARMS - 1, description=ARM_INDEX.format("reported"), examples=[0]
+    )
 
 
 class ReportPublic(BaseModel):
@@ -142,9 +149,11 @@ class PrivateReportCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    arm: StrictInt = Field(ge=0, description="index of the arm played", examples=[0])
-    bit: StrictInt = Field(ge=0, le=1, description="the privatized bit, 0 or 1", examples=[1])
-    seq: StrictInt = Field(
+    arm: Integer = Field(
+        ge=0, le=MAX_ARMS - 1, description=ARM_INDEX.format("played"), examples=[0]
+    )
+    bit: Integer = Field(ge=0, le=1, description="the privatized bit, 0 or 1", examples=[1])
+    seq: Integer = Field(
         ge=1,
         le=1_000_000,
         description="this report's number for the device: 1, 2, ... up to reports_per_agent. "
@@ -170,7 +179,7 @@ class SettledCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    epoch: StrictInt = Field(ge=0, description="the reset epoch the agent is in", examples=[0])
+    epoch: Integer = Field(ge=0, description="the reset epoch the agent is in", examples=[0])
 
 
 class SettledPublic(BaseModel):

@@ -5,7 +5,8 @@ name that hides characters, let whoever creates an experiment mislead whoever re
 The rules follow Unicode's security mechanisms (UTS #39) through ICU's spoof checker
 (`pyicu-wheels`, which bundles ICU), not a list of our own:
 
-- a name is NFKC-normalized, trimmed, printable, at most MAX_ARM_NAME characters;
+- a name is NFKC-normalized, trimmed, its runs of spaces made one (HTML draws "A  B" as "A B":
+  the dashboard would show two names as one), printable, at most MAX_ARM_NAME characters;
 - no default-ignorable code point (fillers, joiners, variation selectors: they draw nothing) and
   no blank glyph standing in for a space (U+2800);
 - no more than MAX_MARKS nonspacing marks in a row, and never the same one twice in a row
@@ -16,6 +17,7 @@ The rules follow Unicode's security mechanisms (UTS #39) through ICU's spoof che
   same case-folded form: Latin "A", Cyrillic "А" and Greek "Α" are one name.
 """
 
+import re
 import unicodedata
 
 import icu
@@ -26,6 +28,9 @@ BLANK_GLYPHS = frozenset({"\u2800"})  # BRAILLE PATTERN BLANK: a symbol that dra
 
 _CHECKS = icu.USpoofChecks.RESTRICTION_LEVEL | icu.USpoofChecks.MIXED_NUMBERS
 _DEFAULT_IGNORABLE = icu.UProperty.DEFAULT_IGNORABLE_CODE_POINT
+# After NFKC (U+00A0, U+2003, U+3000, ... become U+0020) the only printable blank is the space:
+# any other (a tab, a newline) is refused as unprintable.
+_SPACES = re.compile(r" {2,}")
 
 
 def _spoof_checker() -> icu.SpoofChecker:
@@ -45,7 +50,7 @@ def describe(char: str) -> str:
 
 def arm_name(name: str) -> str:
     """An arm's name as stored, or ValueError saying which rule (module docstring) it breaks."""
-    normal = unicodedata.normalize("NFKC", name).strip()
+    normal = _SPACES.sub(" ", unicodedata.normalize("NFKC", name).strip())
     if not normal:
         raise ValueError("an arm name must not be empty or blank")
     if len(normal) > MAX_ARM_NAME:

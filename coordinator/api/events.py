@@ -164,6 +164,19 @@ class EventStream(Response):
                 return True
 
 
+# One event of the stream, its fields as the wire format above names them (OpenAPI 3.1: a stream's
+# `schema` describes each event). `data` is one line of JSON: the state, or {"experiment": id}.
+EVENT = {
+    "type": "object",
+    "properties": {
+        "event": {"enum": ["state", "deleted"]},
+        "id": {"type": "string", "description": "send it back as Last-Event-ID to resume"},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "retry": {"type": "integer", "minimum": 0, "description": "reconnection delay, ms"},
+    },
+}
+
+
 @router.get(
     "/{experiment}/events",
     status_code=200,
@@ -171,7 +184,7 @@ class EventStream(Response):
     responses={
         200: {
             "description": STREAM_DESCRIPTION,
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": EVENT}},
         },
         **json_problems(
             404,

@@ -25,6 +25,7 @@ from coordinator.api.deps import (
 )
 from coordinator.api.models import (
     AgentPage,
+    AgentRevoked,
     AgentView,
     ArmRef,
     BestArm,
@@ -61,6 +62,13 @@ ExperimentId = Annotated[
     str,
     Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="experiment id", examples=["demo"]),
 ]
+AgentId = Annotated[
+    str,
+    Path(
+        pattern=r"^[A-Za-z0-9_-]{1,80}$",
+        description="an agent id (GET .../agents): the experiment id, '-', 10 hex digits",
+    ),
+]
 IfNoneMatch = Annotated[
     str | None,
     Header(
@@ -68,6 +76,26 @@ IfNoneMatch = Annotated[
         "current"
     ),
 ]
+
+
+def settings_in_schema(schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The bounds this coordinator's settings put on request bodies, written into its OpenAPI
+    schema (in place), so that a body the schema admits is never refused for them: the tickets
+    of one request (DEXP_MAX_TICKETS), their lifetime (DEXP_MAX_TICKET_TTL_SECONDS) and CDE's
+    agents expected (DEXP_MAX_AGENTS)."""
+    bodies = schema["components"]["schemas"]
+    tickets = bodies["TicketRequest"]["properties"]
+    lower(tickets["count"], settings.max_tickets)
+    lower(tickets["ttl_seconds"], settings.max_ticket_ttl_seconds)
+    if settings.max_agents:
+        agents = bodies["ExperimentCreate"]["properties"]["agents"]["anyOf"]
+        lower(next(s for s in agents if s.get("type") == "integer"), settings.max_agents)
+    return schema
+
+
+def lower(field: dict[str, Any], maximum: int) -> None:
+    """A field's schema with `maximum` unless its own is lower (the model's still holds)."""
+    field["maximum"] = min(field.get("maximum", maximum), maximum)
 
 
 def certified_fields(state: ExperimentState, settings: Settings) -> dict[str, Any]:
@@ -301,6 +329,23 @@ async def agents(
         agents=[AgentView(**a) for a in page[:limit]],
         next=page[limit - 1]["index"] if len(page) > limit else None,
     )
+
+
+@router.delete(
+    "/{experiment}/agents/{agent}",
+    response_model=AgentRevoked,
+    dependencies=[AdminDep],
+    responses=problems(401, 404, 422, s404="no such experiment, or no such agent in it"),
+)
+async def revoke_agent(experiment: ExperimentId, agent: AgentId, store: StoreDep) -> AgentRevoked:
+    """Admin token. Revokes one agent's token (a lost device, a stolen state file): from now on
+    every request with it is answered 401, atomically with this answer. What the agent sent
+    stays counted: its votes, report and resets were its own when they were counted (an admin
+    reset, POST .../reset, clears every vote of the epoch if they are in doubt), and it stays
+    among the agents enrolled (the certificate's N, DEXP_MAX_AGENTS). Revoking it again changes
+    nothing. GET .../agents shows each agent's revoked_at."""
+    revoked, at = await store.revoke(experiment, agent)
+    return AgentRevoked(experiment=experiment, agent_id=agent, revoked=revoked, revoked_at=at)
 
 
 @router.post(

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -45,21 +46,80 @@ def positive(default: float | None, description: str) -> Any:
     return Field(default, gt=0, le=MAX_NUMBER, allow_inf_nan=False, description=description)
 
 
+def whole(value: Any) -> Any:
+    """2.0 is the integer 2: JSON has one number type, and the schema's "integer" (JSON Schema
+    2020-12, OpenAPI 3.1) takes it, so a client or a fuzzer that sends it is within the contract. A
+    whole float (exactly spelled: up to 2^53) becomes that int; anything else goes on to StrictInt,
+    which refuses 2.5, "2" and true."""
+    if type(value) is float and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    return value
+
+
+# A JSON integer: 2 or 2.0, never "2", true or 2.5. Bounds of an optional one go between StrictInt
+# and WHOLE (`Annotated[StrictInt, Field(ge=1), WHOLE] | None`): outside, the schema loses them.
+WHOLE = BeforeValidator(whole)
+Integer = Annotated[StrictInt, WHOLE]
+MAX_ARMS = 1000  # an experiment's arms: the highest arm index any experiment has is MAX_ARMS - 1
+
+
 # At most 100 characters as sent (blanks around a name are trimmed, then MAX_ARM_NAME holds).
 ArmName = Annotated[StrictStr, Field(min_length=1, max_length=100), AfterValidator(arm_name)]
 
 
+def only_with(field: str, **values: list[str]) -> dict[str, Any]:
+    """JSON Schema: `field` may be given (not null) only if each named field is one of its values
+    (given: a field left out takes its default, which is none of them)."""
+    return {
+        "anyOf": [
+            {
+                "properties": {name: {"enum": allowed} for name, allowed in values.items()},
+                "required": list(values),
+            },
+            {"properties": {field: {"type": "null"}}},
+        ]
+    }
+
+
+def never_with(field: str, **values: list[str]) -> dict[str, Any]:
+    """JSON Schema: `field` is null or left out if any named field is one of its values."""
+    return {
+        "allOf": [
+            {
+                "anyOf": [
+                    {"properties": {name: {"not": {"enum": refused}}}},
+                    {"properties": {field: {"type": "null"}}},
+                ]
+            }
+            for name, refused in values.items()
+        ]
+    }
+
+
 class ExperimentCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # What depends on the algorithm, in the schema too (the server refuses it, 422); what depends
+    # on the numbers together (delta, eta, the threshold against the agent cap, ...) is only in
+    # the 422's description: JSON Schema cannot compute it.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "allOf": [
+                only_with("agents", algorithm=["cde"]),
+                only_with("reports_per_agent", algorithm=["ldp"]),
+                never_with("sigma", algorithm=["dp-mase", "ldp"], rewards=["bernoulli"]),
+            ]
+        },
+    )
 
     id: StrictStr = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", examples=["demo"])
     arms: Annotated[
         list[ArmName],
         Field(
             min_length=2,
-            max_length=1000,
+            max_length=MAX_ARMS,
             examples=[["A", "B", "C"]],
-            description="arm names: printable, trimmed and NFKC-normalized, at most "
+            description="arm names: printable, NFKC-normalized, trimmed, each run of spaces made "
+            "one (as a page shows it), at most "
             f"{MAX_ARM_NAME} characters, with no invisible character, stacked marks or mixed "
             "look-alike scripts, and no two that read the same (ignoring case, or with one "
             "Unicode confusable skeleton, UTS #39)",
@@ -93,17 +153,15 @@ class ExperimentCreate(BaseModel):
         description="DP-MASE: privacy budget; LDP: each report's local privacy, in (0, 10] "
         f"(default {DEFAULT_DP_EPSILON:g} for ldp)",
     )
-    reports_per_agent: StrictInt | None = Field(
+    reports_per_agent: Annotated[StrictInt, Field(ge=1, le=1_000_000), WHOLE] | None = Field(
         None,
-        ge=1,
-        le=1_000_000,
         description="LDP only: B, the reports one device may send (its privacy over its whole "
         f"reward history is B x dp_epsilon); null: {DEFAULT_REPORTS_PER_AGENT}",
     )
     beta: StrictFloat = unit(DEFAULTS.beta, "DP-MASE: local confidence")
     phi: StrictFloat = unit(DEFAULTS.phi, "SER4: reset probability")
     every_arm: StrictBool = DEFAULTS.every_arm
-    tolerance: StrictInt = Field(
+    tolerance: Integer = Field(
         DEFAULTS.tolerance,
         ge=0,
         le=1_000_000,
@@ -130,10 +188,8 @@ class ExperimentCreate(BaseModel):
         "(1/K, 1): the report is the agent's answer with probability P, another arm otherwise "
         "(K-ary randomized response)",
     )
-    agents: StrictInt | None = Field(
+    agents: Annotated[StrictInt, Field(ge=1, le=1_000_000_000), WHOLE] | None = Field(
         None,
-        ge=1,
-        le=1_000_000_000,
         description="CDE only: N, the agents expected; the threshold is the smallest number of "
         "reports that certifies delta with N of them (null: DEXP_MAX_AGENTS). What is certified "
         "is computed with the agents enrolled, and never grows as more enroll",
@@ -526,6 +582,16 @@ class AgentView(BaseModel):
     voted_against: list[int] = Field(description="arms it voted against, this epoch")
     resets: int = Field(description="DSER4 resets of the experiment it made")
     last_reset_at: int | None = Field(description="unix ms of its last reset")
+    revoked_at: int | None = Field(
+        None, description="unix ms when the admin revoked its token; null: its token works"
+    )
+
+
+class AgentRevoked(BaseModel):
+    experiment: str
+    agent_id: str
+    revoked: bool = Field(description="revoked by this request (false: it was revoked before)")
+    revoked_at: int = Field(description="unix ms of its revocation")
 
 
 class AgentPage(BaseModel):
@@ -537,8 +603,8 @@ class AgentPage(BaseModel):
 class TicketRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    count: StrictInt = Field(ge=1, le=100_000, description="tickets to issue (one agent each)")
-    ttl_seconds: StrictInt = Field(
+    count: Integer = Field(ge=1, le=100_000, description="tickets to issue (one agent each)")
+    ttl_seconds: Integer = Field(
         86_400, ge=1, le=365 * 86_400, description="how long they stay valid"
     )
 
@@ -605,9 +671,8 @@ class Suspects(BaseModel):
 class ResetRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    epoch: StrictInt | None = Field(
+    epoch: Annotated[StrictInt, Field(ge=0), WHOLE] | None = Field(
         None,
-        ge=0,
         description="reset only if still in this epoch (agents must give it)",
         examples=[0],
     )

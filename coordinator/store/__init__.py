@@ -147,6 +147,7 @@ class ExperimentStore:
         self.agent_ids = enrollments.agent_ids
         self.own_votes = enrollments.own_votes
         self.agents_page = enrollments.agents_page
+        self.revoke = enrollments.revoke
         self.leave = Departures(core).leave
 
     @property

@@ -175,6 +175,23 @@ class Enrollments:
                 return Forbidden(f"this agent is not enrolled in experiment {exp!r}")
         return Unauthorized("invalid agent token")
 
+    async def revoke(self, exp: str, agent: str) -> tuple[bool, int]:
+        """Revoke `agent`'s token (lua/revoke.lua): every route answers it 401 from then on.
+        (revoked now, the unix ms of its revocation); a second revocation changes nothing.
+        NotFound for an unknown experiment, or an agent never enrolled in it."""
+        code, at = await self.core.scripts.revoke(
+            meta_key=keys.meta(exp),
+            agents_key=keys.agents(exp),
+            credentials_key=keys.credentials(exp),
+            agent_id=agent,
+            now_ms=now_ms(),
+        )
+        if int(code) == 0:
+            raise NotFound(f"experiment {exp!r} does not exist")
+        if int(code) == -1:
+            raise NotFound(f"agent {agent!r} is not enrolled in experiment {exp!r}")
+        return int(code) == 1, int(at)
+
     async def agent_ids(self, exp: str) -> list[str]:
         members: list[bytes] = await self.redis.zrange(keys.agents(exp), 0, -1)  # type: ignore[assignment]
         return [text(a) for a in members]
@@ -223,9 +240,10 @@ class Enrollments:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hmget(keys.resets(exp), *ids, *[f"{a}:last" for a in ids])
+            pipe.hmget(keys.credentials(exp), *ids)
             for arm in range(n_arms):
                 pipe.smismember(keys.voters(exp, arm), ids)
-            resets, *membership = await pipe.execute()
+            resets, credentials, *membership = await pipe.execute()
         counts, last = resets[: len(ids)], resets[len(ids) :]
         return [
             {
@@ -234,6 +252,17 @@ class Enrollments:
                 "voted_against": [arm for arm in range(n_arms) if membership[arm][i]],
                 "resets": int(counts[i] or 0),
                 "last_reset_at": None if last[i] is None else int(last[i]),
+                "revoked_at": revoked_at(credentials[i]),
             }
             for i, (agent, (_, score)) in enumerate(zip(ids, page, strict=True))
         ]
+
+
+REVOKED = b"revoked:"  # lua/revoke.lua's credential: no token's digest
+
+
+def revoked_at(credential: bytes | None) -> int | None:
+    """When a stored credential was revoked (unix ms); None for a live one."""
+    if credential is None or not credential.startswith(REVOKED):
+        return None
+    return int(credential[len(REVOKED) :])

@@ -247,6 +247,11 @@ SCRIPTS: dict[str, ScriptInputs] = {
         keys=("meta_key", "eliminations_key", "load_generator_key"),
         args=(),
     ),
+    "revoke": ScriptInputs(
+        "revoke.lua",
+        keys=("meta_key", "agents_key", "credentials_key"),
+        args=("agent_id", "now_ms"),
+    ),
 }
 
 
@@ -301,3 +306,4 @@ class Scripts:
         self.announce = Script(redis, SCRIPTS["announce"])
         self.result = Script(redis, SCRIPTS["result"])
         self.tag = Script(redis, SCRIPTS["tag"])
+        self.revoke = Script(redis, SCRIPTS["revoke"])

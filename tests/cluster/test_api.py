@@ -135,3 +135,46 @@ def test_open_enrollment_secret_and_unknown_routes(client: httpx.Client) -> None
     assert ok.status_code == 201
     page = client.get(f"/v1/experiments/{exp}/agents", headers=admin_headers())
     assert page.status_code == 200 and len(page.json()["agents"]) == 1, page.text
+
+
+def test_ldp_reports_decide_on_a_cluster_within_the_experiment_s_slot(
+    client: httpx.Client, healthy_cluster: LocalCluster
+) -> None:
+    """LDP on a cluster: devices with tickets each send one private report (the scripts of
+    lua/ldp_report.lua and lua/ldp_decide.lua on the experiment's slot), a replay changes nothing,
+    and the coordinator identifies the arm whose reports are all ones; every key of the
+    experiment is on one master."""
+    exp = "api-ldp"
+    create_experiment(
+        client, id=exp, arms=ARMS, algorithm="ldp", dp_epsilon=4.0, epsilon=0.3, delta=0.2
+    )
+    issued = client.post(
+        f"/v1/experiments/{exp}/tickets", json={"count": 400}, headers=admin_headers()
+    )
+    assert issued.status_code == 201, issued.text
+    tickets = issued.json()["tickets"]
+    doc = client.get(f"/v1/experiments/{exp}").json()
+    sent = 0
+    while doc["status"] == "exploring":
+        assert sent < len(tickets), f"no decision after {sent} reports: {doc['estimates']}"
+        enrolled = client.post(
+            "/v1/agents", json={"experiment": exp}, headers=bearer(tickets[sent])
+        )
+        assert enrolled.status_code == 201, enrolled.text
+        device = Agent(enrolled.json()["agent_id"], enrolled.json()["token"], 0)
+        arm = sent % len(doc["remaining_arms"])
+        body = {"arm": doc["remaining_arms"][arm], "bit": int(arm == 0), "seq": 1}
+        path = f"/v1/experiments/{exp}/reports"
+        reply = client.post(path, json=body, headers=device.headers)
+        sent += 1
+        if reply.status_code == 409:  # decided between the read and the report
+            break
+        assert reply.json()["outcome"] == "counted", reply.text
+        again = client.post(path, json=body, headers=device.headers)
+        assert again.json()["outcome"] == "duplicate"
+        doc = client.get(f"/v1/experiments/{exp}").json()
+    doc = client.get(f"/v1/experiments/{exp}").json()
+    assert doc["status"] == "identified" and doc["remaining_arms"] == [0], doc
+    assert doc["reports_total"] <= sent
+    held = [found for found in keys_on(healthy_cluster, f"dexp:{{{exp}}}*").values() if found]
+    assert len(held) == 1 and keys.meta(exp) in held[0]

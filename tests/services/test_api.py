@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from common import redis_keys as keys
+
 from .helpers import (
     ADMIN_TOKEN,
     DEFAULT_EXPERIMENT,
@@ -281,12 +283,15 @@ def test_an_experiments_keys_share_its_hash_slot_and_tokens_are_digests(
     redis_state: RedisState, client: httpx.Client
 ) -> None:
     """Every key of an experiment, credentials included, carries its hash tag {id}: the vote and
-    enrollment scripts touch one slot (valid on Redis Cluster). Tokens are stored as SHA-256."""
+    enrollment scripts touch one slot (valid on Redis Cluster). The agents' activation streams,
+    made at enrollment, are spread over the experiment's shard slots. Tokens are stored as
+    SHA-256."""
     create_experiment(client, id="slot", arms=ARMS)
     a, b = enroll_agents(client, "slot", 2)
     assert vote(client, "slot", a, 0).status_code == 200
     state = redis_state()
-    assert {k for k in state if "{slot}" not in k} == {"dexp:experiment-index"}
+    streams = {keys.activations("slot", agent.agent_id) for agent in (a, b)}
+    assert {k for k in state if "{slot}" not in k} == {"dexp:experiment-index", *streams}
     assert state["dexp:{slot}:credentials"] == {
         agent.agent_id: hashlib.sha256(agent.token.encode()).hexdigest() for agent in (a, b)
     }
@@ -411,7 +416,7 @@ BAD_VOTES = {
     "missing body": (post_vote(json=None), 422, "body"),
     "arm as a string": (post_vote(json={"arm": "0"}), 422, "arm"),
     "arm as true": (post_vote(json={"arm": True}), 422, "arm"),
-    "arm as a float": (post_vote(json={"arm": 0.0}), 422, "arm"),
+    "arm not whole": (post_vote(json={"arm": 0.5}), 422, "arm"),  # 0.0 is the integer 0
     "arm as null": (post_vote(json={"arm": None}), 422, "arm"),
     "negative arm": (post_vote(json={"arm": -1}), 422, "arm"),
     "negative epoch": (post_vote(json={"arm": 0, "epoch": -1}), 422, "epoch"),

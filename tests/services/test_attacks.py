@@ -439,6 +439,9 @@ def test_while_redis_is_down_requests_get_a_json_503_with_retry_after() -> None:
         (["\u202eA", "B"], "U+202E"),
         (["A\u200b", "B"], "U+200B"),
         (["A", "A "], "'A' and 'A' look the same"),
+        # A page draws a run of spaces as one: the dashboard showed "A B" and "A  B" alike
+        (["A B", "A  B"], "'A B' and 'A B' look the same"),
+        (["A B", "A\u3000\u00a0B"], "'A B' and 'A B' look the same"),  # NFKC spaces, one run
         (["Café", "Cafe\u0301"], "look the same"),  # NFC and NFD spellings of one name
         (["arm", "ARM"], "look the same"),
         # The audit's look-alikes (issue 23, point 7): UTS #39 skeletons, named character by
@@ -474,8 +477,8 @@ def test_unreadable_or_indistinct_arm_names_are_refused(
 
 
 def test_arm_names_are_stored_trimmed_and_normalized(client: httpx.Client) -> None:
-    state = create_experiment(client, id="norm", arms=["  A ", "Cafe\u0301", "ﬁve"])
-    assert state["arms"] == ["A", "Café", "five"]
+    state = create_experiment(client, id="norm", arms=["  A ", "Cafe\u0301", "ﬁve", "B  \u2003C"])
+    assert state["arms"] == ["A", "Café", "five", "B C"]
 
 
 def test_names_in_any_one_script_and_symbols_are_accepted(client: httpx.Client) -> None:
@@ -538,3 +541,65 @@ def test_the_experiment_list_is_paged_and_summary_only(
     for bad in ({"limit": 0}, {"limit": 101}, {"after": "a b"}):
         assert client.get("/v1/experiments", params=bad).status_code == 422
     assert redis_state() == before
+
+
+# -- a stolen token (issue 36, point 9) ---------------------------------------------------------
+def test_a_revoked_token_is_refused_on_every_route(
+    client: httpx.Client, redis_state: RedisState
+) -> None:
+    """A lost device's state file holds its agent's token: the admin revokes that one token
+    (DELETE .../agents/{agent}), and every route refuses it from then on (401), the fast vote path
+    included, with nothing changed. Its vote stays counted; the other agents go on."""
+    create_experiment(client, id="stolen", arms=["A", "B", "C"])
+    thief, honest = enroll_agents(client, "stolen", 2)
+    cast = client.post("/v1/experiments/stolen/votes", json={"arm": 0}, headers=thief.headers)
+    assert cast.json()["outcome"] == "counted", cast.text
+    path = f"/v1/experiments/stolen/agents/{thief.agent_id}"
+    before = redis_state()
+    for refused, status in [
+        (client.delete(path, headers=honest.headers), 401),  # admin only
+        (
+            client.delete(
+                "/v1/experiments/stolen/agents/stolen-0000000000", headers=admin_headers()
+            ),
+            404,
+        ),
+        (
+            client.delete(f"/v1/experiments/gone/agents/{thief.agent_id}", headers=admin_headers()),
+            404,
+        ),
+    ]:
+        assert refused.status_code == status, refused.text
+        assert refused.json()["detail"]
+    assert redis_state() == before
+
+    revoked = client.delete(path, headers=admin_headers())
+    assert revoked.status_code == 200, revoked.text
+    assert revoked.json()["revoked"] is True
+    again = client.delete(path, headers=admin_headers()).json()
+    assert (again["revoked"], again["revoked_at"]) == (False, revoked.json()["revoked_at"])
+
+    after = redis_state()
+    padded = b'{"arm": 1,    "epoch": 0}' + b" " * 2000  # too long for the fast path: the route
+    for method, route, body in [
+        ("POST", "/v1/experiments/stolen/votes", b'{"arm": 1}'),  # the fast path
+        ("POST", "/v1/experiments/stolen/votes", padded),
+        ("POST", "/v1/experiments/stolen/settled", b'{"epoch": 0}'),
+        ("POST", "/v1/experiments/stolen/report", b'{"arm": 1}'),
+        ("POST", "/v1/experiments/stolen/reports", b'{"arm": 1, "bit": 1, "seq": 1}'),
+        ("POST", "/v1/experiments/stolen/reset", b'{"epoch": 0}'),
+        ("GET", "/v1/agents/me", b""),
+    ]:
+        headers = {**thief.headers, "content-type": "application/json"}
+        response = client.request(method, route, content=body, headers=headers)
+        assert response.status_code == 401, (route, response.text)
+        assert response.json()["detail"] == "invalid agent token"
+    assert redis_state() == after
+
+    state = client.get("/v1/experiments/stolen").json()
+    assert state["votes"][0] == 1 and state["agents"] == 2  # kept: it was honest when cast
+    listed = client.get("/v1/experiments/stolen/agents", headers=admin_headers()).json()
+    revoked_at = {a["agent_id"]: a["revoked_at"] for a in listed["agents"]}
+    assert revoked_at == {thief.agent_id: revoked.json()["revoked_at"], honest.agent_id: None}
+    vote = client.post("/v1/experiments/stolen/votes", json={"arm": 0}, headers=honest.headers)
+    assert vote.json()["outcome"] == "counted"

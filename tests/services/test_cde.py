@@ -226,7 +226,7 @@ def test_votes_and_reports_are_refused_where_they_do_not_belong(
         (report(client, "rep", reporter.token, 3), 422),  # no arm 3
         (report(client, "nowhere", reporter.token, 0), 404),
         (
-            client.post("/v1/experiments/rep/report", json={"arm": 1.0}, headers=reporter.headers),
+            client.post("/v1/experiments/rep/report", json={"arm": 1.5}, headers=reporter.headers),
             422,
         ),
         (

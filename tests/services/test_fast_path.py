@@ -58,6 +58,11 @@ BODIES = [
     b'{"arm": 1, "epoch_started_at": "1767225600123"}',
     b'{"arm": 1, "epoch_started_at": true}',
     b'{"arm": 1, "epoch_started_at": 9007199254740993}',
+    b'{"arm": 2.0, "epoch": 1.0}',
+    b'{"arm": 999}',
+    b'{"arm": 1000}',
+    b'{"arm": 1e300}',
+    b'{"arm": 1, "epoch_started_at": 1767225600123.0}',
 ]
 
 
@@ -85,6 +90,9 @@ REPORT_BODIES = [
     b"{}",
     b"",
     b'{"arm": 0, "bit": 1, "seq": 1',
+    b'{"arm": 2.0, "bit": 1.0, "seq": 1.0}',
+    b'{"arm": 1000, "bit": 1, "seq": 1}',
+    b'{"arm": 1, "bit": 1, "seq": 1.5}',
 ]
 
 
@@ -223,7 +231,7 @@ def test_a_refused_vote_is_answered_as_the_app_handler_does() -> None:
 @pytest.mark.parametrize(
     ("body", "headers", "path", "method"),
     [
-        (b'{"arm": 1.0}', [JSON, AUTH], None, None),
+        (b'{"arm": 1.5}', [JSON, AUTH], None, None),
         (b'{"arm": 0, "x": 1}', [JSON, AUTH], None, None),
         (b"[0]", [JSON, AUTH], None, None),
         (b'{"arm": 0}', [AUTH], None, None),  # no content type: the route refuses it

@@ -5,17 +5,23 @@ coordinator (uvicorn, real Redis) of conftest.py, each with one of several crede
 admin token, the enrollment secret, a fresh enrollment ticket, an enrolled agent's token, an agent
 of another experiment, a wrong token, or whatever schemathesis generated. For every response:
 
-- no 5xx, and the status code, content type, headers and body conform to the documented schema
-  (schemathesis's checks: every 4xx a route may answer is in its `responses=`);
+- every check of schemathesis: no 5xx, and the status code, content type, headers and body conform
+  to the documented schema (every 4xx a route may answer is in its `responses=`); invalid data is
+  refused (negative_data_rejection) and valid data is accepted (positive_data_acceptance): the
+  schema says what the server takes, 2.0 for an integer included, and the bounds the settings put
+  (DEXP_MAX_TICKETS, ...) are the schema's maxima;
 - a request answered 4xx, and any GET, changes nothing: the whole Redis database is compared
   before and after.
 
-The number of generated cases is printed (`pytest -rA` shows it) and bounded by MAX_EXAMPLES per
-operation so that the module runs in well under a minute.
+Valid data may still get a 422 where the refusal depends on what JSON Schema cannot compute (an
+arm index beyond the experiment's arms, delta against eta, ...): only on the operations of
+SEMANTIC, whose 422 documents it, and only as the coordinator's own refusal, never a validation
+error of a kind the schema can state (a type, a bound, a pattern, a missing or unknown field).
 
-One operation is left out: GET /v1/experiments/{experiment}/events, an event stream that never
-ends while the experiment exists (a fuzzed case would wait for ever). tests/services/test_events.py
-tests it, its refusals (404, 429, 503) included.
+The number of generated cases is printed (`pytest -rA` shows it) and bounded by MAX_EXAMPLES per
+operation, Hypothesis derandomized (the same cases at every run), so that the module runs in well
+under a minute. The event stream (GET .../events, which never ends while its experiment exists) is
+read up to its first event.
 """
 
 from __future__ import annotations
@@ -26,12 +32,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import jsonschema_rs
 import pytest
 import redis
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import Case, GenerationMode
 from schemathesis.checks import (
+    CheckFunction,
     ignored_auth,
     missing_required_header,
     negative_data_rejection,
@@ -39,6 +47,7 @@ from schemathesis.checks import (
 )
 
 from common import redis_keys as keys
+from coordinator.settings import Settings
 
 from .helpers import (
     ADMIN_TOKEN,
@@ -58,7 +67,27 @@ CREDENTIALS = ["none", "generated", "admin", "enrollment", "ticket", "agent", "o
 CASES: Counter[str] = Counter()  # generated cases per operation
 STATUSES: dict[str, Counter[int]] = {}
 CREDENTIAL_USE: Counter[str] = Counter()
-STREAMING = "/v1/experiments/{experiment}/events"  # never ends: tested in test_events.py
+# Valid data these operations may refuse with 422 (their documented reason): the refusal depends on
+# the experiment or on several fields together, which JSON Schema cannot compute.
+SEMANTIC = {
+    "POST /v1/experiments": "a configuration that cannot run (delta, eta, the threshold, the "
+    "agent cap, CDE's privacy against its arms) or arm names that look alike",
+    "POST /v1/experiments/{experiment}/votes": "an arm index beyond the experiment's arms",
+    "POST /v1/experiments/{experiment}/report": "an arm index beyond the experiment's arms",
+    "POST /v1/experiments/{experiment}/reports": "an arm index beyond the experiment's arms",
+    "POST /v1/experiments/{experiment}/reset": "an agent's reset that names no epoch",
+}
+# Pydantic's errors for what a schema states: a 422 of one of them for valid data is a schema that
+# does not describe the server.
+SCHEMA_ERRORS = (
+    "type",
+    "less_than",
+    "greater_than",
+    "missing",
+    "extra_forbidden",
+    "too_",
+    "pattern",
+)
 
 
 def build_world(url: str, world: dict[str, Any]) -> None:
@@ -129,10 +158,12 @@ def api_schema(world: dict[str, Any]) -> Any:
         max_examples=MAX_EXAMPLES,
         database="none",
     )
+    schema.config.max_stream_events = 1  # the event stream: its first event, then closed
+    schema.config.update(request_timeout=10)
     return schema
 
 
-schema = schemathesis.pytest.from_fixture("api_schema").exclude(path=STREAMING)
+schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 # The credential each operation takes, drawn more often so that more cases get past authentication.
@@ -144,6 +175,7 @@ NATURAL = {
     "GET /v1/experiments/{experiment}/voters": "admin",
     "GET /v1/experiments/{experiment}/agents": "admin",
     "GET /v1/experiments/{experiment}/suspects": "admin",
+    "DELETE /v1/experiments/{experiment}/agents/{agent}": "admin",
     "POST /v1/agents": "ticket",
     "GET /v1/agents/me": "agent",
     "POST /v1/experiments/{experiment}/votes": "agent",
@@ -183,12 +215,7 @@ def census(coordinator_server: ThreadedCoordinator) -> Iterator[None]:
     a teardown of test_fuzz's own fixture, so it runs exactly when test_fuzz did."""
     yield
     paths = httpx.get(coordinator_server.url + "/openapi.json", timeout=10).json()["paths"]
-    operations = {
-        f"{method.upper()} {path}"
-        for path, item in paths.items()
-        for method in item
-        if path != STREAMING
-    }
+    operations = {f"{method.upper()} {path}" for path, item in paths.items() for method in item}
     for operation, count in sorted(CASES.items()):
         statuses = ", ".join(f"{s}: {n}" for s, n in sorted(STATUSES[operation].items()))
         print(f"fuzz {operation}: {count} cases ({statuses})")
@@ -204,6 +231,7 @@ def census(coordinator_server: ThreadedCoordinator) -> Iterator[None]:
     max_examples=MAX_EXAMPLES,
     deadline=None,
     database=None,
+    derandomize=True,
     suppress_health_check=list(HealthCheck),
 )
 def test_fuzz(case: Case, world: dict[str, Any], census: None) -> None:
@@ -226,15 +254,109 @@ def test_fuzz(case: Case, world: dict[str, Any], census: None) -> None:
     secured = bool(case.operation.definition.raw.get("security"))
     if secured and credential in ("none", "wrong"):
         assert response.status_code >= 400, f"{operation} accepted {credential} credentials"
-    # positive_data_acceptance is left out: the API validates beyond what a schema can say
-    # (delta < eta, an arm index below the experiment's number of arms, ...) and it is stricter
-    # than JSON Schema's "integer", which takes 1.0 (StrictInt does not). Invalid data must still
-    # be refused (negative_data_rejection), with a documented status. The checks of missing or
-    # ignored authentication judge the generated headers: only for cases sent with them.
-    excluded = [positive_data_acceptance]
+    # The checks of missing or ignored authentication judge the generated headers: only for the
+    # cases sent with them.
+    excluded: list[CheckFunction] = []
     if credential != "generated":
         excluded += [missing_required_header, ignored_auth]
     if response.status_code == 413:  # refused unread, for its size: a rejection JSON Schema lacks
         assert len(response.request.body or b"") > MAX_BODY_BYTES
         excluded.append(negative_data_rejection)
+    positive = case.meta is not None and case.meta.generation.mode.is_positive
+    if response.status_code == 422 and operation in SEMANTIC and positive:
+        assert not schema_stated(response.json()), f"valid data refused: {response.text}"
+        excluded.append(positive_data_acceptance)  # a refusal its 422 documents (SEMANTIC)
     case.validate_response(response, excluded_checks=excluded)
+
+
+def schema_stated(problem: dict[str, Any]) -> list[dict[str, Any]]:
+    """The validation errors of a 422 that the schema could have stated (SCHEMA_ERRORS): a valid
+    case refused for one of them is a schema that admits what the server refuses."""
+    return [e for e in problem.get("errors") or [] if e["type"].startswith(SCHEMA_ERRORS)]
+
+
+# -- the refusals the red team's schemathesis run found (issue 36, point 9), replayed one by one ---
+def body_schema(client: httpx.Client, name: str) -> Any:
+    """A validator of the served schema's request body `name` (its $refs resolved in the whole
+    document), as schemathesis reads it."""
+    document = client.get("/openapi.json").json()
+    wrapper = {**document["components"]["schemas"][name], "components": document["components"]}
+    return jsonschema_rs.Draft202012Validator(wrapper)
+
+
+def test_a_whole_float_is_an_integer(client: httpx.Client, redis_state: Any) -> None:
+    """{"arm": 1.0} is an integer for JSON Schema; it was refused (StrictInt). 1.5 and "1" stay
+    refused, with nothing changed."""
+    create_experiment(client, id="floats", arms=["A", "B", "C"])
+    (agent,) = enroll_agents(client, "floats", 1)
+    assert body_schema(client, "VoteCreate").is_valid({"arm": 1.0, "epoch": 0.0})
+    before = redis_state()
+    for refused in ({"arm": 1.5}, {"arm": "1"}, {"arm": True}):
+        response = client.post("/v1/experiments/floats/votes", json=refused, headers=agent.headers)
+        assert response.status_code == 422, response.text
+    assert redis_state() == before
+    vote = client.post("/v1/experiments/floats/votes", json={"arm": 1.0}, headers=agent.headers)
+    assert vote.status_code == 200, vote.text
+    assert vote.json()["outcome"] == "counted"
+    tickets = client.post(
+        "/v1/experiments/floats/tickets", json={"count": 2.0}, headers=admin_headers()
+    )
+    assert tickets.status_code == 201, tickets.text
+    assert len(tickets.json()["tickets"]) == 2
+
+
+def test_the_schema_bounds_tickets_as_the_settings_do(client: httpx.Client) -> None:
+    """ttl_seconds up to a year was in the schema, DEXP_MAX_TICKET_TTL_SECONDS (30 days) refused
+    it: the schema's maxima are the settings'."""
+    create_experiment(client, id="ttl", arms=["A", "B"])
+    fields = client.get("/openapi.json").json()["components"]["schemas"]["TicketRequest"]
+    ttl, count = fields["properties"]["ttl_seconds"], fields["properties"]["count"]
+    settings = Settings()  # the defaults, as conftest.py's coordinator runs
+    assert ttl["maximum"] == settings.max_ticket_ttl_seconds
+    assert count["maximum"] == settings.max_tickets
+    longest = {"count": 1, "ttl_seconds": ttl["maximum"]}
+    assert client.post(
+        "/v1/experiments/ttl/tickets", json=longest, headers=admin_headers()
+    ).is_success
+    longer = {"count": 1, "ttl_seconds": ttl["maximum"] + 1}
+    refused = client.post("/v1/experiments/ttl/tickets", json=longer, headers=admin_headers())
+    assert refused.status_code == 422 and not body_schema(client, "TicketRequest").is_valid(longer)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"algorithm": "de", "agents": 100},  # `agents`: CDE's alone
+        {"agents": 100},  # de by default
+        {"algorithm": "cde", "reports_per_agent": 3},  # LDP's alone
+        {"algorithm": "ldp", "sigma": 1.0},  # LDP privatizes rewards in [0, 1]
+        {"algorithm": "dp-mase", "sigma": 1.0},
+    ],
+)
+def test_the_schema_refuses_what_depends_on_the_algorithm(
+    client: httpx.Client, redis_state: Any, body: dict[str, Any]
+) -> None:
+    """`agents` with a DE experiment was schema-valid and refused (422): the schema says now which
+    fields an algorithm takes, and the server still refuses them, with nothing created."""
+    full = {"id": "algo", "arms": ["A", "B"], **body}
+    assert not body_schema(client, "ExperimentCreate").is_valid(full)
+    before = redis_state()
+    response = client.post("/v1/experiments", json=full, headers=admin_headers())
+    assert response.status_code == 422, response.text
+    assert redis_state() == before
+    unset = {field: None for field in body if field != "algorithm"}
+    assert body_schema(client, "ExperimentCreate").is_valid({**full, **unset})
+
+
+def test_an_arm_beyond_the_experiment_is_a_documented_422(client: httpx.Client) -> None:
+    """The schema bounds an arm index by the most arms an experiment has; beyond this experiment's
+    arms the 422 is in each route's documented responses."""
+    paths = client.get("/openapi.json").json()["paths"]
+    for route in ("votes", "report", "reports"):
+        post = paths[f"/v1/experiments/{{experiment}}/{route}"]["post"]
+        assert "an arm index out of range" in post["responses"]["422"]["description"]
+    create_experiment(client, id="three", arms=["A", "B", "C"])
+    (agent,) = enroll_agents(client, "three", 1)
+    response = client.post("/v1/experiments/three/votes", json={"arm": 3}, headers=agent.headers)
+    assert response.status_code == 422
+    assert "must be in [0, 2]" in response.json()["detail"]
