@@ -133,6 +133,7 @@ USERS: dict[str, RedisUser] = {
             "get",
             "hexists",
             "hget",
+            "hdel",  # publish.lua: a publication clears settled_at
             "hgetall",
             "hincrby",
             "hmget",
