@@ -138,6 +138,7 @@ USERS: dict[str, RedisUser] = {
             "hincrby",
             "hmget",
             "hset",
+            "hsetnx",  # publish.lua
             "incr",
             "llen",
             "lrange",
