@@ -157,6 +157,14 @@ def warnings_of(state: ExperimentState) -> list[str]:
                 "an arm arrive in expectation and the experiment cannot finish in expectation: "
                 f"enroll at least {math.ceil(threshold / (1 - config.xi) - 1e-9)} agents"
             )
+    simulated = state.counters.agents_simulated
+    if 0 < simulated < agents - state.counters.agents_departed:
+        warnings.append(
+            f"{simulated} of the agents enrolled are simulated (the agent service's, playing the "
+            "load generator's problem) beside real devices: their votes are not about the "
+            "devices' rewards; run them in an experiment of their own (compose: "
+            "DEXP_AGENT_EXPERIMENTS)"
+        )
     if config.global_reset:
         warnings.append(
             f"DSER4 (phi={config.phi:g}): each activation resets the whole experiment with "

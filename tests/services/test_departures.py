@@ -39,6 +39,10 @@ def test_an_agent_that_leaves_is_gone_and_its_votes_stand_until_a_reset(
     create_experiment(client, id="fleet", arms=["A", "B", "C"], **M3)
     voter, quiet, *others = enroll(client, "fleet", 3, simulated=True) + enroll(client, "fleet", 2)
     assert counts(client, "fleet") == (5, 0, 3, 5)
+    (mixed,) = [
+        w for w in client.get("/v1/experiments/fleet").json()["warnings"] if "simulated" in w
+    ]
+    assert mixed.startswith("3 of the agents enrolled are simulated")
     vote = client.post(
         "/v1/experiments/fleet/votes", json={"arm": 2, "epoch": 0}, headers=voter.headers
     )
