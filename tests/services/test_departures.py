@@ -68,7 +68,7 @@ def test_an_agent_that_leaves_is_gone_and_its_votes_stand_until_a_reset(
     )
     assert again.status_code == 401, again.text
     twice = client.delete("/v1/agents/me", headers=voter.headers)
-    assert twice.status_code == 401 and "left" in twice.json()["detail"]
+    assert twice.status_code == 401, twice.text
     assert client.delete("/v1/agents/me", headers=bearer("nobody.x")).status_code == 401
 
     # a reset empties the voter sets: the departed voter no longer counts
