@@ -39,7 +39,8 @@ twice on an arm, so the analysis of DE (at most one vote per agent and arm, each
 probability at most eta) holds across the restart. Restoring statistics instead would need rewards
 or means on disk, which must never leave the process. Without a state directory every start enrolls
 new agents (the old ones' streams are orphaned). The agents that are not restored are enrolled
-(agent/enrollment.py).
+(agent/enrollment.py). With DEXP_LEAVE_ON_STOP a stop is not a restart: the agents leave their
+experiments and their files are removed (`leave`), so the next start enrolls new ones.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import socket
 import time
 import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -63,6 +65,7 @@ from common import redis_keys as keys
 
 # The agent service's log lines keep the name operators filter on, whichever module writes them.
 log = logging.getLogger("dexp.agent.service")
+LEAVE_WORKERS = 8  # agents leaving at once when the process stops
 
 
 def refusal_hint(exc: CoordinatorError) -> str:
@@ -407,6 +410,37 @@ class Discovery:
             experiment,
             reason,
             len(hosted.agents),
+        )
+
+    def leave(self) -> None:
+        """The process stops: each hosted agent leaves its experiment (its host is gone, so it
+        must not be counted or fed) and its saved state goes. Best effort, a few at a time: the
+        client gives up at once on a coordinator that does not answer (it is stopping), and the
+        agents it could not reach stay enrolled and saved, for a restart to restore."""
+        agents = [(h, a) for h in self.hosted.values() for a in h.agents.values()]
+        if not agents:
+            return
+
+        def leave_one(item: tuple[Hosted, Agent]) -> bool:
+            hosted, agent = item
+            try:
+                self.client.leave(agent.token)
+            except CoordinatorError as exc:
+                if exc.status not in (401, 404):  # 401/404: gone already (left, deleted)
+                    return False
+            except ConnectionError:
+                return False
+            if hosted.state:
+                hosted.state.forget(agent.agent_id)
+            return True
+
+        with ThreadPoolExecutor(max_workers=LEAVE_WORKERS) as pool:
+            left = sum(pool.map(leave_one, agents))
+        log.info(
+            "stopping: %d of %d agent(s) left their experiments%s",
+            left,
+            len(agents),
+            "" if left == len(agents) else " (the others stay enrolled: coordinator unreachable)",
         )
 
     def failed(self, hosted: Hosted, exc: CoordinatorError) -> None:

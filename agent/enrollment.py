@@ -13,7 +13,8 @@ credential check, which the coordinator throttles per address) on each. Tickets 
 limits (number and rate): the way to enroll many agents from one machine. When they run out first,
 the experiment gets one line saying how to get more tickets. Without tickets, agents enroll with the
 shared secret (open enrollment, refused by a production coordinator unless it allows it). Tickets
-and tokens are never logged.
+and tokens are never logged. Every agent enrolls as simulated (`simulated: true`): it plays the
+load generator's problem, not a real device's rewards, and the experiment counts it as such.
 
 What stops an enrollment is raised for the caller (agent/discovery.py) to log and retry or not:
 EnrollmentFailed (no ticket left, none configured, the tickets file unreadable, open enrollment
@@ -197,6 +198,7 @@ class Enrollment:
                     self.settings.enrollment_secret,
                     rng,
                     reconcile_seconds=period,
+                    simulated=True,
                 )
             except CoordinatorError as exc:
                 if exc.status == 403:
@@ -220,7 +222,9 @@ class Enrollment:
             tickets = walker[0]
             for position, ticket in tickets:
                 try:
-                    agent = Agent.enroll(self.client, view, ticket, rng, reconcile_seconds=period)
+                    agent = Agent.enroll(
+                        self.client, view, ticket, rng, reconcile_seconds=period, simulated=True
+                    )
                 except CoordinatorError as exc:
                     if exc.status == 403:  # the experiment is full: the ticket is still good
                         raise EnrollmentLimited(exc.detail) from None

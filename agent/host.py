@@ -24,6 +24,12 @@ it exits with status 3 only when it got no agent in any experiment. Under `*` it
 an enrollment problem. Exit status: 0 stopped (SIGTERM, SIGINT); 2 invalid configuration; 3 no
 experiment of a fixed list hostable at start (the line says why and what to do); 1 Redis never
 reachable at start, or a refusal nothing above handles (one line each).
+
+Stop. On SIGTERM or SIGINT the loop ends and, with DEXP_LEAVE_ON_STOP (compose's default), every agent
+of the process leaves its experiment (DELETE /v1/agents/me) and its saved state is removed: a
+scaled-down or stopped host leaves no agent enrolled that nobody runs (the load generator would
+feed it, and the experiment count it). What the agents voted this epoch stands (docs/SCALING.md,
+"Agents that come and go").
 """
 
 from __future__ import annotations
@@ -123,6 +129,8 @@ class AgentService:
                 if status and time.monotonic() - last_log > status:
                     last_log = time.monotonic()
                     self._log_progress()
+            if self.settings.leave_on_stop:  # stopped (SIGTERM, SIGINT): its agents leave
+                self.discovery.leave()
         finally:
             self.close()
 

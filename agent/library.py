@@ -341,9 +341,11 @@ class Agent:
         rng: np.random.Generator,
         persist: Callable[[], None] | None = None,
         reconcile_seconds: float = 30.0,
+        simulated: bool = False,
     ) -> Agent:
-        """A new agent; `secret` is a one-time ticket (or open enrollment's shared secret)."""
-        reply = client.enroll(secret, view.experiment)
+        """A new agent; `secret` is a one-time ticket (or open enrollment's shared secret).
+        `simulated`: the agent service's (fed by a load generator), not a real device."""
+        reply = client.enroll(secret, view.experiment, simulated=simulated)
         return cls(
             client,
             view,

@@ -100,6 +100,14 @@ class AgentSettings(SecretFileSettings):
     state_fsync: bool = Field(
         False, description="fsync every vote record too (credentials are always fsynced)"
     )
+    leave_on_stop: bool = Field(
+        False,
+        description="on SIGTERM or SIGINT, each hosted agent leaves its experiment (DELETE "
+        "/v1/agents/me) and its saved state is removed, so that a host scaled down or stopped "
+        "for good leaves no agent enrolled that nobody runs (compose turns it on); off: the "
+        "agents stay enrolled for a restart to restore (DEXP_STATE_DIR on a volume that "
+        "outlives the process). A crash leaves them enrolled either way",
+    )
     redis_retry_max_seconds: float = Field(
         2.0, gt=0, description="cap of the back-off while Redis is unreachable"
     )

@@ -166,6 +166,10 @@ class StateDir:
     def path(self, agent_id: str) -> Path:
         return self.dir / f"agent-{agent_id}.json"
 
+    def forget(self, agent_id: str) -> None:
+        """The agent left its experiment: a restart must not restore it (its token is dead)."""
+        self.path(agent_id).unlink(missing_ok=True)
+
     def load(self, created_at: int) -> list[AgentRecord]:
         """The saved agents of this incarnation of the experiment (same creation time: an
         experiment deleted and created again has other agents), in their slot order."""

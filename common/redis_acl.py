@@ -131,14 +131,14 @@ USERS: dict[str, RedisUser] = {
             # each enrolled agent's activation stream and group (coordinator/store/enrollment.py)
             "xgroup|create",
             "get",
-            "hdel",
+            "hdel",  # publish.lua: a publication clears settled_at
             "hexists",
             "hget",
             "hgetall",
             "hincrby",
             "hmget",
             "hset",
-            "hsetnx",
+            "hsetnx",  # publish.lua
             "incr",
             "llen",
             "lrange",

@@ -165,6 +165,12 @@ def enrollers(exp: str) -> str:
     return f"{PREFIX}:{{{exp}}}:enrollers"
 
 
+def simulated(exp: str) -> str:
+    """Set of the enrolled agent ids that said they are simulated (the agent service's, fed by a
+    load generator), not real devices: the document counts them (agents_simulated)."""
+    return f"{PREFIX}:{{{exp}}}:simulated"
+
+
 def tickets(exp: str) -> str:
     """Sorted set: SHA-256 hex digest of each unused enrollment ticket -> its expiry (unix ms).
     A ticket is removed by the enrollment it buys, in the same script."""

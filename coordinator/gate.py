@@ -11,7 +11,7 @@ depth, and the route's checks are what OpenAPI documents). What each route needs
 | POST /v1/experiments, DELETE /v1/experiments/{id}, POST .../tickets, GET .../voters, .../agents, .../suspects, DELETE .../agents/{agent} | the admin token |
 | POST /v1/experiments/{id}/reset | the admin token, or a token of an agent of {id} |
 | POST /v1/experiments/{id}/votes, POST .../settled, POST .../report, POST .../reports | a token of an agent of {id} |
-| GET /v1/agents/me | an agent token |
+| GET /v1/agents/me, DELETE /v1/agents/me | an agent token |
 | POST /v1/agents | the open-enrollment secret (when open enrollment is on), or an unused, unexpired ticket |
 
 It runs before the body limit (coordinator/edge.py), so before a byte of any body is read. A vote
@@ -58,6 +58,7 @@ ROUTES: list[tuple[str, re.Pattern[str], Need]] = [
     ("POST", re.compile(rf"/v1/experiments/{ID}/settled"), Need.AGENT),
     ("POST", re.compile(rf"/v1/experiments/{ID}/reports?"), Need.AGENT),
     ("GET", re.compile(r"/v1/agents/me"), Need.AGENT),
+    ("DELETE", re.compile(r"/v1/agents/me"), Need.AGENT),
     ("POST", re.compile(r"/v1/agents"), Need.ENROLLMENT),
 ]
 

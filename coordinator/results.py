@@ -5,13 +5,18 @@ live figures would vanish with it. So the first coordinator that reads a decisio
 tied) composes the result from what it sees then (`result_of`) and keeps it in the meta hash
 (lua/result.lua); every later reader gets that one back. A result names its decision (`decision`):
 a reset, or an enrollment that reopens a tie, makes the old one stale, and the next decision
-replaces it. Pure functions: the store does the I/O.
+replaces it. A result keeps the certificate it was decided with (the N it counts: `agents`): the
+documents show that one once decided, however many agents come or go afterwards (agents enrolled
+after an identification cannot change it, and the bound it was made with is the one that held).
+Pure functions: the store does the I/O.
 """
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
+
+from common.certificate import Certificate, certify
 
 if TYPE_CHECKING:
     from coordinator.store.state import ExperimentState
@@ -42,6 +47,25 @@ def kept(raw: object, key: str) -> dict[str, Any] | None:
     return document if isinstance(document, dict) and document.get("key") == key else None
 
 
+def certificate_of(state: ExperimentState, agents: int | None = None) -> Certificate:
+    """What the experiment certifies with `agents` agents (default: the N of its decision once
+    decided, else those counted now: state.agents), when at most f (its tolerance) of them lie.
+    CDE's threshold is the one it was created with (chosen from the agents expected), whatever
+    the agents enrolled."""
+    config = state.design.config
+    counted = decided_agents(state) if agents is None else agents
+    fixed = state.threshold if config.reports else None
+    return certify(config, len(state.arms), counted, threshold=fixed)
+
+
+def decided_agents(state: ExperimentState) -> int:
+    """The N a decided experiment's certificate counts (its kept result's), else state.agents."""
+    result = state.result
+    if state.status in ("identified", "tied") and result and isinstance(result.get("agents"), int):
+        return int(result["agents"])
+    return state.agents
+
+
 def redis_ms(clock: str | None) -> int | None:
     """Redis's TIME as the scripts write it ('<seconds>.<microseconds>', the microseconds not
     zero-padded) in unix ms; None if absent."""
@@ -67,6 +91,8 @@ def result_of(state: ExperimentState, key: str, now: int) -> dict[str, Any]:
         published = state.tags.published_ms
         decided_at = max(t for t in (published, last, 0) if t is not None) or now
     refs = [{"index": a, "name": arms[a]} for a in remaining]
+    # the certificate of the decision (LDP's does not depend on N: its documents compute it)
+    certificate = None if state.design.crowd else certificate_of(state, state.agents)
     return {
         "key": key,
         "status": status,
@@ -81,6 +107,8 @@ def result_of(state: ExperimentState, key: str, now: int) -> dict[str, Any]:
         "votes": state.votes,
         "reports": state.reports,
         "load_generator": run_figures(state),
+        "certified_failure": None if certificate is None else certificate.failure,
+        "certificate": None if certificate is None else certificate.statement(),
     }
 
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Request, status
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import Counter
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from coordinator.addresses import client_group
 from coordinator.api.deps import (
@@ -51,6 +51,11 @@ class AgentCreate(BaseModel):
         pattern=r"^[A-Za-z0-9_-]{1,64}$",
         description="the experiment to join; default: the coordinator's own (DEXP_EXPERIMENT)",
         examples=["demo"],
+    )
+    simulated: StrictBool = Field(
+        False,
+        description="true: a simulated agent (the agent service's, fed by a load generator), "
+        "not a real device; the experiment counts them (agents_simulated)",
     )
 
 
@@ -257,9 +262,9 @@ async def enroll(
         raise Invalid("experiment: required (this coordinator has no default experiment)")
     if settings.open_enrollment_enabled and same_secret(credential, settings.enrollment_secret):
         client = client_group(request.client.host) if request.client else ""
-        enrollment = await store.enroll(experiment, client)
+        enrollment = await store.enroll(experiment, client, simulated=body.simulated)
     elif ticket_experiment(credential):
-        enrollment = await store.enroll(experiment, ticket=credential)
+        enrollment = await store.enroll(experiment, ticket=credential, simulated=body.simulated)
     else:
         raise Unauthorized(
             "invalid enrollment credential: neither a ticket from the experiment's admin nor the "
@@ -288,6 +293,36 @@ async def me(store: StoreDep, credentials: Credentials) -> AgentSelf:
     own = await store.own_votes(bearer_token(credentials))
     return AgentSelf(
         **own, **await store.own_messages(own["experiment"], own["agent_id"], own["voted_against"])
+    )
+
+
+class AgentLeft(BaseModel):
+    """An agent that left its experiment: what of it still counts."""
+
+    agent_id: str
+    experiment: str
+    counted: bool = Field(
+        description="true: it voted, settled or reported this epoch; what it said stands and it "
+        "stays in the experiment's N (`agents`, `agents_departed`) until a reset"
+    )
+
+
+@router.delete(
+    "/agents/me",
+    response_model=AgentLeft,
+    tags=["agents"],
+    responses=problems(401, 404, s401="missing or invalid agent token, or the agent left already"),
+)
+async def leave(store: StoreDep, credentials: Credentials) -> AgentLeft:
+    """Agent token. The agent leaves its experiment, at once and for good (its host stops: the
+    agent service sends it for each of its agents on SIGTERM): it is no longer enrolled (the
+    load generator no longer feeds it; its place under DEXP_MAX_AGENTS is free), its token stops
+    working, its activation stream is deleted. Its votes, settled message or report of this epoch
+    stand, and it stays counted in N for them until a reset (docs/SCALING.md, "Agents that come
+    and go")."""
+    departure = await store.leave(bearer_token(credentials))
+    return AgentLeft(
+        agent_id=departure.agent_id, experiment=departure.experiment, counted=departure.counted
     )
 
 

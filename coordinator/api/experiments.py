@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from common import cde
 from common.algorithms import AlgorithmConfig
-from common.certificate import Certificate, certify, upper
+from common.certificate import Certificate, upper
 from common.votes import tie_certificate
 from coordinator.api.crowd import crowd_certificate, crowd_fields
 from coordinator.api.deps import (
@@ -51,6 +51,7 @@ from coordinator.caching import (
     not_modified,
 )
 from coordinator.errors import Forbidden, Invalid, RateLimited
+from coordinator.results import certificate_of
 from coordinator.settings import Settings
 from coordinator.store import ExperimentState
 
@@ -98,19 +99,10 @@ def lower(field: dict[str, Any], maximum: int) -> None:
     field["maximum"] = min(field.get("maximum", maximum), maximum)
 
 
-def certificate_of(state: ExperimentState, agents: int | None = None) -> Certificate:
-    """What the experiment certifies with `agents` agents (default: those enrolled), when at most
-    f (its tolerance) of them lie. CDE's threshold is the one it was created with (chosen from
-    the agents expected), whatever the agents enrolled."""
-    config = state.design.config
-    enrolled = state.agents if agents is None else agents
-    fixed = state.threshold if config.reports else None
-    return certify(config, len(state.arms), enrolled, threshold=fixed)
-
-
 def certified_fields(state: ExperimentState, settings: Settings) -> dict[str, Any]:
-    """The certificate's fields of both documents: the bound with the agents enrolled, and with
-    as many as the cap lets in; CDE's privacy. LDP's: delta, whatever the agents."""
+    """The certificate's fields of both documents: the bound with the agents counted (once
+    decided, those of the decision: its kept result's), and with as many as the cap lets in;
+    CDE's privacy. LDP's: delta, whatever the agents."""
     cap = settings.max_agents
     if state.design.crowd:
         return crowd_certificate(state, cap)
@@ -166,6 +158,14 @@ def warnings_of(state: ExperimentState) -> list[str]:
                 "an arm arrive in expectation and the experiment cannot finish in expectation: "
                 f"enroll at least {math.ceil(threshold / (1 - config.xi) - 1e-9)} agents"
             )
+    simulated = state.counters.agents_simulated
+    if 0 < simulated < agents - state.counters.agents_departed:
+        warnings.append(
+            f"{simulated} of the agents enrolled are simulated (the agent service's, playing the "
+            "load generator's problem) beside real devices: their votes are not about the "
+            "devices' rewards; run them in an experiment of their own (compose: "
+            "DEXP_AGENT_EXPERIMENTS)"
+        )
     if config.global_reset:
         warnings.append(
             f"DSER4 (phi={config.phi:g}): each activation resets the whole experiment with "

@@ -289,14 +289,16 @@ class Certified(BaseModel):
     stay the document's last fields, flat, and the JSON and the OpenAPI schema are as before."""
 
     certified_failure: float = Field(
-        description="the probability bound, with the agents enrolled, that the best arm is voted "
+        description="the probability bound, with the agents counted (once decided: those of the "
+        "decision, as its result keeps them), that the best arm is voted "
         "out by error: P(Bin(N - f, p) >= M), p each agent's proven error bound "
         "(docs/SUBROUTINES.md, section 3); a wrong answer needs it unless another arm is within "
         "epsilon of the best. CDE: the bound on a wrong answer, an arm that is not "
         "epsilon-optimal accepted or the best arm short of the threshold (docs/CDE.md)"
     )
     certified_agents: int = Field(
-        description="N, the agents enrolled, for which certified_failure holds"
+        description="N, the agents counted (once decided: the decision's, `result.agents`), for "
+        "which certified_failure holds"
     )
     certified_failure_at_max_agents: float | None = Field(
         description="certified_failure if DEXP_MAX_AGENTS agents enroll (the most the coordinator "
@@ -450,6 +452,15 @@ class ExperimentResult(BaseModel):
     load_generator: LoadGeneratorAtDecision | None = Field(
         description="when a load generator fed this epoch: its figures at the decision; null: none"
     )
+    certified_failure: float | None = Field(
+        None,
+        description="the certified failure of the decision, with its `agents` (N): the document's "
+        "certified_failure once decided, whatever agents come or go later; null for LDP (delta, "
+        "whatever N) and for results kept before it was recorded",
+    )
+    certificate: str | None = Field(
+        None, description="the sentence of that certificate (null as certified_failure)"
+    )
 
 
 RESULT = Field(
@@ -500,7 +511,19 @@ class ExperimentFields(BaseModel):
         description="unix ms when this epoch began: the creation or the last reset (null: not "
         "known, for an experiment reset before the field existed)",
     )
-    agents: int
+    agents: int = Field(
+        description="N, the agents counted: those enrolled, and those that left this epoch after "
+        "a vote, a settled message or a report (what they said stands, so they count until a "
+        "reset): the certificate's and the tie verdict's N"
+    )
+    agents_departed: int = Field(
+        0, description="of `agents`, those that left (DELETE /v1/agents/me) and still count"
+    )
+    agents_simulated: int = Field(
+        0,
+        description="of the agents enrolled, those that said they are simulated (the agent "
+        "service's, fed by a load generator; real devices do not)",
+    )
     settled_agents: int = Field(
         description="agents that said they settled this epoch (CE: their local set holds one arm)"
     )

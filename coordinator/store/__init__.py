@@ -17,7 +17,8 @@ agents' activation streams, in other slots, are never in a script or transaction
 The parts, by concern: reads.ExperimentReads (states, listings, revisions, status),
 writes.ScriptWrites (creation, deletion, votes, reports, LDP's private reports, settled messages,
 resets), decisions.Decisions (LDP's decision at each publication, common/ldp.py) and
-enrollment.Enrollments (tickets, enrollment, tokens, agents' views), over one core.StoreCore.
+enrollment.Enrollments (tickets, enrollment, tokens, agents' views) and departures.Departures
+(an agent leaving), over one core.StoreCore.
 ExperimentStore is the one object the routes hold: it only puts them together.
 """
 
@@ -43,6 +44,7 @@ from coordinator.store.core import (
     experiment_of,
     ticket_experiment,
 )
+from coordinator.store.departures import Departure, Departures
 from coordinator.store.enrollment import Enrollments
 from coordinator.store.own import OwnMessages
 from coordinator.store.reads import TIE_CACHE_SIZE, ExperimentReads
@@ -75,6 +77,7 @@ __all__ = [
     "WRONG_MESSAGE",
     "Counters",
     "CrowdReport",
+    "Departure",
     "Design",
     "Elimination",
     "Enrollment",
@@ -149,6 +152,7 @@ class ExperimentStore:
         self.own = own = OwnMessages(core)
         self.own_messages = own.own_messages
         self.waiting = own.waiting
+        self.leave = Departures(core).leave
 
     @property
     def limits(self) -> Limits:

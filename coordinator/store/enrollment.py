@@ -71,10 +71,13 @@ class Enrollments:
         expiry = await self.redis.zscore(keys.tickets(exp), digest(ticket))
         return expiry is not None and expiry > now_ms()
 
-    async def enroll(self, exp: str, client: str = "", ticket: str | None = None) -> Enrollment:
+    async def enroll(
+        self, exp: str, client: str = "", ticket: str | None = None, simulated: bool = False
+    ) -> Enrollment:
         """A new agent id and token; the token is returned once and only its digest is kept.
         With a `ticket` (one of `exp`'s), the enrollment consumes it; without, it is open
-        enrollment, limited per `client` (the caller's address) in rate and number."""
+        enrollment, limited per `client` (the caller's address) in rate and number. A
+        `simulated` agent is counted as such (keys.simulated)."""
         limits = self.core.limits
         if ticket is not None and ticket_experiment(ticket) != exp:
             raise Unauthorized(f"invalid ticket: not a ticket of experiment {exp!r}")
@@ -89,6 +92,7 @@ class Enrollments:
                 enroll_rate_key=keys.enroll_rate(exp),
                 enrollers_key=keys.enrollers(exp),
                 tickets_key=keys.tickets(exp),
+                simulated_key=keys.simulated(exp),
                 agent_id=agent_id,
                 token_digest=digest(token),
                 client=client,
@@ -99,6 +103,7 @@ class Enrollments:
                 ticket_digest="" if ticket is None else digest(ticket),
                 changes_channel=keys.changes(exp),
                 deadline_ms=await self.core.deadline_ms(),
+                simulated="1" if simulated else "0",
             )
             index, value = int(code), int(value)
             if index == -7:

@@ -26,6 +26,7 @@ from coordinator.store.state import (
     REVISION_FIELDS,
     SUMMARY_FIELDS,
     ExperimentState,
+    departed_of,
     lease_bytes,
     publication_due,
     publication_due_at,
@@ -153,7 +154,7 @@ class ExperimentReads:
         """A few aggregates of each experiment, in one pipeline (ids deleted meanwhile are left
         out): what a listing shows, never voters or agent ids. The status of an experiment whose
         tie verdict is not known for its counters costs one more read (see get_with_status)."""
-        fields = (*SUMMARY_FIELDS, "result")
+        fields = (*SUMMARY_FIELDS, "result", "departed")
         async with self.redis.pipeline(transaction=False) as pipe:
             for exp in ids:
                 pipe.hmget(keys.meta(exp), *fields)
@@ -177,7 +178,7 @@ class ExperimentReads:
             messages = int(meta[f"{prefix}messages"])
             ignored = int(meta[f"{prefix}ignored"])
             threshold, created, epoch = (int(meta[f]) for f in ("threshold", "created_at", "epoch"))
-            agents = int(enrolled)
+            agents = int(enrolled) + departed_of(meta)  # N, as state_of counts it
             tally = Tally(
                 remaining,
                 threshold,
@@ -267,6 +268,7 @@ class ExperimentReads:
         async with self.redis.pipeline(transaction=True) as pipe:
             named.one("meta", pipe.hgetall(keys.meta(exp)))
             named.one("agents", pipe.zcard(keys.agents(exp)))
+            named.one("simulated", pipe.scard(keys.simulated(exp)))
             if document is not None:
                 n_arms = len(document["arms"])
                 algorithm = document["params"].get("algorithm")

@@ -199,6 +199,7 @@ SCRIPTS: dict[str, ScriptInputs] = {
             "enroll_rate_key",
             "enrollers_key",
             "tickets_key",
+            "simulated_key",
         ),
         args=(
             "agent_id",
@@ -211,8 +212,23 @@ SCRIPTS: dict[str, ScriptInputs] = {
             "ticket_digest",
             "changes_channel",
             "deadline_ms",
+            "simulated",
         ),
         helpers=LIMITED,
+    ),
+    "leave": ScriptInputs(
+        "leave.lua",
+        keys=(
+            "meta_key",
+            "agents_key",
+            "credentials_key",
+            "settled_key",
+            "reporters_key",
+            "simulated_key",
+        ),
+        rest_keys="voters_keys",
+        args=("agent_id", "token_digest", "changes_channel", "deadline_ms"),
+        helpers=("deadline.lua", "changes.lua"),
     ),
     "announce": ScriptInputs(
         "announce.lua",
@@ -286,6 +302,7 @@ class Scripts:
         self.create = Script(redis, SCRIPTS["create"])
         self.published = Script(redis, SCRIPTS["published"])
         self.enroll = Script(redis, SCRIPTS["enroll"])
+        self.leave = Script(redis, SCRIPTS["leave"])
         self.announce = Script(redis, SCRIPTS["announce"])
         self.result = Script(redis, SCRIPTS["result"])
         self.tag = Script(redis, SCRIPTS["tag"])

@@ -103,9 +103,11 @@ class Counters:
     version: int
     epoch: int
     epoch_started_at: int | None
-    agents: int
+    agents: int  # N: enrolled, and departed_of(meta)
     settled_agents: int
     created_at: int
+    agents_departed: int = 0  # of `agents`, those that left this epoch and still count
+    agents_simulated: int = 0  # of the enrolled, those that said they are simulated
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,8 @@ class ExperimentState:
             "epoch": counters.epoch,
             "epoch_started_at": counters.epoch_started_at,
             "agents": counters.agents,
+            "agents_departed": counters.agents_departed,
+            "agents_simulated": counters.agents_simulated,
             "settled_agents": counters.settled_agents,
             "created_at": counters.created_at,
             "status": self.status,
@@ -284,6 +288,7 @@ def state_of(
     if design.crowd:  # LDP: and the ones among them (published beside them, p_ones)
         ones = per_arm(replies["report_ones"], len(arms)) if live else json.loads(meta["p_ones"])
     lease = replies["lease"]
+    departed = departed_of(meta)
     return ExperimentState(
         id=exp,
         design=design,
@@ -298,9 +303,11 @@ def state_of(
             version=int(version),
             epoch=int(meta["epoch"]),
             epoch_started_at=epoch_started_at(meta),
-            agents=int(replies["agents"]),
+            agents=int(replies["agents"]) + departed,
             settled_agents=settled_agents,
             created_at=int(meta["created_at"]),
+            agents_departed=departed,
+            agents_simulated=int(replies.get("simulated") or 0),
         ),
         load_generator=load_generator_figures(lease),
         tags=Tags(
@@ -323,6 +330,16 @@ def state_of(
         else None,
         ones=ones,
     )
+
+
+def departed_of(meta: Mapping[str, Any]) -> int:
+    """The agents that left this epoch and still count in N (lua/leave.lua's `departed`,
+    '<epoch>:<agents>'; another epoch's: 0, a reset emptied their voter sets)."""
+    raw, epoch = meta.get("departed"), meta.get("epoch")
+    if raw is None or epoch is None:
+        return 0
+    at, _, count = text(raw).partition(":")
+    return int(count) if at == text(epoch) and count.isdigit() else 0
 
 
 def per_arm(counts: Mapping[Any, Any], n_arms: int) -> list[int]:

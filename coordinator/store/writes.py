@@ -405,6 +405,7 @@ def experiment_keys(exp: str, n_arms: int) -> list[str]:
         keys.vote_rate(exp),
         keys.enroll_rate(exp),
         keys.enrollers(exp),
+        keys.simulated(exp),
         keys.tickets(exp),
         keys.reset_rate(exp),
         keys.resets(exp),

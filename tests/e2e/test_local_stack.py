@@ -92,7 +92,8 @@ def test_agents_send_only_arm_indices() -> None:
             assert all(type(v) is int for v in body.values())
             assert 0 <= body["arm"] < n_arms
         elif request.path == "/v1/agents":
-            assert json.loads(request.body) == {"experiment": "demo"}
+            # the agent service's agents say they are simulated (they play the load generator)
+            assert json.loads(request.body) == {"experiment": "demo", "simulated": True}
         else:  # the global set (read, or its event stream), and the agent's own votes (to
             # re-send one a failover lost)
             assert request.method == "GET" and request.body == b""

@@ -88,3 +88,30 @@ def test_a_tolerance_ce_and_dp_mase_get_their_own_bound(client: httpx.Client) ->
     dp, _ = read(client, "/v1/experiments/dp/best-arm")  # beta = 0.5: M = 3
     assert bounds(dp["certified_failure"], exact_tail(6, 3, P))
     assert "That is the probability of a wrong answer." in dp["certificate"]
+
+
+def test_a_decided_experiment_keeps_the_certificate_it_was_decided_with(
+    client: httpx.Client,
+) -> None:
+    """Issue 37: identified with 3 agents, then 20 more enroll (a scale-up): the documents still
+    certify the decision with its 3 agents, as its kept result says, not with 23."""
+    create_experiment(client, id="kept", arms=["A", "B"], **M3)
+    agents = enroll_agents(client, "kept", 3)
+    for agent in agents:
+        response = client.post(
+            "/v1/experiments/kept/votes", json={"arm": 0, "epoch": 0}, headers=agent.headers
+        )
+        assert response.status_code == 200, response.text
+    decided, _ = read(client, "/v1/experiments/kept")
+    assert decided["status"] == "identified" and decided["certified_agents"] == 3
+    enroll_agents(client, "kept", 20)
+    doc, _ = read(client, "/v1/experiments/kept")
+    best, _ = read(client, "/v1/experiments/kept/best-arm")
+    assert doc["agents"] == 23 and doc["result"] == decided["result"]
+    for fields in (doc, best):
+        assert {f: fields[f] for f in FIELDS} == {f: decided[f] for f in FIELDS}
+    assert bounds(doc["certified_failure"], exact_tail(3, 3, P)) and doc["certified_failure"] < 0.2
+    assert not any(w.startswith("certified failure") for w in doc["warnings"])
+    # the result says what it certified
+    assert doc["result"]["certified_failure"] == decided["certified_failure"]
+    assert doc["result"]["certificate"] == decided["certificate"]

@@ -97,7 +97,10 @@ def test_the_result_is_kept_at_the_decision_and_outlives_the_load_generator(
             "activations_per_second": 56.5,
             "updated_at": 2,
         },
+        "certified_failure": decided["certified_failure"],
+        "certificate": decided["certificate"],
     }
+    assert decided["certified_agents"] == 3
     # the run renews its lease once more as it stops (the figures up to the decision): kept
     store.set(keys.load_generator("r"), lease("run-1", 0, 1300, 50.0, updated_at=3), px=60_000)
     figures = {"run": "run-1", "activations": 1300, "activations_per_second": 50.0}

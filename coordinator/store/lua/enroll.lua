@@ -14,6 +14,7 @@ local credentials_key = KEYS[4]  -- credentials hash
 local enroll_rate_key = KEYS[5]  -- enrollment rate hash (client -> GCRA state)
 local enrollers_key = KEYS[6]  -- enrollers hash (client -> agents)
 local tickets_key = KEYS[7]  -- tickets zset (digest -> expiry, unix ms)
+local simulated_key = KEYS[8]  -- simulated set (the agents that said they are simulated)
 local agent_id = ARGV[1]  -- the new agent id
 local token_digest = ARGV[2]  -- the SHA-256 digest of its token
 local client = ARGV[3]  -- the client's address
@@ -29,6 +30,7 @@ local changes_channel = ARGV[9]
 -- the deadline in Redis's clock (ms; 0: none): run later, the coordinator has answered 503, and
 -- the script changes nothing (deadline.lua, prepended)
 local deadline_ms = ARGV[10]
+local simulated = ARGV[11]  -- '1': the agent says it is simulated (the agent service's), else '0'
 
 if expired(deadline_ms) then return {-7, 0} end
 
@@ -59,6 +61,7 @@ end
 local index = redis.call('INCR', agent_seq_key)
 redis.call('HSET', credentials_key, agent_id, token_digest)
 redis.call('ZADD', agents_key, index, agent_id)
+if simulated == '1' then redis.call('SADD', simulated_key, agent_id) end
 revise(meta_key)
 local tied = redis.call('HGET', meta_key, 'tied')
 if tied == '1'
