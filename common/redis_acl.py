@@ -134,6 +134,7 @@ USERS: dict[str, RedisUser] = {
             "hexists",
             "hget",
             "hgetall",
+            "hdel",  # an API key revoked (lua/key_revoke.lua)
             "hincrby",
             "hmget",
             "hset",
@@ -157,6 +158,9 @@ USERS: dict[str, RedisUser] = {
             "zrem",
             "zremrangebyscore",
             "zscore",
+            # the audit log (coordinator/store/api_keys.py): written capped, read a page back
+            "xadd",
+            "xrevrange",
         ),
         password_variable="DEXP_REDIS_COORDINATOR_PASSWORD",
         development_password="dexp-dev-redis-coordinator",

@@ -16,8 +16,9 @@ agents' activation streams, in other slots, are never in a script or transaction
 
 The parts, by concern: reads.ExperimentReads (states, listings, revisions, status),
 writes.ScriptWrites (creation, deletion, votes, reports, LDP's private reports, settled messages,
-resets), decisions.Decisions (LDP's decision at each publication, common/ldp.py) and
-enrollment.Enrollments (tickets, enrollment, tokens, agents' views), over one core.StoreCore.
+resets), decisions.Decisions (LDP's decision at each publication, common/ldp.py),
+enrollment.Enrollments (tickets, enrollment, tokens, agents' views) and api_keys.ApiKeys (named
+keys with roles, the audit log), over one core.StoreCore.
 ExperimentStore is the one object the routes hold: it only puts them together.
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from coordinator.redis_client import AnyRedis
+from coordinator.store.api_keys import ADMIN_NAME, KEY_PREFIX, ApiKeys, Principal, Role
 from coordinator.store.core import (
     SERVICE_ALGORITHMS,
     TICKET_PREFIX,
@@ -64,7 +66,9 @@ from coordinator.store.state import (
 from coordinator.store.writes import DELETE_CHUNK, WRONG_MESSAGE, ScriptWrites
 
 __all__ = [
+    "ADMIN_NAME",
     "DELETE_CHUNK",
+    "KEY_PREFIX",
     "PUBLICATION_FIELDS",
     "REVISION_FIELDS",
     "SERVICE_ALGORITHMS",
@@ -72,6 +76,7 @@ __all__ = [
     "TICKET_PREFIX",
     "TIE_CACHE_SIZE",
     "WRONG_MESSAGE",
+    "ApiKeys",
     "Counters",
     "CrowdReport",
     "Design",
@@ -83,8 +88,10 @@ __all__ = [
     "ExperimentStore",
     "Limits",
     "LiveVoters",
+    "Principal",
     "ReportResult",
     "ResetOutcome",
+    "Role",
     "ScriptWrites",
     "SettleResult",
     "Status",
@@ -145,6 +152,8 @@ class ExperimentStore:
         self.own_votes = enrollments.own_votes
         self.agents_page = enrollments.agents_page
         self.revoke = enrollments.revoke
+        # API keys and the audit log
+        self.api_keys = ApiKeys(core)
 
     @property
     def limits(self) -> Limits:
