@@ -93,6 +93,7 @@ ROUTES: list[tuple[str, re.Pattern[str], Need]] = [
     ("GET", re.compile(r"/v1/keys"), Need.ADMIN),
     ("DELETE", re.compile(r"/v1/keys/[^/]+"), Need.ADMIN),
     ("GET", re.compile(r"/v1/audit"), Need.ADMIN),
+    # an experiment's change that is not an agent's (webhooks, when they come): Need.OPERATOR
     ("POST", re.compile(rf"/v1/experiments/{ID}/reset"), Need.OPERATOR_OR_AGENT),
     ("POST", re.compile(rf"/v1/experiments/{ID}/votes"), Need.AGENT),
     ("POST", re.compile(rf"/v1/experiments/{ID}/settled"), Need.AGENT),

@@ -12,7 +12,7 @@ The coordinator's URL and the credential come from DEXP_COORDINATOR_URL and DEXP
 key of the role the call needs, `dexp keys create`) or DEXP_ADMIN_TOKEN (the coordinator's own
 variables: `docker compose exec coordinator dexp tickets issue ...` needs no flag), or from the
 flags (--coordinator-url, --key or its old name --admin-token), which win. A refusal or an unreachable coordinator is one line on stderr
-and exit status 1 (`dexp tickets: 401 invalid admin token`); bad arguments, exit status 2.
+and exit status 1 (`dexp tickets: 403 key 'ci' has role viewer: ...`); bad arguments, exit status 2.
 """
 
 from __future__ import annotations
