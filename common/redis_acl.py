@@ -138,6 +138,7 @@ USERS: dict[str, RedisUser] = {
             "hincrby",
             "hmget",
             "hset",
+            "hsetnx",  # when an agent first settled (lua/publish.lua)
             "incr",
             "llen",
             "lrange",
