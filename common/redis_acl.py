@@ -131,14 +131,14 @@ USERS: dict[str, RedisUser] = {
             # each enrolled agent's activation stream and group (coordinator/store/enrollment.py)
             "xgroup|create",
             "get",
-            "hdel",  # publish.lua: a publication clears settled_at
+            "hdel",  # publish.lua clears settled_at; an API key revoked (lua/key_revoke.lua)
             "hexists",
             "hget",
             "hgetall",
             "hincrby",
             "hmget",
             "hset",
-            "hsetnx",  # publish.lua
+            "hsetnx",  # when an agent first settled (lua/publish.lua)
             "incr",
             "llen",
             "lrange",
@@ -159,6 +159,9 @@ USERS: dict[str, RedisUser] = {
             "zrem",
             "zremrangebyscore",
             "zscore",
+            # the audit log (coordinator/store/api_keys.py): written capped, read a page back
+            "xadd",
+            "xrevrange",
         ),
         password_variable="DEXP_REDIS_COORDINATOR_PASSWORD",
         development_password="dexp-dev-redis-coordinator",

@@ -203,3 +203,16 @@ def load_generator(exp: str) -> str:
 
 
 ACTIVATION_GROUP = "agents"
+
+
+# The API keys and the audit log: the coordinator's alone, outside every experiment's slot. Their
+# hash tag {~keys} has a `~`, which no experiment id has, so no experiment's key shares it, and the
+# two hashes of the keys share one slot (lua/key_create.lua and lua/key_revoke.lua touch both).
+API_KEYS = f"{PREFIX}:{{~keys}}:names"
+"""Hash: key name -> JSON {digest, role, created_at} (coordinator/store/api_keys.py)."""
+API_KEY_DIGESTS = f"{PREFIX}:{{~keys}}:digests"
+"""Hash: SHA-256 hex digest of a key (never the key) -> JSON {name, role}: what a request's bearer
+credential is looked up by."""
+AUDIT = f"{PREFIX}:{{~keys}}:audit"
+"""Stream, capped (XADD MAXLEN ~ DEXP_AUDIT_MAX_ENTRIES): one entry per state-changing call made
+with a key or the admin token: at, key (its name), role, method, route, experiment, status."""

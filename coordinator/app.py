@@ -18,7 +18,7 @@ from starlette.routing import Match
 
 from common.algorithms import AlgorithmConfig
 from coordinator import dashboard, sdk
-from coordinator.api import agents, events, experiments, health, tickets
+from coordinator.api import agents, events, experiments, health, keys, tickets
 from coordinator.api.deps import problems
 from coordinator.api.models import ExperimentCreate
 from coordinator.caching import RevisionCache
@@ -199,6 +199,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(agents.router)
     app.include_router(tickets.router)  # POST /v1/experiments/{id}/tickets/unused: public advice
     app.include_router(events.router)  # GET /v1/experiments/{id}/events: the SSE stream
+    app.include_router(keys.router)  # /v1/keys and /v1/audit: named keys with roles, the log
     app.include_router(dashboard.router)  # GET /dashboard: static page over the public GET routes
     app.state.sdk = sdk.Build.find(settings.sdk_dir)  # the JavaScript SDK's build, or None
     app.include_router(sdk.router)  # GET /sdk/agent.js: the SDK, for pages to import

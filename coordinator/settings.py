@@ -102,6 +102,9 @@ class Settings(SecretFileSettings):
     open_enrollment: bool | None = None
     max_tickets: int = Field(10_000, ge=1, le=100_000)  # tickets per request
     max_ticket_ttl_seconds: int = Field(30 * 86_400, ge=1)
+    # The audit log of state-changing calls keeps about this many entries (XADD MAXLEN ~): the
+    # oldest are trimmed past it, so that the log's memory is bounded.
+    audit_max_entries: int = Field(100_000, ge=100, le=10_000_000)
     # DSER4 resets by agents (an admin's reset is never limited): per agent and per experiment.
     reset_rate: float = Field(0.1, ge=0)  # resets per second per agent, sustained
     reset_burst: int = Field(1, ge=1)

@@ -8,10 +8,11 @@ line, on stdout and nothing else there, so that `> tickets.txt` makes the file t
 (DEXP_TICKETS_FILE). Each ticket enrolls one agent, once: the way to decide who may vote when the
 shared enrollment secret (open enrollment) is refused, as it is in production.
 
-The coordinator's URL and the admin token come from DEXP_COORDINATOR_URL and DEXP_ADMIN_TOKEN (the
-coordinator's own variables: `docker compose exec coordinator dexp tickets issue ...` needs no
-flag), or from the flags, which win. A refusal or an unreachable coordinator is one line on stderr
-and exit status 1 (`dexp tickets: 401 invalid admin token`); bad arguments, exit status 2.
+The coordinator's URL and the credential come from DEXP_COORDINATOR_URL and DEXP_API_KEY (a named
+key of the role the call needs, `dexp keys create`) or DEXP_ADMIN_TOKEN (the coordinator's own
+variables: `docker compose exec coordinator dexp tickets issue ...` needs no flag), or from the
+flags (--coordinator-url, --key or its old name --admin-token), which win. A refusal or an unreachable coordinator is one line on stderr
+and exit status 1 (`dexp tickets: 403 key 'ci' has role viewer: ...`); bad arguments, exit status 2.
 """
 
 from __future__ import annotations
@@ -164,9 +165,18 @@ CoordinatorUrlOption = Annotated[
         help="The coordinator's base URL, or several separated by commas (the first that accepts the connection answers).",
     ),
 ]
+# A named key (POST /v1/keys, `dexp keys create`) or the admin token: the coordinator tells them
+# apart. DEXP_API_KEY wins over DEXP_ADMIN_TOKEN, so that a person's own key is what a shell that
+# has both sends (the coordinator's container has the admin token).
 AdminTokenOption = Annotated[
     str | None,
-    typer.Option(envvar="DEXP_ADMIN_TOKEN", help="The admin token.", show_default=False),
+    typer.Option(
+        "--key",
+        "--admin-token",
+        envvar=["DEXP_API_KEY", "DEXP_ADMIN_TOKEN"],
+        help="A key (`dexp keys create`; its role must allow the call) or the admin token.",
+        show_default=False,
+    ),
 ]
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print the coordinator's JSON reply instead.")
@@ -200,7 +210,8 @@ def connect(
         raise typer.BadParameter(str(exc), param_hint="'--coordinator-url'") from None
     if token_required and not admin_token:
         raise typer.BadParameter(
-            "required: set DEXP_ADMIN_TOKEN or pass --admin-token", param_hint="'--admin-token'"
+            "required: set DEXP_API_KEY (a key) or DEXP_ADMIN_TOKEN, or pass --key",
+            param_hint="'--key'",
         )
     return Coordinator(command, coordinator_url, admin_token, timeout)
 

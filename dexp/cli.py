@@ -31,6 +31,7 @@ from dexp.audit import audit_app
 from dexp.dubey import DEFAULT_TRIALS as DUBEY_TRIALS
 from dexp.dubey import DUBEY_EXPERIMENTS, regret_app
 from dexp.engines import EngineUnavailable, check_engine
+from dexp.keys import audit_log_command, keys_app
 from dexp.manage import experiments_app
 from dexp.options import (
     DEFAULT_PROBLEM,
@@ -647,6 +648,8 @@ def demo(
 
 app.add_typer(tickets_app, name="tickets")
 app.add_typer(experiments_app, name="experiments")
+app.add_typer(keys_app, name="keys")
+app.command("audit-log")(audit_log_command)
 app.command("watch")(watch)
 app.command("plan")(plan)
 app.add_typer(audit_app, name="audit")

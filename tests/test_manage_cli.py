@@ -295,7 +295,7 @@ def test_refusals_are_one_line_and_status_1(url: str) -> None:
     assert dexp(url, "experiments", "create", "dup", "--arms", "A,B").exit_code == 0
     wrong = dexp(url, "experiments", "create", "x", "--arms", "A,B", DEXP_ADMIN_TOKEN="nope")
     assert one_line(wrong, 1, "dexp experiments: 401 ") == (
-        "dexp experiments: 401 invalid admin token\n"
+        "dexp experiments: 401 invalid key: neither the admin token nor a key (unknown or revoked)\n"
     )
     one_line(
         dexp(url, "experiments", "delete", "dup", "-y", "--admin-token", "no"),

@@ -13,9 +13,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
-from coordinator.errors import Unauthorized
+from coordinator.errors import Forbidden, Unauthorized
 from coordinator.settings import Settings
-from coordinator.store import ExperimentStore
+from coordinator.store import ADMIN_NAME, ExperimentStore, Principal, Role
 
 bearer = HTTPBearer(auto_error=False)
 
@@ -48,12 +48,53 @@ def same_secret(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
-async def require_admin(settings: SettingsDep, credentials: Credentials) -> None:
-    if not same_secret(bearer_token(credentials), settings.admin_token):
-        raise Unauthorized("invalid admin token")
+async def principal_of(token: str, settings: Settings, store: ExperimentStore) -> Principal | None:
+    """Who holds `token`: the admin token (the built-in admin key), a named key, or None."""
+    if same_secret(token, settings.admin_token):
+        return Principal(ADMIN_NAME, Role.ADMIN)
+    return await store.api_keys.lookup(token)
 
 
-AdminDep = Depends(require_admin)
+async def authorize(
+    token: str, role: Role, settings: Settings, store: ExperimentStore
+) -> Principal:
+    """The key's principal if its role is at least `role`: 401 if it is no key (unknown,
+    revoked), 403 if its role is below."""
+    principal = await principal_of(token, settings, store)
+    if principal is None:
+        raise no_key()
+    refused = refusal(principal, role)
+    if refused is not None:
+        raise refused
+    return principal
+
+
+def no_key() -> Unauthorized:
+    return Unauthorized("invalid key: neither the admin token nor a key (unknown or revoked)")
+
+
+def refusal(principal: Principal, role: Role) -> Forbidden | None:
+    """The 403 of a key whose role is below `role`; None if it may."""
+    if principal.role >= role:
+        return None
+    return Forbidden(
+        f"key {principal.name!r} has role {principal.role.label}: this call needs {role.label} "
+        "or above"
+    )
+
+
+def require(role: Role) -> Any:
+    """The dependency of a route that needs a key of `role` or above."""
+
+    async def check(settings: SettingsDep, store: StoreDep, credentials: Credentials) -> None:
+        await authorize(bearer_token(credentials), role, settings, store)
+
+    return Depends(check)
+
+
+ViewerDep = require(Role.VIEWER)
+OperatorDep = require(Role.OPERATOR)
+AdminDep = require(Role.ADMIN)
 
 
 class Problem(BaseModel):
@@ -66,7 +107,8 @@ class Problem(BaseModel):
 PROBLEMS: dict[int, str] = {
     401: "missing or invalid bearer token",
     413: "request body too large (DEXP_MAX_BODY_BYTES)",
-    403: "the token is valid but not allowed to do this",
+    403: "the credential is valid but not allowed to do this (a key whose role is below the "
+    "call's)",
     404: "no such experiment",
     409: "an experiment with this id exists",
     422: "invalid path, body or parameter (strict JSON types: no strings for numbers, no 0/1 "

@@ -16,10 +16,12 @@ from common.certificate import Certificate, upper
 from common.votes import tie_certificate
 from coordinator.api.crowd import crowd_certificate, crowd_fields
 from coordinator.api.deps import (
-    AdminDep,
     Credentials,
+    OperatorDep,
     SettingsDep,
     StoreDep,
+    ViewerDep,
+    authorize,
     bearer_token,
     problems,
     same_secret,
@@ -53,7 +55,7 @@ from coordinator.caching import (
 from coordinator.errors import Forbidden, Invalid, RateLimited
 from coordinator.results import certificate_of
 from coordinator.settings import Settings
-from coordinator.store import ExperimentState
+from coordinator.store import KEY_PREFIX, ExperimentState, Role
 
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
 # No per-agent label: which agent resets is the admin's to read (GET .../agents), not the scraper's.
@@ -214,15 +216,15 @@ def reports_spent(state: ExperimentState, certificate: Certificate) -> str:
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    dependencies=[AdminDep],
+    dependencies=[OperatorDep],
     response_model=ExperimentPublic,
-    responses=problems(401, 409, 422),
+    responses=problems(401, 403, 409, 422),
 )
 async def create_experiment(
     body: ExperimentCreate, store: StoreDep, settings: SettingsDep
 ) -> ExperimentPublic:
-    """Admin token. The threshold is M + f: M from delta and eta (beta for DP-MASE), f the
-    `tolerance`. With at most f lying agents, any arm that leaves had at least M honest votes
+    """Operator key (or the admin token). The threshold is M + f: M from delta and eta (beta for
+    DP-MASE), f the `tolerance`. With at most f lying agents, any arm that leaves had at least M honest votes
     against it, so the liars add nothing to what honest errors could do (what that certifies:
     docs/SUBROUTINES.md, section 3); eliminating the other arms then needs M + f honest voters.
     CDE: the threshold is the smallest number of reports that certifies delta with the `agents`
@@ -327,11 +329,11 @@ async def waiting(experiment: ExperimentId, store: StoreDep, response: Response)
 @router.get(
     "/{experiment}/voters",
     response_model=Voters,
-    dependencies=[AdminDep],
-    responses=problems(401, 404, 422),
+    dependencies=[ViewerDep],
+    responses=problems(401, 403, 404, 422),
 )
 async def voters(experiment: ExperimentId, store: StoreDep) -> Voters:
-    """Admin token. The voter set of each arm and each agent's vote vector, this epoch."""
+    """Viewer key (or the admin token). The voter set of each arm and each agent's vote vector, this epoch."""
     state = await store.get(experiment, voters=True)
     live = state.live
     assert live is not None  # read with its voters
@@ -351,8 +353,8 @@ async def voters(experiment: ExperimentId, store: StoreDep) -> Voters:
 @router.get(
     "/{experiment}/agents",
     response_model=AgentPage,
-    dependencies=[AdminDep],
-    responses=problems(401, 404, 422),
+    dependencies=[ViewerDep],
+    responses=problems(401, 403, 404, 422),
 )
 async def agents(
     experiment: ExperimentId,
@@ -360,7 +362,7 @@ async def agents(
     limit: Annotated[int, Query(ge=1, le=1000, description="agents per page")] = 100,
     after: Annotated[int, Query(ge=0, description="the last index of the previous page")] = 0,
 ) -> AgentPage:
-    """Admin token. The enrolled agents in enrollment order: their votes this epoch and the
+    """Viewer key (or the admin token). The enrolled agents in enrollment order: their votes this epoch and the
     resets each one made (to see who resets a DSER4 experiment)."""
     page = await store.agents_page(experiment, after, limit + 1)
     return AgentPage(
@@ -373,11 +375,11 @@ async def agents(
 @router.delete(
     "/{experiment}/agents/{agent}",
     response_model=AgentRevoked,
-    dependencies=[AdminDep],
-    responses=problems(401, 404, 422, s404="no such experiment, or no such agent in it"),
+    dependencies=[OperatorDep],
+    responses=problems(401, 403, 404, 422, s404="no such experiment, or no such agent in it"),
 )
 async def revoke_agent(experiment: ExperimentId, agent: AgentId, store: StoreDep) -> AgentRevoked:
-    """Admin token. Revokes one agent's token (a lost device, a stolen state file): from now on
+    """Operator key (or the admin token). Revokes one agent's token (a lost device, a stolen state file): from now on
     every request with it is answered 401, atomically with this answer. What the agent sent
     stays counted: its votes, report and resets were its own when they were counted (an admin
     reset, POST .../reset, clears every vote of the epoch if they are in doubt), and it stays
@@ -391,15 +393,15 @@ async def revoke_agent(experiment: ExperimentId, agent: AgentId, store: StoreDep
     "/{experiment}/tickets",
     status_code=status.HTTP_201_CREATED,
     response_model=Tickets,
-    dependencies=[AdminDep],
+    dependencies=[OperatorDep],
     responses=problems(
-        401, 404, 422, s422="invalid body, or more tickets or a longer ttl than allowed"
+        401, 403, 404, 422, s422="invalid body, or more tickets or a longer ttl than allowed"
     ),
 )
 async def issue_tickets(
     experiment: ExperimentId, body: TicketRequest, store: StoreDep, settings: SettingsDep
 ) -> Tickets:
-    """Admin token. One-time enrollment tickets for this experiment: each enrolls exactly one
+    """Operator key (or the admin token). One-time enrollment tickets for this experiment: each enrolls exactly one
     agent, until it expires. Only their digests are stored: the tickets are shown this once."""
     if body.count > settings.max_tickets:
         raise Invalid(f"count: at most {settings.max_tickets} tickets per request")
@@ -451,12 +453,12 @@ async def best_arm(
 @router.get(
     "/{experiment}/suspects",
     response_model=Suspects,
-    dependencies=[AdminDep],
-    responses=problems(401, 404, 422),
+    dependencies=[ViewerDep],
+    responses=problems(401, 403, 404, 422),
 )
 async def suspects(experiment: ExperimentId, store: StoreDep) -> Suspects:
-    """Admin token. Agents whose votes contradict the outcome: once the best arm is identified, the agents that
-    voted against it; while exploring, those that voted against the leading arm (the remaining arm
+    """Viewer key (or the admin token). Agents whose votes contradict the outcome: once the best
+    arm is identified, the agents that voted against it; while exploring, those that voted against the leading arm (the remaining arm
     with the fewest votes). Votes of the current epoch only. A suspect is not proven to lie: an
     honest agent errs with probability up to eta, and a lying agent may vote like an honest one."""
     state = await store.get_with_status(experiment, voters=True)
@@ -489,7 +491,7 @@ async def suspects(experiment: ExperimentId, store: StoreDep) -> Suspects:
         404,
         422,
         429,
-        s403="an agent of another experiment, or a reset of a non-DSER4 one",
+        s403="a viewer key, an agent of another experiment, or an agent's reset of a non-DSER4 one",
         s429="this agent or this experiment resets too fast (DEXP_RESET_RATE, "
         "DEXP_EXPERIMENT_RESET_RATE): retry after Retry-After seconds",
     ),
@@ -501,15 +503,18 @@ async def reset_experiment(
     credentials: Credentials,
     body: ResetRequest | None = None,
 ) -> ResetResult:
-    """Admin token: unconditional reset. Agent token (DSER4 only): reset if still in `epoch`,
-    at most DEXP_RESET_RATE per second per agent and DEXP_EXPERIMENT_RESET_RATE per experiment;
+    """Operator key (or the admin token): unconditional reset. Agent token (DSER4 only): reset if
+    still in `epoch`, at most DEXP_RESET_RATE per second per agent and DEXP_EXPERIMENT_RESET_RATE
+    per experiment;
     with a tolerance f > 0, only once f + 1 distinct agents asked within
     DEXP_RESET_QUORUM_SECONDS (`pending` until then: f liars cannot reset alone); each agent's
     resets are recorded for the admin (GET .../agents)."""
     token = bearer_token(credentials)
     epoch = body.epoch if body else None
     agent = ""
-    if not same_secret(token, settings.admin_token):
+    if same_secret(token, settings.admin_token) or token.startswith(KEY_PREFIX):
+        await authorize(token, Role.OPERATOR, settings, store)
+    else:
         agent = await store.authenticate(token, experiment)
         _, config = await store.config(experiment)
         if not config.global_reset:
@@ -538,9 +543,9 @@ async def reset_experiment(
 @router.delete(
     "/{experiment}",
     status_code=status.HTTP_204_NO_CONTENT,
-    dependencies=[AdminDep],
-    responses=problems(401, 404, 422),
+    dependencies=[OperatorDep],
+    responses=problems(401, 403, 404, 422),
 )
 async def delete_experiment(experiment: ExperimentId, store: StoreDep) -> None:
-    """Admin token. Removes every key of the experiment: its agents' tokens stop working."""
+    """Operator key (or the admin token). Removes every key of the experiment: its agents' tokens stop working."""
     await store.delete(experiment)

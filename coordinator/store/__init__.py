@@ -16,9 +16,10 @@ agents' activation streams, in other slots, are never in a script or transaction
 
 The parts, by concern: reads.ExperimentReads (states, listings, revisions, status),
 writes.ScriptWrites (creation, deletion, votes, reports, LDP's private reports, settled messages,
-resets), decisions.Decisions (LDP's decision at each publication, common/ldp.py) and
-enrollment.Enrollments (tickets, enrollment, tokens, agents' views) and departures.Departures
-(an agent leaving), over one core.StoreCore.
+resets), decisions.Decisions (LDP's decision at each publication, common/ldp.py),
+enrollment.Enrollments (tickets, enrollment, tokens, agents' views), departures.Departures (an
+agent leaving), own.OwnMessages (an agent's own messages, the count waiting) and api_keys.ApiKeys
+(named keys with roles, the audit log), over one core.StoreCore.
 ExperimentStore is the one object the routes hold: it only puts them together.
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from coordinator.redis_client import AnyRedis
+from coordinator.store.api_keys import ADMIN_NAME, KEY_PREFIX, ApiKeys, Principal, Role
 from coordinator.store.core import (
     SERVICE_ALGORITHMS,
     TICKET_PREFIX,
@@ -67,7 +69,9 @@ from coordinator.store.state import (
 from coordinator.store.writes import DELETE_CHUNK, WRONG_MESSAGE, ScriptWrites
 
 __all__ = [
+    "ADMIN_NAME",
     "DELETE_CHUNK",
+    "KEY_PREFIX",
     "PUBLICATION_FIELDS",
     "REVISION_FIELDS",
     "SERVICE_ALGORITHMS",
@@ -75,6 +79,7 @@ __all__ = [
     "TICKET_PREFIX",
     "TIE_CACHE_SIZE",
     "WRONG_MESSAGE",
+    "ApiKeys",
     "Counters",
     "CrowdReport",
     "Departure",
@@ -87,8 +92,10 @@ __all__ = [
     "ExperimentStore",
     "Limits",
     "LiveVoters",
+    "Principal",
     "ReportResult",
     "ResetOutcome",
+    "Role",
     "ScriptWrites",
     "SettleResult",
     "Status",
@@ -153,6 +160,8 @@ class ExperimentStore:
         self.own_messages = own.own_messages
         self.waiting = own.waiting
         self.leave = Departures(core).leave
+        # API keys and the audit log
+        self.api_keys = ApiKeys(core)
 
     @property
     def limits(self) -> Limits:

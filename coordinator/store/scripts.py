@@ -252,6 +252,16 @@ SCRIPTS: dict[str, ScriptInputs] = {
         keys=("meta_key", "agents_key", "credentials_key"),
         args=("agent_id", "now_ms"),
     ),
+    "key_create": ScriptInputs(
+        "key_create.lua",
+        keys=("names_key", "digests_key"),
+        args=("name", "digest", "name_doc", "digest_doc"),
+    ),
+    "key_revoke": ScriptInputs(
+        "key_revoke.lua",
+        keys=("names_key", "digests_key"),
+        args=("name",),
+    ),
 }
 
 
@@ -307,3 +317,5 @@ class Scripts:
         self.result = Script(redis, SCRIPTS["result"])
         self.tag = Script(redis, SCRIPTS["tag"])
         self.revoke = Script(redis, SCRIPTS["revoke"])
+        self.key_create = Script(redis, SCRIPTS["key_create"])
+        self.key_revoke = Script(redis, SCRIPTS["key_revoke"])

@@ -26,6 +26,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from common.algorithms import AlgorithmConfig
 from common.params import corrupted_local_confidence
+from common.redis_keys import AUDIT
 from coordinator.app import create_app
 from coordinator.server import uvicorn_config
 from coordinator.settings import Settings
@@ -294,11 +295,15 @@ def flat(state: ExperimentState) -> dict[str, Any]:
 
 
 def snapshot(url: str) -> dict[str, Any]:
-    """Every key of the Redis database with its full content: a before/after state to compare."""
+    """Every key of the Redis database with its full content: a before/after state to compare.
+    Not the audit log (common.redis_keys.AUDIT): it records the calls, refused ones too, and a
+    refusal must leave the state unchanged, not the record of who tried."""
     client = redis.Redis.from_url(url, decode_responses=True)
     try:
         state: dict[str, Any] = {}
         for key in sorted(client.scan_iter(count=1000)):
+            if key == AUDIT:
+                continue
             kind = client.type(key)
             if kind == "string":
                 state[key] = client.get(key)

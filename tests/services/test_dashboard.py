@@ -25,7 +25,13 @@ import pytest
 from common import redis_keys as keys
 
 from .browser import chromium
-from .helpers import Agent, ThreadedCoordinator, create_experiment, enroll_agents
+from .helpers import (
+    Agent,
+    ThreadedCoordinator,
+    admin_headers,
+    create_experiment,
+    enroll_agents,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, BrowserContext, Page, Route
@@ -160,7 +166,9 @@ def test_the_page_is_package_data_served_with_security_headers(client: httpx.Cli
     script = (STATIC / "app.js").read_text()
     sink = re.search(r"\.(inner|outer)HTML\b|insertAdjacentHTML|document\.write|\beval\(", script)
     assert sink is None, f"app.js parses data as HTML: {sink}"
-    assert "Authorization" not in script and "localStorage" not in script
+    # one credential, the key given for the agents' panel, sent by one call and stored nowhere
+    assert script.count("Authorization") == 1, "a credential sent by more than the agents' panel"
+    assert not re.search(r"localStorage|sessionStorage|document\.cookie|indexedDB", script)
 
 
 def assert_security_headers(response: httpx.Response) -> None:
@@ -400,6 +408,42 @@ def test_arm_names_render_as_text(desktop: Watched, client: httpx.Client) -> Non
     assert page.locator("img").count() == 0
     assert page.locator("body script").count() == 0
     desktop.assert_clean()  # no alert() dialog
+
+
+def test_a_key_shows_the_agents_and_is_kept_in_memory_only(
+    desktop: Watched, client: httpx.Client
+) -> None:
+    """The one view that needs a key: the agents, one by one (GET .../agents, viewer or above).
+    A key that is no key is refused with the coordinator's reason; the page stores nothing."""
+    from playwright.sync_api import expect
+
+    page = desktop.page
+    create_experiment(client, id="panel", arms=["A", "B"], **M3)
+    first, second = enroll_agents(client, "panel", 2)
+    vote(client, "panel", first, 1)
+    made = client.post(
+        "/v1/keys", json={"name": "wall-screen", "role": "viewer"}, headers=admin_headers()
+    )
+    assert made.status_code == 201, made.text
+    page.goto(f"/dashboard?{POLL}#panel")
+    expect(page.locator("#status")).to_contain_text("Exploring", timeout=WAIT)
+    assert page.locator("#agents-table").is_hidden()
+    page.fill("#key-input", "dexp_not-a-key")
+    page.click("#key-submit")
+    expect(page.locator("#admin-status")).to_contain_text("401: invalid key", timeout=WAIT)
+    page.fill("#key-input", made.json()["key"])
+    page.click("#key-submit")
+    expect(page.locator("#agents tr td:first-child")).to_have_text(
+        [first.agent_id, second.agent_id], timeout=WAIT
+    )
+    expect(page.locator("#agents tr").first.locator("td").nth(1)).to_have_text("B")
+    assert page.locator("#key-input").input_value() == ""  # not left in the field
+    stored = page.evaluate("[localStorage.length, sessionStorage.length, document.cookie]")
+    assert stored == [0, 0, ""]
+    page.click("#key-forget")
+    assert page.locator("#agents-table").is_hidden()
+    # the 401 above is the only error the browser logged
+    assert [m for m in desktop.console if "401" not in m] == [] and desktop.errors == []
 
 
 def test_a_phone_shows_everything_without_horizontal_scrolling(

@@ -31,6 +31,8 @@ const state = {
   again: false,
   lastOk: 0,
   failingSince: 0,
+  key: "", // a key for the agents' panel (GET .../agents): in memory only, never stored
+  agentsInflight: false,
 };
 
 const $ = (id) => document.getElementById(id);
@@ -216,6 +218,7 @@ async function poll() {
     state.best = best;
     state.waiting = waiting;
     if (detail) freshenSummary(detail);
+    if (detail && state.key) loadAgents(id); // not awaited: the public view never waits for it
     state.lastOk = Date.now();
     state.failingSince = 0;
     showConnection("live");
@@ -853,8 +856,75 @@ function niceCeil(v) {
   return 10 * p;
 }
 
+// -- the agents' panel: the one view that needs a key (viewer or above) --------------------------
+async function loadAgents(id) {
+  if (state.agentsInflight || !state.key) return;
+  state.agentsInflight = true;
+  const path = `${API}/${encodeURIComponent(id)}/agents?limit=100`;
+  try {
+    const response = await fetch(path, {
+      headers: { Accept: "application/json", Authorization: `Bearer ${state.key}` },
+      cache: "no-store",
+      credentials: "omit",
+      signal: AbortSignal.timeout(REQUEST_TIMEOUT),
+    });
+    const body = await response.json().catch(() => ({}));
+    if (id !== selectedId()) return;
+    if (!response.ok) {
+      // 401: no such key (or revoked); 403: its role is below viewer. The coordinator says which.
+      renderAgents(null, `${response.status}: ${body.detail || response.statusText}`);
+      if (response.status === 401) forgetKey(false);
+      return;
+    }
+    renderAgents(body.agents || [], "");
+  } catch (error) {
+    renderAgents(null, `agents not read: ${error.message || error}`);
+  } finally {
+    state.agentsInflight = false;
+  }
+}
+
+function renderAgents(agents, problem) {
+  const table = $("agents-table");
+  if (agents === null) {
+    $("admin-status").textContent = problem;
+    table.hidden = true;
+    return;
+  }
+  const arms = state.detail ? state.detail.arms : [];
+  $("admin-status").textContent = `${agents.length} agent(s) shown.`;
+  fill($("agents"), ...agents.map((a) => el("tr", {},
+    el("td", { text: a.agent_id }),
+    el("td", { text: a.voted_against.map((i) => arms[i] ?? i).join(", ") || "–" }),
+    el("td", { text: num(a.resets) }),
+    el("td", { text: a.revoked_at ? wallClock(a.revoked_at) : "–" }))));
+  table.hidden = false;
+}
+
+function forgetKey(clearStatus) {
+  state.key = "";
+  $("key-input").value = "";
+  $("key-forget").hidden = true;
+  $("agents-table").hidden = true;
+  fill($("agents"));
+  if (clearStatus) $("admin-status").textContent = "";
+}
+
+$("key-form").addEventListener("submit", (event) => {
+  event.preventDefault(); // nothing is sent anywhere but the coordinator's API, by fetch
+  state.key = $("key-input").value.trim();
+  $("key-input").value = "";
+  $("key-forget").hidden = !state.key;
+  const id = selectedId();
+  if (state.key && id) loadAgents(id);
+});
+
+$("key-forget").addEventListener("click", () => forgetKey(true));
+
 // -- wiring ---------------------------------------------------------------------------------------
 window.addEventListener("hashchange", () => {
+  $("agents-table").hidden = true; // another experiment's agents: read again at the next poll
+  $("admin-status").textContent = "";
   state.detail = null;
   state.best = null;
   state.renderedKey = "";
