@@ -67,3 +67,43 @@ result = CliRunner().invoke(app, args)
 assert result.exit_code == 0, result.output
 """
     assert "numba" in heavy_modules_after(code)
+
+
+def root_help_loads(modules: tuple[str, ...]) -> list[str]:
+    """The top-level packages among `modules` that `python -m dexp --help` loads."""
+    code = f"""
+import json, runpy, sys
+sys.argv = ["dexp", "--help"]
+try:
+    runpy.run_module("dexp", run_name="__main__")
+except SystemExit as done:
+    assert done.code in (0, None), done.code
+print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & {set(modules)!r})))
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "plan" in done.stdout and "experiments" in done.stdout, done.stdout
+    loaded: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return loaded
+
+
+def test_dexp_help_answers_without_numpy_httpx_or_fastapi() -> None:
+    """`dexp --help` lists every command from dexp/cli.py's table and imports none of them (issue
+    37, point 11): on main's code it loaded numpy and httpx, over a second of CPU."""
+    assert root_help_loads(("numpy", "numba", "scipy", "httpx", "fastapi", "common")) == []
+
+
+def test_a_command_is_loaded_when_it_runs() -> None:
+    """The same check sees a command's own imports: `dexp subroutines` needs the algorithms."""
+    code = """
+from typer.testing import CliRunner
+from dexp.cli import app
+result = CliRunner().invoke(app, ["subroutines", "--json"])
+assert result.exit_code == 0, result.output
+import sys
+assert "numpy" in sys.modules
+"""
+    heavy_modules_after(code)

@@ -244,7 +244,8 @@ def test_create_sends_exactly_the_options_given(url: str) -> None:
     }
     assert doc["sigma"] == 0.5
 
-    command = typer.main.get_command(app).commands["experiments"].commands["create"]  # type: ignore[attr-defined]
+    experiments = typer.main.get_command(app).get_command(None, "experiments")  # type: ignore[arg-type]
+    command = experiments.commands["create"]  # type: ignore[union-attr]
     options = {p.name for p in command.params} - {"coordinator_url", "admin_token", "as_json"}
     assert options == (set(ExperimentCreate.model_fields) - {"id"}) | {"experiment"}
     fields = ExperimentCreate.model_fields
