@@ -555,6 +555,41 @@ def nothing_certifies(plan: Plan, hit_rate: float | None) -> str:
     )
 
 
+def _number(x: float) -> str:
+    """The shortest text that reads back as x: the coordinator recomputes the same threshold."""
+    return repr(float(x)) if x != int(x) else str(int(x))
+
+
+def create_command(c: Candidate, plan: Plan, row: int) -> str:
+    """The `dexp experiments create` command that makes row `row`'s configuration on a
+    coordinator, with the plan's arms, eps, delta, rewards and (CDE) its expected agents."""
+    a, env = c.algo, plan.environment
+    arms = ",".join(f"arm-{k}" for k in range(len(env.means)))
+    words = [f"dexp experiments create plan-{row} --arms {arms}", f"--algorithm {a.algorithm}"]
+    if not a.reports:
+        words.append(f"--subroutine {a.subroutine}")
+    words += [f"--epsilon {_number(a.epsilon)}", f"--delta {_number(a.delta)}"]
+    options: dict[str, float] = {}
+    if a.algorithm == "cde":
+        options = {"eta": a.eta, "privacy": a.privacy, "agents": plan.agents}
+    elif a.algorithm == "dp-mase":
+        options = {"beta": a.beta, "dp-epsilon": a.dp_epsilon}
+    elif a.crowd:
+        options = {"dp-epsilon": a.dp_epsilon, "reports-per-agent": a.reports_per_agent}
+    elif a.algorithm == "ce":
+        options = {"eta": a.eta, "xi": a.xi}
+    else:
+        options = {"eta": a.eta}
+    words += [f"--{name} {_number(value)}" for name, value in options.items()]
+    if a.tolerance:
+        words.append(f"--tolerance {a.tolerance}")
+    if not env.bounded:
+        words.append(f"--sigma {_number(env.sigma)}")
+    elif env.rewards == "bernoulli":
+        words.append("--rewards bernoulli")
+    return " ".join(words)
+
+
 def plan_json(plan: Plan, problem: str | None, activation: Activation) -> dict[str, Any]:
     env = plan.environment
     return {
@@ -566,7 +601,10 @@ def plan_json(plan: Plan, problem: str | None, activation: Activation) -> dict[s
         "sigma": None if env.bounded else env.sigma,
         "activation": activation.spec,
         "lower_bound": plan.bound.to_json(),
-        "configurations": [c.to_json(plan.bound) for c in plan.candidates],
+        "configurations": [
+            {**c.to_json(plan.bound), "create": create_command(c, plan, row)}
+            for row, c in enumerate(plan.candidates, 1)
+        ],
         "excluded": [
             {"label": e.label, "reason": e.reason, "agents_needed": e.agents} for e in plan.excluded
         ],
@@ -582,18 +620,18 @@ def print_plan(plan: Plan, title: str) -> None:
     if not out.is_terminal:
         out = Console(highlight=False, width=180)
     table = Table(title=title, title_justify="left")
-    columns = ("configuration", "M", "certified failure", "certified e0", "hit rate, uniform prior",
-               "activations", "± 95% CI", "trials", "messages", "x lower bound")  # fmt: skip
+    columns = ("#", "configuration", "M", "certified failure", "certified e0", "activations",
+               "± 95% CI", "trials", "messages", "x lower bound")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column == "configuration" else "right")
-    for c in plan.candidates:
+    for row, c in enumerate(plan.candidates, 1):
         e0 = c.certified_epsilon
         if c.algo.crowd and e0 is not None:
-            privacy = [f"{e0:g} (local)", "-"]
-        elif e0 is not None and c.hit_rate_bound is not None:
-            privacy = [upper(e0), upper(c.hit_rate_bound)]
+            privacy = [f"{e0:g} (local)"]
+        elif e0 is not None:
+            privacy = [upper(e0)]
         else:
-            privacy = ["none", f"none (papers' {upper(c.papers_privacy or 0.0)})"]
+            privacy = ["none"]
         cells = ["-"] * 5
         if c.measured is not None:
             a = c.measured.activations
@@ -605,8 +643,11 @@ def print_plan(plan: Plan, title: str) -> None:
                 _count(plan.bound.ratio(a.mean)),
             ]
         threshold = "-" if c.threshold is None else str(c.threshold)
-        table.add_row(c.title, threshold, upper(c.certificate.failure), *privacy, *cells)
+        failure = upper(c.certificate.failure)
+        table.add_row(str(row), c.title, threshold, failure, *privacy, *cells)
     out.print(table)
+    for row, c in enumerate(plan.candidates, 1):
+        out.print(f"{row}: {create_command(c, plan, row)}", soft_wrap=True)
     b = plan.bound
     out.print(
         f"lower bound: {b.activations:,.1f} activations (all agents together) for any algorithm "
@@ -616,11 +657,11 @@ def print_plan(plan: Plan, title: str) -> None:
     )
     out.print(
         "certified e0 (CDE): whatever its prior, any adversary's odds about one agent's answer, "
-        "hence its rewards, are multiplied by at most e^e0 by its report. hit rate, uniform prior: "
-        "its corollary, how often an adversary with a uniform prior over which arm is best names "
-        "the agent's eps-optimal arm, at most (another prior gives another hit rate). DE, CE and "
-        "DP-MASE certify neither: their papers' figure says how sure an adversary may be, and the "
-        "audit beats it (dexp audit votes). LDP: everything one device sends is B x dp_epsilon "
+        "hence its rewards, are multiplied by at most e^e0 by its report (--json adds its "
+        "corollary, the hit rate under a uniform prior over which arm is best). DE, CE and "
+        "DP-MASE certify none about the answer: their papers' figure (--json: papers_privacy) says "
+        "how sure an adversary may be, and the audit beats it (dexp audit votes). LDP: everything "
+        "one device sends is B x dp_epsilon "
         "locally private with respect to its rewards (docs/LDP.md); no device has an answer to hit."
     )
     for reason in plan.excluded:

@@ -596,3 +596,23 @@ def test_follow_retries_an_outage_shorter_than_the_limit(
             clock=clock,
             sleep=sleep,
         )
+
+
+def test_each_plan_row_is_created_by_the_command_it_prints(url: str) -> None:
+    """`dexp plan` prints, for each configuration, the `dexp experiments create` command that makes
+    it (issue 37, point 7): run against a real coordinator, each command creates an experiment with
+    the row's threshold and certified e0 (its certified failure waits for the agents to enroll)."""
+    planned = dexp(url, "plan", "--agents", "1024", "--delta", "0.05", "--trials", "0", "--json")
+    assert planned.exit_code == 0, planned.output
+    rows = json.loads(planned.stdout)["configurations"]
+    assert {row["algorithm"] for row in rows} >= {"cde", "de", "ce", "dp-mase", "ldp"}
+    for row in rows:
+        words = row["create"].split()
+        assert words[:3] == ["dexp", "experiments", "create"], row["create"]
+        created = dexp(url, *words[1:], "--json")
+        assert created.exit_code == 0, (row["create"], created.output)
+        doc = json.loads(created.stdout)
+        shown = json.loads(dexp(url, "experiments", "show", words[3], "--json").stdout)
+        if row["algorithm"] != "ldp":  # LDP has no threshold: it decides on its estimates
+            assert doc["threshold"] == row["threshold"], row
+        assert shown["certified_epsilon"] == row["certified_epsilon"], row
