@@ -56,7 +56,7 @@ COMMANDS: dict[str, Lazy] = {
         "Follow EXPERIMENT live until it is identified or tied.",
     ),
     "plan": Lazy(
-        "dexp.plan",
+        "dexp.plan_cmd",
         "plan",
         "The configurations that certify delta with N agents, each with the command that "
         "creates it.",

@@ -34,7 +34,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import typer
@@ -59,23 +59,14 @@ from common.rounding import upper
 from common.simulation import SimulationConfig, TrialResult, trial_seeds
 from common.stats import Described, describe
 from dexp.engines import trial_function
-from dexp.options import (
-    DEFAULT_PROBLEM,
-    ActivationOption,
-    MeansOption,
-    ProblemOption,
-    RewardsOption,
-)
+from dexp.options import DEFAULT_PROBLEM
+from dexp.plan_cmd import CDE_ETAS, LDP_EPSILONS
 
 if TYPE_CHECKING:  # common.lower_bound loads scipy: imported by make_plan, when a plan is made
     from common.lower_bound import LowerBound
 
 
-CDE_ETAS = (0.05, 0.2, 0.5)  # CDE's local error bounds tried by default
-CDE_ETAS_TEXT = ",".join(f"{eta:g}" for eta in CDE_ETAS)
 CE_XI = 0.1  # Rio et al.'s faster setting
-LDP_EPSILONS = (0.5, 1.0, 2.0)  # LDP: each report's privacy, tried by default
-LDP_EPSILONS_TEXT = ",".join(f"{e:g}" for e in LDP_EPSILONS)
 LDP_SIZING_AGENTS = 10**6  # a fleet large enough that the reports never run out: what one needs
 DP_EPSILON = 0.1  # Rio et al.'s middle setting
 # (label, algorithm, subroutine): the voting configurations searched
@@ -668,47 +659,25 @@ def print_plan(plan: Plan, title: str) -> None:
         out.print(f"not listed: {reason}")
 
 
-def plan(
-    agents: Annotated[int, typer.Option(help="Agents N.")],
-    delta: Annotated[float, typer.Option(help="The failure probability to certify.")],
-    privacy: Annotated[
-        float | None,
-        typer.Option(
-            help="Keep configurations whose hit-rate bound under a uniform prior over which arm "
-            "is best (with this instance's eps-optimal arms) is at most this: CDE, at the P "
-            "that gives it, equivalently e0 = log(P (K-1)/(1-P))."
-        ),
-    ] = None,
-    problem: ProblemOption = None,
-    means: MeansOption = None,
-    rewards: RewardsOption = None,
-    activation: ActivationOption = None,
-    epsilon: Annotated[float, typer.Option(help="Target accuracy eps.")] = 0.25,
-    tolerance: Annotated[
-        int, typer.Option(help="Lying agents f the certificates allow for (thresholds M + f).")
-    ] = 0,
-    eta: Annotated[
-        str, typer.Option(help="CDE: the local error bounds to try, comma-separated.")
-    ] = CDE_ETAS_TEXT,
-    dp_epsilon: Annotated[
-        str, typer.Option(help="LDP: each report's privacy levels to try, comma-separated.")
-    ] = LDP_EPSILONS_TEXT,
-    reports_per_agent: Annotated[
-        int, typer.Option(help="LDP: B, the reports one device may send.")
-    ] = 1,
-    trials: Annotated[
-        int, typer.Option(help="Fast-simulator trials per configuration (0: no run).")
-    ] = 5,
-    seconds: Annotated[
-        float, typer.Option(help="No new trial of a configuration after this long (>= 2 run).")
-    ] = 20.0,
-    seed: Annotated[int, typer.Option(help="Seed; trial i is dexp simulate's trial i.")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+def run(
+    agents: int,
+    delta: float,
+    privacy: float | None,
+    problem: str | None,
+    means: str | None,
+    rewards: str | None,
+    activation: str | None,
+    epsilon: float,
+    tolerance: int,
+    eta: str,
+    dp_epsilon: str,
+    reports_per_agent: int,
+    trials: int,
+    seconds: float,
+    seed: int,
+    as_json: bool,
 ) -> None:
-    """The configurations that certify delta with N agents: algorithm, threshold, certified
-    failure, certified e0 and hit rate under a uniform prior (CDE), and activations from a short
-    run of the fast simulator, beside the information-theoretic lower bound. Exit 2 with one line
-    when nothing certifies."""
+    """`dexp plan` once its options are read (dexp/plan_cmd.py): make the plan, print it."""
     from dexp.audit_votes import parse_list
 
     name = problem if problem is not None or means is not None else DEFAULT_PROBLEM
