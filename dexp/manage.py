@@ -769,6 +769,20 @@ def _arm_names(doc: dict[str, Any], arms: Sequence[int]) -> str:
     return ", ".join(arm_label(doc, arm) for arm in arms) or "-"
 
 
+def _admin_view(
+    experiment: str, view: str, coordinator_url: str, admin_token: str | None, as_json: bool
+) -> tuple[Any, dict[str, Any]] | None:
+    """GET /v1/experiments/{experiment}/{view} with the admin token, printed as it is with --json
+    (then None); else the reply and the experiment's document, to name its arms."""
+    check_experiment(experiment)
+    with connect(COMMAND, coordinator_url, admin_token, token_required=True) as coordinator:
+        reply = coordinator.get(f"/v1/experiments/{experiment}/{view}")
+        if as_json:
+            write_json(reply)
+            return None
+        return reply, fetch_experiment(coordinator, experiment)
+
+
 @experiments_app.command("voters")
 def voters_command(
     experiment: ExperimentArgument,
@@ -777,13 +791,10 @@ def voters_command(
     as_json: JsonOption = False,
 ) -> None:
     """Who voted against each arm of EXPERIMENT this epoch (admin token: GET .../voters)."""
-    check_experiment(experiment)
-    with connect(COMMAND, coordinator_url, admin_token, token_required=True) as coordinator:
-        reply = coordinator.get(f"/v1/experiments/{experiment}/voters")
-        if as_json:
-            write_json(reply)
-            return
-        doc = fetch_experiment(coordinator, experiment)
+    read = _admin_view(experiment, "voters", coordinator_url, admin_token, as_json)
+    if read is None:
+        return
+    reply, doc = read
     table = Table(title=f"{experiment}: voters, epoch {reply['epoch']}", title_justify="left")
     for column in ("arm", "votes", "agents"):
         table.add_column(column, justify="right" if column == "votes" else "left")
@@ -841,13 +852,10 @@ def suspects_command(
 ) -> None:
     """The agents of EXPERIMENT whose votes contradict the outcome: they voted against the
     identified, or leading, arm this epoch (admin token: GET .../suspects)."""
-    check_experiment(experiment)
-    with connect(COMMAND, coordinator_url, admin_token, token_required=True) as coordinator:
-        reply = coordinator.get(f"/v1/experiments/{experiment}/suspects")
-        if as_json:
-            write_json(reply)
-            return
-        doc = fetch_experiment(coordinator, experiment)
+    read = _admin_view(experiment, "suspects", coordinator_url, admin_token, as_json)
+    if read is None:
+        return
+    reply, doc = read
     reference = reply["reference_arm"]
     title = (
         f"{experiment} ({reply['status']}): {len(reply['suspects'])} agent(s) voted against "
