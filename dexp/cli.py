@@ -118,7 +118,7 @@ def load(name: str) -> Any:
     lazy = COMMANDS[name]
     target = getattr(importlib.import_module(lazy.module), lazy.attribute)
     if isinstance(target, typer.Typer):
-        command = typer.main.get_command(target)
+        command = typer.main.get_group(target)  # a group even with one command (tickets issue)
     else:
         single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
         single.command(name)(target)
