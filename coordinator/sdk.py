@@ -128,12 +128,13 @@ def served(request: Request) -> Build:
 router = APIRouter(prefix="/sdk", include_in_schema=False)
 
 
-@router.get("/agent.js")
+# GET and HEAD: a page, a CDN or a monitor may ask for the headers alone (the version, the ETag)
+@router.api_route("/agent.js", methods=["GET", "HEAD"])
 async def current(request: Request) -> Response:
     return answer(request, served(request), f"public, max-age={CURRENT_MAX_AGE}")
 
 
-@router.get("/agent-{version}.js")
+@router.api_route("/agent-{version}.js", methods=["GET", "HEAD"])
 async def pinned(request: Request, version: str) -> Response:
     build = served(request)
     if version != build.version:

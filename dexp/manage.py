@@ -760,3 +760,113 @@ def delete_command(
                 raise AdminError(COMMAND, f"{experiment} not deleted")
         coordinator.delete(f"/v1/experiments/{experiment}")
     console().print(f"deleted experiment {experiment}")
+
+
+# ----------------------------------------------------------------------------- the admin views
+
+
+def _arm_names(doc: dict[str, Any], arms: Sequence[int]) -> str:
+    return ", ".join(arm_label(doc, arm) for arm in arms) or "-"
+
+
+def _admin_view(
+    experiment: str, view: str, coordinator_url: str, admin_token: str | None, as_json: bool
+) -> tuple[Any, dict[str, Any]] | None:
+    """GET /v1/experiments/{experiment}/{view} with the admin token, printed as it is with --json
+    (then None); else the reply and the experiment's document, to name its arms."""
+    check_experiment(experiment)
+    with connect(COMMAND, coordinator_url, admin_token, token_required=True) as coordinator:
+        reply = coordinator.get(f"/v1/experiments/{experiment}/{view}")
+        if as_json:
+            write_json(reply)
+            return None
+        return reply, fetch_experiment(coordinator, experiment)
+
+
+@experiments_app.command("voters")
+def voters_command(
+    experiment: ExperimentArgument,
+    coordinator_url: CoordinatorUrlOption = DEFAULT_COORDINATOR_URL,
+    admin_token: AdminTokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Who voted against each arm of EXPERIMENT this epoch (admin token: GET .../voters)."""
+    read = _admin_view(experiment, "voters", coordinator_url, admin_token, as_json)
+    if read is None:
+        return
+    reply, doc = read
+    table = Table(title=f"{experiment}: voters, epoch {reply['epoch']}", title_justify="left")
+    for column in ("arm", "votes", "agents"):
+        table.add_column(column, justify="right" if column == "votes" else "left")
+    for arm, ids in enumerate(reply["voters"]):
+        table.add_row(arm_label(doc, arm), str(len(ids)), ", ".join(ids) or "-")
+    console().print(table)
+
+
+@experiments_app.command("agents")
+def agents_command(
+    experiment: ExperimentArgument,
+    coordinator_url: CoordinatorUrlOption = DEFAULT_COORDINATOR_URL,
+    admin_token: AdminTokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """EXPERIMENT's agents in enrollment order (all pages): their votes this epoch and the DSER4
+    resets each made (admin token: GET .../agents)."""
+    check_experiment(experiment)
+    agents: list[dict[str, Any]] = []
+    with connect(COMMAND, coordinator_url, admin_token, token_required=True) as coordinator:
+        after = 0
+        while True:
+            path = f"/v1/experiments/{experiment}/agents"
+            page = coordinator.get(path, {"limit": 1000, "after": after})
+            if not isinstance(page, dict) or not isinstance(page.get("agents"), list):
+                raise coordinator.unexpected(path, "no agents")
+            agents += page["agents"]
+            if page.get("next") is None:
+                break
+            after = int(page["next"])
+        if as_json:
+            write_json({"experiment": experiment, "agents": agents, "next": None})
+            return
+        doc = fetch_experiment(coordinator, experiment)
+    table = Table(title=f"{experiment}: {len(agents)} agent(s)", title_justify="left")
+    for column in ("#", "agent", "voted against", "resets", "last reset"):
+        table.add_column(column, justify="right" if column in ("#", "resets") else "left")
+    for agent in agents:
+        table.add_row(
+            str(agent["index"]),
+            agent["agent_id"],
+            _arm_names(doc, agent["voted_against"]),
+            str(agent.get("resets", 0)),
+            format_time(agent.get("last_reset_at")),
+        )
+    console().print(table)
+
+
+@experiments_app.command("suspects")
+def suspects_command(
+    experiment: ExperimentArgument,
+    coordinator_url: CoordinatorUrlOption = DEFAULT_COORDINATOR_URL,
+    admin_token: AdminTokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The agents of EXPERIMENT whose votes contradict the outcome: they voted against the
+    identified, or leading, arm this epoch (admin token: GET .../suspects)."""
+    read = _admin_view(experiment, "suspects", coordinator_url, admin_token, as_json)
+    if read is None:
+        return
+    reply, doc = read
+    reference = reply["reference_arm"]
+    title = (
+        f"{experiment} ({reply['status']}): {len(reply['suspects'])} agent(s) voted against "
+        f"{reference['name']}, the {'identified' if reply['status'] == 'identified' else 'leading'}"
+        f" arm (tolerance f = {reply['tolerance']})"
+    )
+    table = Table(title=title, title_justify="left")
+    for column in ("agent", "votes", "voted against"):
+        table.add_column(column, justify="right" if column == "votes" else "left")
+    for suspect in reply["suspects"]:
+        table.add_row(
+            suspect["agent_id"], str(suspect["votes"]), _arm_names(doc, suspect["voted_against"])
+        )
+    console().print(table)

@@ -34,7 +34,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import typer
@@ -59,23 +59,14 @@ from common.rounding import upper
 from common.simulation import SimulationConfig, TrialResult, trial_seeds
 from common.stats import Described, describe
 from dexp.engines import trial_function
-from dexp.options import (
-    DEFAULT_PROBLEM,
-    ActivationOption,
-    MeansOption,
-    ProblemOption,
-    RewardsOption,
-)
+from dexp.options import DEFAULT_PROBLEM
+from dexp.plan_cmd import CDE_ETAS, LDP_EPSILONS
 
 if TYPE_CHECKING:  # common.lower_bound loads scipy: imported by make_plan, when a plan is made
     from common.lower_bound import LowerBound
 
 
-CDE_ETAS = (0.05, 0.2, 0.5)  # CDE's local error bounds tried by default
-CDE_ETAS_TEXT = ",".join(f"{eta:g}" for eta in CDE_ETAS)
 CE_XI = 0.1  # Rio et al.'s faster setting
-LDP_EPSILONS = (0.5, 1.0, 2.0)  # LDP: each report's privacy, tried by default
-LDP_EPSILONS_TEXT = ",".join(f"{e:g}" for e in LDP_EPSILONS)
 LDP_SIZING_AGENTS = 10**6  # a fleet large enough that the reports never run out: what one needs
 DP_EPSILON = 0.1  # Rio et al.'s middle setting
 # (label, algorithm, subroutine): the voting configurations searched
@@ -555,6 +546,41 @@ def nothing_certifies(plan: Plan, hit_rate: float | None) -> str:
     )
 
 
+def _number(x: float) -> str:
+    """The shortest text that reads back as x: the coordinator recomputes the same threshold."""
+    return repr(float(x)) if x != int(x) else str(int(x))
+
+
+def create_command(c: Candidate, plan: Plan, row: int) -> str:
+    """The `dexp experiments create` command that makes row `row`'s configuration on a
+    coordinator, with the plan's arms, eps, delta, rewards and (CDE) its expected agents."""
+    a, env = c.algo, plan.environment
+    arms = ",".join(f"arm-{k}" for k in range(len(env.means)))
+    words = [f"dexp experiments create plan-{row} --arms {arms}", f"--algorithm {a.algorithm}"]
+    if not a.reports:
+        words.append(f"--subroutine {a.subroutine}")
+    words += [f"--epsilon {_number(a.epsilon)}", f"--delta {_number(a.delta)}"]
+    options: dict[str, float] = {}
+    if a.algorithm == "cde":
+        options = {"eta": a.eta, "privacy": a.privacy, "agents": plan.agents}
+    elif a.algorithm == "dp-mase":
+        options = {"beta": a.beta, "dp-epsilon": a.dp_epsilon}
+    elif a.crowd:
+        options = {"dp-epsilon": a.dp_epsilon, "reports-per-agent": a.reports_per_agent}
+    elif a.algorithm == "ce":
+        options = {"eta": a.eta, "xi": a.xi}
+    else:
+        options = {"eta": a.eta}
+    words += [f"--{name} {_number(value)}" for name, value in options.items()]
+    if a.tolerance:
+        words.append(f"--tolerance {a.tolerance}")
+    if not env.bounded:
+        words.append(f"--sigma {_number(env.sigma)}")
+    elif env.rewards == "bernoulli":
+        words.append("--rewards bernoulli")
+    return " ".join(words)
+
+
 def plan_json(plan: Plan, problem: str | None, activation: Activation) -> dict[str, Any]:
     env = plan.environment
     return {
@@ -566,7 +592,10 @@ def plan_json(plan: Plan, problem: str | None, activation: Activation) -> dict[s
         "sigma": None if env.bounded else env.sigma,
         "activation": activation.spec,
         "lower_bound": plan.bound.to_json(),
-        "configurations": [c.to_json(plan.bound) for c in plan.candidates],
+        "configurations": [
+            {**c.to_json(plan.bound), "create": create_command(c, plan, row)}
+            for row, c in enumerate(plan.candidates, 1)
+        ],
         "excluded": [
             {"label": e.label, "reason": e.reason, "agents_needed": e.agents} for e in plan.excluded
         ],
@@ -582,18 +611,18 @@ def print_plan(plan: Plan, title: str) -> None:
     if not out.is_terminal:
         out = Console(highlight=False, width=180)
     table = Table(title=title, title_justify="left")
-    columns = ("configuration", "M", "certified failure", "certified e0", "hit rate, uniform prior",
-               "activations", "± 95% CI", "trials", "messages", "x lower bound")  # fmt: skip
+    columns = ("#", "configuration", "M", "certified failure", "certified e0", "activations",
+               "± 95% CI", "trials", "messages", "x lower bound")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column == "configuration" else "right")
-    for c in plan.candidates:
+    for row, c in enumerate(plan.candidates, 1):
         e0 = c.certified_epsilon
         if c.algo.crowd and e0 is not None:
-            privacy = [f"{e0:g} (local)", "-"]
-        elif e0 is not None and c.hit_rate_bound is not None:
-            privacy = [upper(e0), upper(c.hit_rate_bound)]
+            privacy = [f"{e0:g} (local)"]
+        elif e0 is not None:
+            privacy = [upper(e0)]
         else:
-            privacy = ["none", f"none (papers' {upper(c.papers_privacy or 0.0)})"]
+            privacy = ["none"]
         cells = ["-"] * 5
         if c.measured is not None:
             a = c.measured.activations
@@ -605,8 +634,11 @@ def print_plan(plan: Plan, title: str) -> None:
                 _count(plan.bound.ratio(a.mean)),
             ]
         threshold = "-" if c.threshold is None else str(c.threshold)
-        table.add_row(c.title, threshold, upper(c.certificate.failure), *privacy, *cells)
+        failure = upper(c.certificate.failure)
+        table.add_row(str(row), c.title, threshold, failure, *privacy, *cells)
     out.print(table)
+    for row, c in enumerate(plan.candidates, 1):
+        out.print(f"{row}: {create_command(c, plan, row)}", soft_wrap=True)
     b = plan.bound
     out.print(
         f"lower bound: {b.activations:,.1f} activations (all agents together) for any algorithm "
@@ -616,58 +648,36 @@ def print_plan(plan: Plan, title: str) -> None:
     )
     out.print(
         "certified e0 (CDE): whatever its prior, any adversary's odds about one agent's answer, "
-        "hence its rewards, are multiplied by at most e^e0 by its report. hit rate, uniform prior: "
-        "its corollary, how often an adversary with a uniform prior over which arm is best names "
-        "the agent's eps-optimal arm, at most (another prior gives another hit rate). DE, CE and "
-        "DP-MASE certify neither: their papers' figure says how sure an adversary may be, and the "
-        "audit beats it (dexp audit votes). LDP: everything one device sends is B x dp_epsilon "
+        "hence its rewards, are multiplied by at most e^e0 by its report (--json adds its "
+        "corollary, the hit rate under a uniform prior over which arm is best). DE, CE and "
+        "DP-MASE certify none about the answer: their papers' figure (--json: papers_privacy) says "
+        "how sure an adversary may be, and the audit beats it (dexp audit votes). LDP: everything "
+        "one device sends is B x dp_epsilon "
         "locally private with respect to its rewards (docs/LDP.md); no device has an answer to hit."
     )
     for reason in plan.excluded:
         out.print(f"not listed: {reason}")
 
 
-def plan(
-    agents: Annotated[int, typer.Option(help="Agents N.")],
-    delta: Annotated[float, typer.Option(help="The failure probability to certify.")],
-    privacy: Annotated[
-        float | None,
-        typer.Option(
-            help="Keep configurations whose hit-rate bound under a uniform prior over which arm "
-            "is best (with this instance's eps-optimal arms) is at most this: CDE, at the P "
-            "that gives it, equivalently e0 = log(P (K-1)/(1-P))."
-        ),
-    ] = None,
-    problem: ProblemOption = None,
-    means: MeansOption = None,
-    rewards: RewardsOption = None,
-    activation: ActivationOption = None,
-    epsilon: Annotated[float, typer.Option(help="Target accuracy eps.")] = 0.25,
-    tolerance: Annotated[
-        int, typer.Option(help="Lying agents f the certificates allow for (thresholds M + f).")
-    ] = 0,
-    eta: Annotated[
-        str, typer.Option(help="CDE: the local error bounds to try, comma-separated.")
-    ] = CDE_ETAS_TEXT,
-    dp_epsilon: Annotated[
-        str, typer.Option(help="LDP: each report's privacy levels to try, comma-separated.")
-    ] = LDP_EPSILONS_TEXT,
-    reports_per_agent: Annotated[
-        int, typer.Option(help="LDP: B, the reports one device may send.")
-    ] = 1,
-    trials: Annotated[
-        int, typer.Option(help="Fast-simulator trials per configuration (0: no run).")
-    ] = 5,
-    seconds: Annotated[
-        float, typer.Option(help="No new trial of a configuration after this long (>= 2 run).")
-    ] = 20.0,
-    seed: Annotated[int, typer.Option(help="Seed; trial i is dexp simulate's trial i.")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+def run(
+    agents: int,
+    delta: float,
+    privacy: float | None,
+    problem: str | None,
+    means: str | None,
+    rewards: str | None,
+    activation: str | None,
+    epsilon: float,
+    tolerance: int,
+    eta: str,
+    dp_epsilon: str,
+    reports_per_agent: int,
+    trials: int,
+    seconds: float,
+    seed: int,
+    as_json: bool,
 ) -> None:
-    """The configurations that certify delta with N agents: algorithm, threshold, certified
-    failure, certified e0 and hit rate under a uniform prior (CDE), and activations from a short
-    run of the fast simulator, beside the information-theoretic lower bound. Exit 2 with one line
-    when nothing certifies."""
+    """`dexp plan` once its options are read (dexp/plan_cmd.py): make the plan, print it."""
     from dexp.audit_votes import parse_list
 
     name = problem if problem is not None or means is not None else DEFAULT_PROBLEM

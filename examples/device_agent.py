@@ -41,20 +41,61 @@ def click_rates(path: Path) -> dict[str, float]:
 
 def main() -> None:
     here = Path(__file__).parent
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--coordinator", default=os.environ.get("DEXP_COORDINATOR_URL", ""))
-    parser.add_argument("--experiment", default="banners")
-    parser.add_argument("--ticket", default=os.environ.get("DEXP_TICKET"))
-    parser.add_argument("--state-file", type=Path, default=Path("banners-agent.json"))
-    parser.add_argument("--rates", type=Path, default=here / "click_rates.csv")
-    parser.add_argument("--seed", type=int, default=None, help="the visitor's clicks")
-    parser.add_argument("--max-visits", type=int, default=1_000_000)
-    parser.add_argument("--poll-seconds", type=float, default=30.0)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Prints one JSON line when --until is met or after --max-visits visits. "
+        "docs/DEVICES.md is the guide.",
+    )
+    parser.add_argument(
+        "--coordinator",
+        default=os.environ.get("DEXP_COORDINATOR_URL", ""),
+        help="the coordinator's URL (required; default: DEXP_COORDINATOR_URL)",
+    )
+    parser.add_argument(
+        "--experiment",
+        default="banners",
+        help="the experiment this device joins (default: banners)",
+    )
+    parser.add_argument(
+        "--ticket",
+        default=os.environ.get("DEXP_TICKET"),
+        help="a one-time enrollment ticket for the experiment (`dexp tickets issue`; default: "
+        "DEXP_TICKET); not needed once the state file holds the agent",
+    )
+    parser.add_argument(
+        "--state-file",
+        type=Path,
+        default=Path("banners-agent.json"),
+        help="where the agent keeps its id, token and votes (never a reward): run again with the "
+        "same file, it is the same agent (default: banners-agent.json)",
+    )
+    parser.add_argument(
+        "--rates",
+        type=Path,
+        default=here / "click_rates.csv",
+        help="the simulated visitor: a CSV of arm,click_rate (each banner's click probability; default: examples/click_rates.csv)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seed of the visitor's clicks (default: fresh)"
+    )
+    parser.add_argument(
+        "--max-visits",
+        type=int,
+        default=1_000_000,
+        help="stop after this many visits (default: 1,000,000)",
+    )
+    parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=30.0,
+        help="how often the global set is polled while its event stream is down (default: 30)",
+    )
     parser.add_argument(
         "--until",
         choices=("settled", "done"),
         default="settled",
-        help="settled: this device's own answer (one device reaches it); done: the experiment's",
+        help="settled (default): stop at this device's own answer, which one device reaches; "
+        "done: stop when the experiment is identified or tied, which takes threshold devices",
     )
     args = parser.parse_args()
     if not args.coordinator:

@@ -513,7 +513,14 @@ class LoadGenerator:
             # Exact (every stream read): an estimate during the run may have been a little high.
             feed.processed = feed.delivered - feed.gauge.poll(full=True).own
         processed, delivered = feed.processed, feed.delivered
-        lease.update(activations=processed, delivered=delivered, epoch=int(final["epoch"]))
+        # the run's rate as its summary gives it (not the last seconds' rate the lease showed
+        # while it ran): the experiment's result keeps this one
+        lease.update(
+            activations=processed,
+            delivered=delivered,
+            epoch=int(final["epoch"]),
+            activations_per_second=run_rate(processed, wall),
+        )
         if not feed.unreachable and lease.flush():
             # one read while the lease holds the final figures: the experiment's result keeps them
             # (a decision read before, with the previous renewal's figures, is refreshed)
@@ -627,7 +634,7 @@ class LoadGenerator:
             threshold=threshold,
             n_arms=n_arms,
             wall_seconds=round(wall, 3),
-            activations_per_second=round(processed / wall, 1) if wall > 0 else 0.0,
+            activations_per_second=run_rate(processed, wall),
             peak_backlog=peak_backlog,
             eliminations=final["eliminations"],
             candidates=candidates,
@@ -867,6 +874,11 @@ def _backpressure_wait(excess: int, rate: float) -> float:
     if rate <= 0:
         return 0.05
     return min(0.1, max(0.01, excess / rate))
+
+
+def run_rate(processed: int, wall: float) -> float:
+    """A run's activations processed per second of its wall time: its summary's figure."""
+    return round(processed / wall, 1) if wall > 0 else 0.0
 
 
 def _rate(recent: deque[tuple[float, int]]) -> float:

@@ -244,7 +244,8 @@ def test_create_sends_exactly_the_options_given(url: str) -> None:
     }
     assert doc["sigma"] == 0.5
 
-    command = typer.main.get_command(app).commands["experiments"].commands["create"]  # type: ignore[attr-defined]
+    experiments = typer.main.get_command(app).get_command(None, "experiments")  # type: ignore[arg-type]
+    command = experiments.commands["create"]  # type: ignore[union-attr]
     options = {p.name for p in command.params} - {"coordinator_url", "admin_token", "as_json"}
     assert options == (set(ExperimentCreate.model_fields) - {"id"}) | {"experiment"}
     fields = ExperimentCreate.model_fields
@@ -595,3 +596,58 @@ def test_follow_retries_an_outage_shorter_than_the_limit(
             clock=clock,
             sleep=sleep,
         )
+
+
+def test_each_plan_row_is_created_by_the_command_it_prints(url: str) -> None:
+    """`dexp plan` prints, for each configuration, the `dexp experiments create` command that makes
+    it (issue 37, point 7): run against a real coordinator, each command creates an experiment with
+    the row's threshold and certified e0 (its certified failure waits for the agents to enroll)."""
+    planned = dexp(url, "plan", "--agents", "1024", "--delta", "0.05", "--trials", "0", "--json")
+    assert planned.exit_code == 0, planned.output
+    rows = json.loads(planned.stdout)["configurations"]
+    assert {row["algorithm"] for row in rows} >= {"cde", "de", "ce", "dp-mase", "ldp"}
+    for row in rows:
+        words = row["create"].split()
+        assert words[:3] == ["dexp", "experiments", "create"], row["create"]
+        created = dexp(url, *words[1:], "--json")
+        assert created.exit_code == 0, (row["create"], created.output)
+        doc = json.loads(created.stdout)
+        shown = json.loads(dexp(url, "experiments", "show", words[3], "--json").stdout)
+        if row["algorithm"] != "ldp":  # LDP has no threshold: it decides on its estimates
+            assert doc["threshold"] == row["threshold"], row
+        assert shown["certified_epsilon"] == row["certified_epsilon"], row
+
+
+def test_the_admin_views_have_commands(url: str, http: httpx.Client) -> None:
+    """GET .../voters, .../agents and .../suspects had no command (issue 37, point 8): `dexp
+    experiments voters|agents|suspects` show them, need the admin token, and --json is the reply."""
+    created = dexp(url, "experiments", "create", "views", "--arms", "A,B,C", *SMALL)
+    assert created.exit_code == 0, created.stderr
+    a0, a1, a2 = enroll_agents(http, "views", 3)
+    for agent, arms in ((a0, (1, 2)), (a1, (1,)), (a2, (0, 2))):  # votes A 1, B 2, C 2
+        for arm in arms:
+            vote(http, "views", agent.headers, arm)
+
+    voters = json.loads(dexp(url, "experiments", "voters", "views", "--json").stdout)
+    assert [sorted(ids) for ids in voters["voters"]] == [
+        [a2.agent_id],
+        sorted([a0.agent_id, a1.agent_id]),
+        sorted([a0.agent_id, a2.agent_id]),
+    ]
+    shown = dexp(url, "experiments", "voters", "views")
+    assert shown.exit_code == 0 and a2.agent_id in shown.stdout, shown.output
+
+    agents = dexp(url, "experiments", "agents", "views")
+    assert agents.exit_code == 0, agents.output
+    assert "3 agent(s)" in agents.stdout and "B, C" in agents.stdout
+    listed = json.loads(dexp(url, "experiments", "agents", "views", "--json").stdout)
+    assert [a["agent_id"] for a in listed["agents"]] == [a0.agent_id, a1.agent_id, a2.agent_id]
+
+    suspects = dexp(url, "experiments", "suspects", "views")
+    assert suspects.exit_code == 0, suspects.output
+    words = " ".join(suspects.stdout.split())
+    assert "1 agent(s) voted against A, the leading arm" in words and a2.agent_id in words
+
+    for view in ("voters", "agents", "suspects"):
+        refused = dexp(url, "experiments", view, "views", DEXP_ADMIN_TOKEN="not-the-admin-token")
+        assert refused.exit_code == 1 and "401" in refused.stderr, (view, refused.output)

@@ -167,11 +167,11 @@ def test_compose_demo_identifies_the_best_arm(stack: tuple[dict[str, str], str])
     assert again["agents"] == 32 and again["result"] == state["result"]
 
 
-def test_an_operator_runs_a_second_experiment_from_the_readme(
+def test_an_operator_runs_a_second_experiment_from_the_operations_guide(
     stack: tuple[dict[str, str], str],
 ) -> None:
-    """The README's walk-through: the dashboard is served, an experiment created with the CLI in
-    the coordinator's container gets the running agents, its own load generator plays it, and
+    """docs/OPERATIONS.md's walk-through ("Watch and drive it"): the dashboard is served, an
+    experiment created with the CLI in the coordinator's container gets the running agents, its own load generator plays it, and
     `dexp watch` follows it to the answer."""
     env, url = stack
     page = httpx.get(f"{url}/dashboard", timeout=10)

@@ -124,9 +124,9 @@ def screenshots(tmp_path: Path) -> Path:
     return where
 
 
-def vote(client: httpx.Client, exp: str, agent: Agent, arm: int) -> dict[str, Any]:
+def vote(client: httpx.Client, exp: str, agent: Agent, arm: int, epoch: int = 0) -> dict[str, Any]:
     response = client.post(
-        f"/v1/experiments/{exp}/votes", json={"arm": arm, "epoch": 0}, headers=agent.headers
+        f"/v1/experiments/{exp}/votes", json={"arm": arm, "epoch": epoch}, headers=agent.headers
     )
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
@@ -388,6 +388,49 @@ def test_a_late_visitor_sees_the_whole_run_and_its_result(
     )
     assert len(ends) == 3 and max(ends) - min(ends) < 0.5, ends
     page.screenshot(path=str(screenshots / "dashboard-late.png"), full_page=True)
+    desktop.assert_clean()
+
+
+def test_after_a_reset_the_answer_is_timed_from_the_epoch_on_one_24_hour_clock(
+    desktop: Watched, client: httpx.Client, clean_redis: str, screenshots: Path
+) -> None:
+    """Issue 37, point 8: an experiment created an hour before its reset was shown decided "after
+    1.0 h since the creation" (the epoch took seconds), and its decision's time on a 12-hour clock
+    ("3:04:05 PM") beside the page's 24-hour ones. Now: timed from the epoch's start, and one
+    24-hour clock (the page's locale is en-US, whose default is 12-hour)."""
+    import redis
+    from playwright.sync_api import expect
+
+    create_experiment(client, id="again", arms=["A", "B", "C"], **M3)
+    store = redis.Redis.from_url(clean_redis)
+    created = int(store.hget(keys.meta("again"), "created_at") or 0)
+    store.hset(keys.meta("again"), "created_at", created - 3_600_000)  # created an hour ago
+    store.close()
+    agents = enroll_agents(client, "again", 3)
+    reset = client.post("/v1/experiments/again/reset", headers=admin_headers())
+    assert reset.status_code == 200, reset.text
+    for arm in (2, 1):
+        for agent in agents:
+            vote(client, "again", agent, arm, epoch=1)
+    doc = client.get("/v1/experiments/again").json()
+    assert doc["status"] == "identified" and doc["result"]["epoch"] == 1
+    took = doc["result"]["decided_at"] - doc["epoch_started_at"]
+    assert doc["result"]["duration_ms"] >= 3_600_000 > took
+
+    page = desktop.page
+    page.goto(f"/dashboard?{POLL}#again")
+    expect(page.locator("#status")).to_have_text("Identified: the best arm is A", timeout=WAIT)
+    after = page.locator("#result dd", has_text="since epoch 1 began")
+    expect(after).to_have_text(re.compile(r"^\d+\.\d+ s since epoch 1 began$"))
+    seconds = float((after.text_content() or "").split()[0])
+    assert abs(seconds - took / 1000) <= 0.01, (seconds, took)
+    line = page.locator("#experiments li", has_text="again").locator(".exp-result")
+    expect(line).to_have_text(re.compile(r"best arm A · epoch 1, at \d\d:\d\d:\d\d"))
+    text = page.locator("main").inner_text()
+    assert not re.search(r"\b(AM|PM)\b", text), text
+    times = re.findall(r"\b\d{1,2}:\d\d:\d\d\b", text)
+    assert times and all(len(t) == 8 for t in times), times  # HH:MM:SS, two-digit hours
+    page.screenshot(path=str(screenshots / "dashboard-reset.png"), full_page=True)
     desktop.assert_clean()
 
 

@@ -1,6 +1,6 @@
 """Push: GET /v1/experiments/{id}/events against the real coordinator over real HTTP, real Redis.
 
-The wire contract (/v1/experiments/{id}/events, README "REST API"): the first event is the current
+The wire contract (/v1/experiments/{id}/events, docs/API.md): the first event is the current
 state; an elimination, a reset, an identification, a tie and a tie reopened each arrive as one
 event, in order, with increasing ids; Last-Event-ID resumes; heartbeats keep an idle stream alive;
 a deletion ends the stream. And what the hub promises (coordinator/events.py): one Redis

@@ -56,6 +56,20 @@ def test_the_current_sdk_is_the_built_file_with_its_version_and_tag(client: http
     assert stale.status_code == 200 and stale.content == SERVED
 
 
+def test_head_answers_the_headers_of_get_without_the_body(client: httpx.Client) -> None:
+    """`HEAD /sdk/agent.js` (a CDN, a monitor, a page checking the version) answered 405 (issue 37,
+    point 8): it gets GET's status and headers, the current build's and a pinned one's, no body."""
+    for path in ("/sdk/agent.js", f"/sdk/agent-{VERSION}.js"):
+        got = client.get(path, headers=IDENTITY)
+        head = client.head(path, headers=IDENTITY)
+        assert head.status_code == 200, (path, head.status_code, head.text)
+        assert head.content == b""
+        for name in ("etag", "content-type", "cache-control", "x-dexp-sdk-version"):
+            assert head.headers[name] == got.headers[name], name
+        assert head.headers["content-length"] == str(len(SERVED))
+    assert client.head("/sdk/agent-0.0.0-none.js").status_code == 404
+
+
 def test_the_sdk_is_gzipped_on_the_wire_with_its_own_tag(client: httpx.Client) -> None:
     plain = client.get("/sdk/agent.js", headers=IDENTITY).headers["etag"]
     with client.stream("GET", "/sdk/agent.js", headers={"Accept-Encoding": "gzip"}) as answer:

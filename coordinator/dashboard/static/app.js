@@ -72,10 +72,14 @@ function fact(dl, term, ...value) {
 // -- formatting -----------------------------------------------------------------------------------
 const integer = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
 const decimal = new Intl.NumberFormat(undefined, { maximumFractionDigits: 1 });
+// One 24-hour clock everywhere (a locale's timeStyle alone may be 12-hour: "3:04:05 PM" beside
+// "15:04:05"); h23, not hour12: false, which some engines render as "24:00:00" at midnight.
 const clock = new Intl.DateTimeFormat(undefined, {
-  hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false,
+  hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23",
 });
-const dateTime = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+const dateTime = new Intl.DateTimeFormat(undefined, {
+  dateStyle: "medium", timeStyle: "medium", hourCycle: "h23",
+});
 
 function num(value) {
   return typeof value === "number" && Number.isFinite(value) ? integer.format(value) : "–";
@@ -331,6 +335,11 @@ function resultLine(r) {
   // a decided experiment's kept result, in the list: its outcome and how long it took
   const names = (r.candidates || []).map((c) => c.name).join(", ");
   const outcome = r.status === "identified" && r.best_arm ? `best arm ${r.best_arm.name}` : `tied: ${names}`;
+  // duration_ms counts from the creation: after a reset, the decision's time instead (the list's
+  // summaries do not say when the epoch began)
+  if (typeof r.epoch === "number" && r.epoch > 0) {
+    return typeof r.decided_at === "number" ? `${outcome} · epoch ${r.epoch}, at ${wallClock(r.decided_at)}` : outcome;
+  }
   return typeof r.duration_ms === "number" ? `${outcome} · in ${duration(r.duration_ms)}` : outcome;
 }
 
@@ -698,8 +707,12 @@ function renderResult(d) {
   if (r.status === "identified") fact(dl, "Best arm", r.best_arm ? r.best_arm.name : "–");
   else fact(dl, "Tied between", names(r.candidates));
   fact(dl, "Decided", typeof r.decided_at === "number" ? dateTime.format(new Date(r.decided_at)) : "–");
-  fact(dl, "After", typeof r.duration_ms === "number" ? duration(r.duration_ms) : "–",
-    el("span", { class: "muted", text: " since the creation" }));
+  // timed from the start of the epoch that decided (a reset starts the run again), not from the
+  // creation, which the result's duration_ms counts from
+  const reset = typeof r.epoch === "number" && r.epoch > 0 && typeof d.epoch_started_at === "number";
+  const took = reset && typeof r.decided_at === "number" ? r.decided_at - d.epoch_started_at : r.duration_ms;
+  fact(dl, "After", typeof took === "number" ? duration(took) : "–",
+    el("span", { class: "muted", text: reset ? ` since epoch ${r.epoch} began` : " since the creation" }));
   fact(dl, "Agents", num(r.agents));
   fact(dl, "Messages", num(r.messages));
   const counted = Array.isArray(r.reports) ? r.reports : r.votes || [];
