@@ -209,6 +209,17 @@ def coordinator(settings: Settings) -> Iterator[ThreadedCoordinator]:
         server.stop()
 
 
+def idle(server: ThreadedCoordinator, address: str, n: int) -> list[socket.socket]:
+    """`n` connections from `address` (a loopback address of its own) that send nothing."""
+    sockets = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((address, 0))
+        s.connect(("127.0.0.1", server.port))
+        sockets.append(s)
+    return sockets
+
+
 def preflight(client: httpx.Client, path: str, method: str, origin: str) -> httpx.Response:
     """A browser's CORS preflight for `method` on `path` from `origin`, with a token and JSON."""
     return client.options(

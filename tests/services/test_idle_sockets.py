@@ -25,6 +25,7 @@ from tests.services.helpers import (
     coordinator_settings,
     create_experiment,
     enroll_agents,
+    idle,
 )
 from tests.services.sse import Stream, wait_until
 
@@ -48,17 +49,6 @@ def server(redis_url: str, clean_redis: str) -> Iterator[ThreadedCoordinator]:
         yield running
 
 
-def open_idle(server: ThreadedCoordinator, address: str, n: int) -> list[socket.socket]:
-    """`n` connections from `address` that send nothing."""
-    sockets = []
-    for _ in range(n):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((address, 0))
-        s.connect(("127.0.0.1", server.port))
-        sockets.append(s)
-    return sockets
-
-
 def closed(s: socket.socket) -> bool:
     """Whether the server has closed `s` (end of file or reset); an open one would block."""
     s.setblocking(False)
@@ -76,9 +66,7 @@ def test_idle_sockets_of_many_addresses_leave_votes_reads_and_streams_served(
     with httpx.Client(base_url=server.url, timeout=10.0, trust_env=False) as http:
         create_experiment(http, id="idle", arms=["A", "B", "C"], delta=0.25, eta=0.5)
         agents = enroll_agents(http, "idle", 3)
-    attack = [
-        s for i in range(ADDRESSES) for s in open_idle(server, f"127.0.1.{i + 1}", PER_ADDRESS)
-    ]
+    attack = [s for i in range(ADDRESSES) for s in idle(server, f"127.0.1.{i + 1}", PER_ADDRESS)]
     try:
         assert len(attack) == 10 * CONCURRENCY
         # the process keeps MAX_IDLE idle connections: the oldest of the others are closed

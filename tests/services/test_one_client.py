@@ -28,6 +28,7 @@ from tests.services.helpers import (
     coordinator_settings,
     create_experiment,
     enroll_agents,
+    idle,
 )
 
 PER_CLIENT = 10
@@ -45,17 +46,6 @@ def server(redis_url: str, clean_redis: str) -> Iterator[ThreadedCoordinator]:
     )
     with coordinator(settings) as running:
         yield running
-
-
-def idle(server: ThreadedCoordinator, address: str, n: int) -> list[socket.socket]:
-    """`n` connections from `address` that send nothing."""
-    sockets = []
-    for _ in range(n):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((address, 0))
-        s.connect(("127.0.0.1", server.port))
-        sockets.append(s)
-    return sockets
 
 
 def closed_by_server(sockets: list[socket.socket]) -> int:
