@@ -8,7 +8,7 @@ depth, and the route's checks are what OpenAPI documents). What each route needs
 
 | route | credential |
 |---|---|
-| POST /v1/experiments, DELETE /v1/experiments/{id}, POST .../tickets, GET .../voters, .../agents, .../suspects, DELETE .../agents/{agent} | the admin token |
+| POST /v1/experiments, DELETE /v1/experiments/{id}, POST .../tickets, GET .../voters, .../agents, .../suspects, DELETE .../agents/{agent}, POST and GET .../webhooks, DELETE .../webhooks/{webhook} | the admin token |
 | POST /v1/experiments/{id}/reset | the admin token, or a token of an agent of {id} |
 | POST /v1/experiments/{id}/votes, POST .../settled, POST .../report, POST .../reports | a token of an agent of {id} |
 | GET /v1/agents/me | an agent token |
@@ -53,6 +53,9 @@ ROUTES: list[tuple[str, re.Pattern[str], Need]] = [
     ("DELETE", re.compile(rf"/v1/experiments/{ID}/agents/[^/]+"), Need.ADMIN),
     ("POST", re.compile(rf"/v1/experiments/{ID}/tickets"), Need.ADMIN),
     ("GET", re.compile(rf"/v1/experiments/{ID}/(voters|agents|suspects)"), Need.ADMIN),
+    ("POST", re.compile(rf"/v1/experiments/{ID}/webhooks"), Need.ADMIN),
+    ("GET", re.compile(rf"/v1/experiments/{ID}/webhooks"), Need.ADMIN),
+    ("DELETE", re.compile(rf"/v1/experiments/{ID}/webhooks/[^/]+"), Need.ADMIN),
     ("POST", re.compile(rf"/v1/experiments/{ID}/reset"), Need.ADMIN_OR_AGENT),
     ("POST", re.compile(rf"/v1/experiments/{ID}/votes"), Need.AGENT),
     ("POST", re.compile(rf"/v1/experiments/{ID}/settled"), Need.AGENT),
