@@ -135,6 +135,11 @@ USERS: dict[str, RedisUser] = {
             "hget",
             "hgetall",
             "hincrby",
+            # the webhooks' scripts (coordinator/webhooks/records.py), besides those above
+            "hdel",
+            "hkeys",
+            "hlen",
+            "hsetnx",
             "hmget",
             "hset",
             "incr",
