@@ -33,6 +33,7 @@ class WebhookCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     url: str = Field(
         max_length=2048,
+        pattern=r"^https?://\S+$",
         description="http(s) URL the decisions and resets are POSTed to; its host must be "
         "allowed by DEXP_WEBHOOK_HOSTS (private addresses are refused unless listed)",
         examples=["https://hooks.example.com/dexp"],
@@ -76,6 +77,12 @@ class WebhookList(BaseModel):
     webhooks: list[WebhookListed]
 
 
+class TooMany(Invalid):
+    """Beyond DEXP_MAX_WEBHOOKS: 409, as a conflict with the webhooks the experiment has."""
+
+    status = 409
+
+
 def records_of(request: Request) -> WebhookRecords:
     records: WebhookRecords = request.app.state.webhook_records
     return records
@@ -103,7 +110,14 @@ def delivery_of(delivery_id: str, raw: dict[str, Any]) -> Delivery:
     response_model=WebhookCreated,
     dependencies=[AdminDep],
     responses=problems(
-        401, 404, 409, 422, s409="the experiment has DEXP_MAX_WEBHOOKS webhooks already"
+        401,
+        404,
+        409,
+        422,
+        s409="the experiment has DEXP_MAX_WEBHOOKS webhooks already",
+        s422="not an http(s) URL, or one with credentials or a fragment, or whose host does not "
+        "resolve or resolves to an address DEXP_WEBHOOK_HOSTS does not allow (loopback, "
+        "link-local, private and reserved addresses are refused unless listed)",
     ),
 )
 async def create_webhook(
@@ -137,10 +151,6 @@ async def create_webhook(
     return WebhookCreated(
         id=webhook.id, url=webhook.url, created_at=webhook.created_at, secret=webhook.secret
     )
-
-
-class TooMany(Invalid):
-    status = 409
 
 
 @router.get(

@@ -236,7 +236,7 @@ def test_private_targets_are_refused(hooks: httpx.Client, hooks_redis: str) -> N
     refused = [
         # with 127.0.0.1 listed, other private addresses are still refused
         (hooks, "http://192.168.0.1/", "192.168.0.1"),
-        (hooks, "ftp://example.com/", "scheme"),
+        (hooks, "ftp://example.com/", "body.url"),
         (hooks, "http://user:pw@example.com/", "credentials"),
     ]
     # a coordinator without DEXP_WEBHOOK_HOSTS, on the same Redis: loopback is refused, by
