@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 import httpx
+from prometheus_client import Counter
 from redis.exceptions import RedisError
 
 from common import redis_keys as keys
@@ -41,6 +42,11 @@ MAX_SENDING = 16  # attempts in flight at once in one process
 COALESCE_SECONDS = 0.05  # messages that arrive this soon after one are read together
 RETRY_MAX_SECONDS = 2.0  # back-off cap while Redis is unreachable
 CLOSE_SECONDS = 2.0  # at shutdown, the tasks have this long to end once cancelled
+ATTEMPTS = Counter(
+    "dexp_webhook_attempts_total",
+    "Webhook POSTs sent by this process, by outcome (delivered: a 2xx; error: anything else)",
+    ["outcome"],
+)
 # what changes when the public state may have: another value, another read
 FINGERPRINT = ("created_at", "version", "epoch", "event_id", "revision", "messages", "tied")
 
@@ -229,6 +235,7 @@ class Dispatcher:
                 if delivery is None:
                     return  # another coordinator's, or not due yet by Redis's clock
                 error, status = await self.post(hook, delivery_id, delivery)
+                ATTEMPTS.labels(outcome="delivered" if error is None else "error").inc()
                 await self.records.finish(
                     exp,
                     delivery_id,

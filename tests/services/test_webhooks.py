@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -210,6 +211,9 @@ def test_a_failing_receiver_is_retried_with_back_off(hooks: httpx.Client) -> Non
         # back-off 0.05 s then 0.1 s (doubling): the second wait is the longer one, at least 0.1 s
         assert times[1] - times[0] >= 0.05 and times[2] - times[1] >= 0.1
         assert len({body for _, body, _ in requests}) == 1  # the same document each time
+        metrics = hooks.get("/metrics").text
+        errors = re.search(r'^dexp_webhook_attempts_total\{outcome="error"\} (\S+)', metrics, re.M)
+        assert errors is not None and float(errors.group(1)) >= 2
 
 
 def test_two_coordinators_on_one_redis_deliver_once(hooks: httpx.Client, hooks_redis: str) -> None:
