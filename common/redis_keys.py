@@ -199,6 +199,9 @@ def load_generator(exp: str) -> str:
 # Set of the experiment ids that have webhooks: what the coordinators' webhook dispatchers watch
 # (coordinator/webhooks/dispatcher.py); outside every experiment's slot, never read by a script.
 WEBHOOK_INDEX = f"{PREFIX}:webhook-index"
+# Pub/sub channel: an experiment id, published when it gets (or loses) a webhook, so that every
+# dispatcher watches it at once; a dispatcher reads WEBHOOK_INDEX only when it (re)connects.
+WEBHOOK_CHANNEL = f"{PREFIX}:webhooks"
 
 
 def webhooks(exp: str) -> str:

@@ -87,7 +87,8 @@ class Dispatcher:
             limits=httpx.Limits(max_keepalive_connections=0),  # one TLS name per connection
         )
         self.pubsub: Any = None
-        self.channels: set[str] = set()
+        self.channels: set[str] = set()  # the changes channels subscribed to
+        self.watched: set[str] = set()  # the experiments with webhooks, as far as this one knows
         self.seen: dict[str, list[Any] | None] = {}
         self.sending: set[tuple[str, str]] = set()
         self.tasks: set[asyncio.Task[None]] = set()
@@ -114,9 +115,15 @@ class Dispatcher:
 
     # -- the loop -----------------------------------------------------------------------------
     async def run(self) -> None:
+        """Subscribe (the webhooks' channel, and the changes channel of each watched experiment),
+        read the index once per connection, then sweep the watched experiments every poll and
+        read one at once when its channel speaks. With no webhook anywhere it sends Redis
+        nothing but the pub/sub connection's health checks."""
         backoff = 0.05
         while not self.closed:
             try:
+                if self.pubsub is None:
+                    await self.connect()
                 await self.sweep()
                 await self.listen(self.poll)
                 backoff = 0.05
@@ -128,21 +135,21 @@ class Dispatcher:
                 await asyncio.sleep(backoff)
                 backoff = min(2 * backoff, RETRY_MAX_SECONDS)
 
+    async def connect(self) -> None:
+        """The pub/sub connection, then the index: an experiment that gets a webhook from now on
+        is announced on the channel, and the ones before are in the index."""
+        if self.listener is not None:
+            self.pubsub = self.listener.pubsub()
+            await self.pubsub.subscribe(keys.WEBHOOK_CHANNEL)
+            self.channels = set()
+        self.watched |= set(await self.records.watched())
+
     async def sweep(self) -> None:
-        watched = await self.records.watched()
-        await self.subscribe({keys.changes(e) for e in watched})
-        for exp in list(self.seen):
-            if exp not in watched:
-                del self.seen[exp]
-        for exp in watched:
+        await self.subscribe({keys.changes(e) for e in self.watched})
+        for exp in sorted(self.watched):
             await self.scan(exp, force=False)
 
     async def subscribe(self, channels: set[str]) -> None:
-        if self.listener is None:
-            return
-        if self.pubsub is None and channels:
-            self.pubsub = self.listener.pubsub()
-            self.channels = set()
         if self.pubsub is None:
             return
         if added := channels - self.channels:
@@ -152,11 +159,12 @@ class Dispatcher:
         self.channels = set(channels)
 
     async def listen(self, seconds: float) -> None:
-        """Wait `seconds`, reading at once the experiments whose changes channel speaks."""
+        """Wait `seconds`, reading at once the experiments whose changes channel speaks, and
+        watching those the webhooks' channel names."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         while (left := deadline - loop.time()) > 0 and not self.closed:
-            if self.pubsub is None or not self.channels:
+            if self.pubsub is None:
                 await asyncio.sleep(left)
                 return
             changed: set[str] = set()
@@ -165,11 +173,18 @@ class Dispatcher:
             while message is not None:
                 if message.get("type") == "message":
                     channel = text(message["channel"])
-                    changed.add(channel.removeprefix(f"{keys.PREFIX}:{{").split("}", 1)[0])
+                    if channel == keys.WEBHOOK_CHANNEL:
+                        exp = text(message["data"])
+                        self.watched.add(exp)
+                    else:
+                        exp = channel.removeprefix(f"{keys.PREFIX}:{{").split("}", 1)[0]
+                    changed.add(exp)
                 if loop.time() >= until:
                     break
                 message = await self.pubsub.get_message(timeout=until - loop.time())
-            for exp in sorted(changed):
+            if changed:
+                await self.subscribe({keys.changes(e) for e in self.watched})
+            for exp in sorted(changed & self.watched):
                 await self.scan(exp, force=True)
 
     async def _reset_pubsub(self) -> None:
@@ -185,6 +200,7 @@ class Dispatcher:
         hooks = await self.records.webhooks(exp)
         if not hooks:
             await self.records.unwatch_if_empty(exp)
+            self.unwatch(exp)
             return
         fingerprint = await self.store.redis.hmget(keys.meta(exp), list(FINGERPRINT))
         created_at = fingerprint[0]
@@ -192,7 +208,7 @@ class Dispatcher:
             h.experiment_created_at != int(created_at) for h in hooks.values()
         ):
             await self.records.forget(exp)  # deleted, or another experiment under its id
-            self.seen.pop(exp, None)
+            self.unwatch(exp)
             return
         if force or self.seen.get(exp) != fingerprint:
             try:
@@ -214,6 +230,10 @@ class Dispatcher:
                     if await self.records.enqueue(exp, hook.id, event, record):
                         log.info("webhooks: %s of %s enqueued for %s", kind, exp, hook.id)
         await self.dispatch(exp, hooks)
+
+    def unwatch(self, exp: str) -> None:
+        self.watched.discard(exp)
+        self.seen.pop(exp, None)
 
     async def dispatch(self, exp: str, hooks: dict[str, Webhook]) -> None:
         now = time.time() * 1000

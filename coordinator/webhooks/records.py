@@ -169,6 +169,7 @@ class WebhookRecords:
         )
         if int(code) == 1:
             await self.redis.sadd(keys.WEBHOOK_INDEX, exp)
+            await self.redis.publish(keys.WEBHOOK_CHANNEL, exp)  # every dispatcher watches it now
         return int(code)
 
     async def webhooks(self, exp: str) -> dict[str, Webhook]:
