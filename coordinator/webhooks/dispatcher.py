@@ -1,8 +1,9 @@
 """The webhook dispatcher: one background task per coordinator (started in app.py's lifespan).
 
-It watches the experiments that have webhooks (common.redis_keys.WEBHOOK_INDEX): it subscribes to
-their changes channels (the channel of the event streams, coordinator/events.py), and sweeps them
-every DEXP_WEBHOOK_POLL_SECONDS besides (a message lost while Redis reconnected, a retry that came
+It watches the experiments that have webhooks (common.redis_keys.WEBHOOK_INDEX, read when it
+connects; WEBHOOK_CHANNEL announces the new ones): it subscribes to their changes channels (the
+channel of the event streams, coordinator/events.py), and sweeps them every
+DEXP_WEBHOOK_POLL_SECONDS besides (a message lost while Redis reconnected, a retry that came
 due, a delivery a stopped coordinator left). On a change it reads the experiment as anyone would
 (store.get_with_status: the published state and its kept result) and, for each webhook, enqueues
 the events that happened since the webhook was created: a decision (identified or tied: the kept
