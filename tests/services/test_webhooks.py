@@ -297,3 +297,27 @@ def test_a_hung_receiver_does_not_delay_votes(hooks: httpx.Client) -> None:
             lambda: [d["status"] for d in deliveries(hooks, "slow")] == ["delivered"] * 2,
             "both delivered once the receiver answers",
         )
+
+
+def test_a_pending_retry_outlives_its_coordinator(hooks: httpx.Client, hooks_redis: str) -> None:
+    """The coordinator that failed the first attempt stops before its retry is due; the retry,
+    in Redis, is sent by the coordinator that runs."""
+    slow = coordinator_settings(
+        hooks_redis, webhook_hosts="127.0.0.1", **{**FAST, "webhook_backoff_seconds": 1.0}
+    )
+    with receiver([500]) as target:
+        with (
+            coordinator(slow) as first,
+            httpx.Client(base_url=first.url, timeout=10.0, trust_env=False) as http,
+        ):
+            create_experiment(http, id="restart", arms=ARMS, delta=0.2, eta=0.5)
+            agents = enroll_agents(http, "restart", 3)
+            add_webhook(http, "restart", target.url)
+            identify(http, "restart", agents)
+            target.wait(1)
+            until(lambda: deliveries(http, "restart")[0]["last_status"] == 500, "the 500 kept")
+        (delivery,) = until(
+            lambda: [d for d in deliveries(hooks, "restart") if d["status"] == "delivered"],
+            "the retry delivered by the other coordinator",
+        )
+        assert delivery["attempts"] == 2 and len(target.wait(2)) == 2
