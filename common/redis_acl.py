@@ -136,6 +136,8 @@ USERS: dict[str, RedisUser] = {
             "hget",
             "hgetall",
             "hincrby",
+            "hkeys",  # the webhooks' scripts (coordinator/webhooks/records.py)
+            "hlen",  # the same
             "hmget",
             "hset",
             "hsetnx",  # when an agent first settled (lua/publish.lua)

@@ -202,6 +202,26 @@ def load_generator(exp: str) -> str:
     return f"{PREFIX}:{{{exp}}}:load-generator"
 
 
+# Set of the experiment ids that have webhooks: what the coordinators' webhook dispatchers watch
+# (coordinator/webhooks/dispatcher.py); outside every experiment's slot, never read by a script.
+WEBHOOK_INDEX = f"{PREFIX}:webhook-index"
+# Pub/sub channel: an experiment id, published when it gets (or loses) a webhook, so that every
+# dispatcher watches it at once; a dispatcher reads WEBHOOK_INDEX only when it (re)connects.
+WEBHOOK_CHANNEL = f"{PREFIX}:webhooks"
+
+
+def webhooks(exp: str) -> str:
+    """Hash: webhook id -> JSON (url, secret, created_at, and the state it was created in), the
+    experiment's webhooks (coordinator/webhooks/records.py). The secret is kept: it signs."""
+    return f"{PREFIX}:{{{exp}}}:webhooks"
+
+
+def webhook_deliveries(exp: str) -> str:
+    """Hash: '<webhook id>:<event>' -> JSON delivery (body, status, attempts, next attempt, lease),
+    one per webhook and event (a decision, a reset), created once whichever coordinator saw it."""
+    return f"{PREFIX}:{{{exp}}}:webhook-deliveries"
+
+
 ACTIVATION_GROUP = "agents"
 
 

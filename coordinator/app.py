@@ -18,7 +18,7 @@ from starlette.routing import Match
 
 from common.algorithms import AlgorithmConfig
 from coordinator import dashboard, sdk
-from coordinator.api import agents, events, experiments, health, keys, tickets
+from coordinator.api import agents, events, experiments, health, keys, tickets, webhooks
 from coordinator.api.deps import problems
 from coordinator.api.models import ExperimentCreate
 from coordinator.caching import RevisionCache
@@ -29,6 +29,8 @@ from coordinator.metrics import StoreFigures, instrument
 from coordinator.redis_client import RedisCluster, client, connect
 from coordinator.settings import Settings, get_settings
 from coordinator.store import ExperimentStore, Limits
+from coordinator.webhooks.dispatcher import WEBHOOKS_CLIENT, Dispatcher
+from coordinator.webhooks.records import WebhookRecords
 
 log = logging.getLogger("dexp.coordinator")
 
@@ -92,7 +94,7 @@ def allowed_methods(request: Request) -> str:
 def lifespan_of(settings: Settings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """What a process opens at start and closes at stop: its Redis client, the store and its
     figures, the revision cache (304s without a round trip), the event streams' hub on a pub/sub
-    client of its own, and the default experiment."""
+    client of its own, the webhook dispatcher on another, and the default experiment."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -125,10 +127,24 @@ def lifespan_of(settings: Settings) -> Callable[[FastAPI], AbstractAsyncContextM
             settings.max_subscribers,
             settings.max_subscribers_per_client,
         )
+        # webhooks: a pub/sub client of their own, and the dispatcher's task (coordinator/webhooks/)
+        app.state.webhook_records = WebhookRecords(app.state.redis)
+        hooks_listener = client(
+            settings.redis_url,
+            settings.redis_cluster,
+            name=WEBHOOKS_CLIENT,
+            timeout=settings.redis_timeout_seconds,
+        )
+        if isinstance(hooks_listener, RedisCluster):
+            await hooks_listener.initialize()
+        app.state.webhooks = Dispatcher(app.state.store, hooks_listener, settings)
         await ensure_default_experiment(app.state.store, settings)
+        app.state.webhooks.start()
         try:
             yield
         finally:
+            await app.state.webhooks.close()
+            await hooks_listener.aclose()
             await app.state.hub.close()
             await app.state.revisions.close()
             await listener.aclose()
@@ -197,6 +213,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.include_router(experiments.router)
     app.include_router(agents.router)
+    app.include_router(webhooks.router)  # .../webhooks: the decisions POSTed to the admin's URLs
     app.include_router(tickets.router)  # POST /v1/experiments/{id}/tickets/unused: public advice
     app.include_router(events.router)  # GET /v1/experiments/{id}/events: the SSE stream
     app.include_router(keys.router)  # /v1/keys and /v1/audit: named keys with roles, the log

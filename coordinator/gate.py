@@ -9,7 +9,7 @@ depth, and the route's checks are what OpenAPI documents). What each route needs
 | route | credential |
 |---|---|
 | GET /v1/experiments/{id}/voters, .../agents, .../suspects | a viewer key or above |
-| POST /v1/experiments, DELETE /v1/experiments/{id}, POST .../tickets, DELETE .../agents/{agent} | an operator key or above |
+| POST /v1/experiments, DELETE /v1/experiments/{id}, POST .../tickets, DELETE .../agents/{agent}, POST and GET .../webhooks, DELETE .../webhooks/{webhook} | an operator key or above |
 | POST /v1/keys, GET /v1/keys, DELETE /v1/keys/{name}, GET /v1/audit | an admin key |
 | POST /v1/experiments/{id}/reset | an operator key or above, or a token of an agent of {id} |
 | POST /v1/experiments/{id}/votes, POST .../settled, POST .../report, POST .../reports | a token of an agent of {id} |
@@ -93,7 +93,9 @@ ROUTES: list[tuple[str, re.Pattern[str], Need]] = [
     ("GET", re.compile(r"/v1/keys"), Need.ADMIN),
     ("DELETE", re.compile(r"/v1/keys/[^/]+"), Need.ADMIN),
     ("GET", re.compile(r"/v1/audit"), Need.ADMIN),
-    # an experiment's change that is not an agent's (webhooks, when they come): Need.OPERATOR
+    ("POST", re.compile(rf"/v1/experiments/{ID}/webhooks"), Need.OPERATOR),
+    ("GET", re.compile(rf"/v1/experiments/{ID}/webhooks"), Need.OPERATOR),
+    ("DELETE", re.compile(rf"/v1/experiments/{ID}/webhooks/[^/]+"), Need.OPERATOR),
     ("POST", re.compile(rf"/v1/experiments/{ID}/reset"), Need.OPERATOR_OR_AGENT),
     ("POST", re.compile(rf"/v1/experiments/{ID}/votes"), Need.AGENT),
     ("POST", re.compile(rf"/v1/experiments/{ID}/settled"), Need.AGENT),

@@ -24,6 +24,7 @@ from common.redis_acl import USERS
 from coordinator.cors import parse_origins
 from coordinator.sdk import check_dir
 from coordinator.throttle import failure_limit
+from coordinator.webhooks.targets import AllowedHosts
 
 # The development placeholders (also docker-compose.yml's defaults): refused in production.
 DEV_ADMIN_TOKEN = "dev-admin-token"
@@ -179,6 +180,24 @@ class Settings(SecretFileSettings):
     @classmethod
     def _sdk_dir(cls, value: str) -> str:
         check_dir(value)
+        return value
+
+    # Webhooks (coordinator/webhooks/, docs/WEBHOOKS.md). Targets: comma-separated host names and
+    # networks; empty: any host whose addresses are all public. Loopback, link-local, private and
+    # reserved addresses are refused unless a listed network holds them.
+    webhook_hosts: str = ""
+    max_webhooks: int = Field(5, ge=1, le=100)  # webhooks per experiment
+    webhook_timeout_seconds: float = Field(5.0, gt=0, le=60)  # one attempt, all included
+    # the wait before the first retry; each next one doubles it (capped at an hour)
+    webhook_backoff_seconds: float = Field(10.0, gt=0, le=3_600)
+    webhook_max_attempts: int = Field(8, ge=1, le=100)  # then the delivery is failed
+    # how often a coordinator sweeps the experiments with webhooks (besides their change messages)
+    webhook_poll_seconds: float = Field(1.0, gt=0, le=60)
+
+    @field_validator("webhook_hosts")
+    @classmethod
+    def _webhook_hosts(cls, value: str) -> str:
+        AllowedHosts.parse(value)  # a typo must fail at start, not refuse every webhook later
         return value
 
     @model_validator(mode="after")

@@ -15,7 +15,11 @@ PATH = re.compile(
     r"(?<![\w/.-])((?:docs|deploy|scripts|examples|tests|benchmarks|sdk/js)/[\w./-]*\w)"
 )
 URL = re.compile(r"https?://([^/\s`)>\"',]+)")
-LOCAL_HOSTS = re.compile(r"^(localhost|127\.0\.0\.1|\[::1\]|[\w-]+)(:\d+)?$|\.example$|^example\.")
+# loopback, a bare service name, and the names reserved for examples (RFC 2606: example, example.com)
+LOCAL_HOSTS = re.compile(
+    r"^(localhost|127\.0\.0\.1|\[::1\]|[\w-]+)(:\d+)?$|\.example$|^example\.|"
+    r"(^|\.)example\.(com|org|net)(:\d+)?$"
+)
 
 
 def test_the_readme_is_one_newcomers_page() -> None:

@@ -415,5 +415,7 @@ def experiment_keys(exp: str, n_arms: int) -> list[str]:
         keys.report_counts(exp),
         keys.report_ones(exp),
         keys.report_seq(exp),
+        keys.webhooks(exp),  # the secrets go with the experiment
+        keys.webhook_deliveries(exp),
         *[keys.voters(exp, arm) for arm in range(n_arms)],
     ]

@@ -76,6 +76,8 @@ SEMANTIC = {
     "POST /v1/experiments/{experiment}/report": "an arm index beyond the experiment's arms",
     "POST /v1/experiments/{experiment}/reports": "an arm index beyond the experiment's arms",
     "POST /v1/experiments/{experiment}/reset": "an agent's reset that names no epoch",
+    "POST /v1/experiments/{experiment}/webhooks": "a URL whose host does not resolve or is not "
+    "allowed (DEXP_WEBHOOK_HOSTS, private addresses), or with credentials or a fragment",
 }
 # Pydantic's errors for what a schema states: a 422 of one of them for valid data is a schema that
 # does not describe the server.
