@@ -66,7 +66,9 @@ def stack(
     request: pytest.FixtureRequest, launcher: ProductionLauncher
 ) -> Iterator[tuple[dict[str, str], str]]:
     port = _free_port()
-    env = {**os.environ, "DEXP_PORT": str(port)}
+    # the simulated agents join the demo and, as docs/OPERATIONS.md's walk-through starts them,
+    # the experiment `checkout` the operator creates later (they join the demo only by default)
+    env = {**os.environ, "DEXP_PORT": str(port), "DEXP_AGENT_EXPERIMENTS": "demo,checkout"}
     compose = ["docker", "compose", "-p", PROJECT]
 
     def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -171,8 +173,9 @@ def test_an_operator_runs_a_second_experiment_from_the_operations_guide(
     stack: tuple[dict[str, str], str],
 ) -> None:
     """docs/OPERATIONS.md's walk-through ("Watch and drive it"): the dashboard is served, an
-    experiment created with the CLI in the coordinator's container gets the running agents, its own load generator plays it, and
-    `dexp watch` follows it to the answer."""
+    experiment created with the CLI in the coordinator's container gets the running agents (the
+    stack runs with DEXP_AGENT_EXPERIMENTS=demo,checkout, as the guide starts it), its own load
+    generator plays it, and `dexp watch` follows it to the answer."""
     env, url = stack
     page = httpx.get(f"{url}/dashboard", timeout=10)
     assert page.status_code == 200 and "dashboard" in page.text.lower()

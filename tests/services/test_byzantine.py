@@ -109,7 +109,7 @@ def test_suspects_while_exploring_are_the_voters_against_the_leading_arm(
     assert body["suspects"] == [{"agent_id": c.agent_id, "votes": 2, "voted_against": [1, 2]}]
 
 
-@pytest.mark.parametrize("tolerance", [-1, 1.0, True, "1", None])
+@pytest.mark.parametrize("tolerance", [-1, 1.5, True, "1", None])
 def test_tolerance_must_be_a_non_negative_integer(client: httpx.Client, tolerance: object) -> None:
     response = client.post(
         "/v1/experiments",
