@@ -391,7 +391,9 @@ def test_watch_timeout_and_ctrl_c(url: str, monkeypatch: pytest.MonkeyPatch) -> 
     assert "still exploring after 0.2 s" in one_line(timed_out, 1, "dexp watch: slow ")
     assert timed_out.stdout.count("\n") == 1  # nothing changed: one line
 
-    # A real SIGINT, through Python's own handler, at the second read of the experiment.
+    # A real SIGINT, through Python's own handler, at the second read of the experiment (the
+    # handler set here: another test in this worker may have left its own)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     reads = []
 
     def read_then_interrupt(coordinator: Any, experiment: str) -> dict[str, Any]:
@@ -401,7 +403,10 @@ def test_watch_timeout_and_ctrl_c(url: str, monkeypatch: pytest.MonkeyPatch) -> 
         return manage.fetch_experiment(coordinator, experiment)
 
     monkeypatch.setattr(watch_module, "fetch_experiment", read_then_interrupt)
-    interrupted = dexp(url, "watch", "slow", "--interval", "0.05")
+    try:
+        interrupted = dexp(url, "watch", "slow", "--interval", "0.05")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert (interrupted.exit_code, interrupted.stderr) == (130, "")
     assert "slow exploring" in interrupted.stdout and interrupted.stdout.count("\n") == 1
 

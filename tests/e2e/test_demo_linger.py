@@ -42,6 +42,9 @@ def test_the_dashboard_answers_while_the_demo_lingers_and_ctrl_c_ends_it() -> No
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as a terminal delivers it, whatever this test process does with SIGINT: a child
+        # inherits an ignored SIGINT, and Python then keeps ignoring it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as demo:
         try:
             assert demo.stdout is not None and demo.stderr is not None
