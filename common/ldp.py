@@ -14,18 +14,21 @@ B reports is (B eps)-locally private with respect to its whole reward history.
 
 The statistics (`decide`, run by the coordinator on the counts): for each arm, n reports and s
 ones. The honest reports on an arm are i.i.d. Bernoulli(m) with m = q + (p - q) mu, whatever the
-allocation and whichever device sends them, so an anytime confidence sequence on m (Howard et
-al.'s stitched boundary, each side of each arm at delta / (2K)) holds for every arm at all times
-with probability >= 1 - delta. f Byzantine devices send at most f B reports in all: the interval
-is taken over every way of removing up to f B of an arm's reports. Mapped to the reward scale,
-mu = (m - q) / (p - q), these are the estimates' intervals, and on their event:
-- an arm whose upper end is below another arm's lower end is not the best: it is eliminated;
-- the leader whose lower end is within eps of every other remaining arm's upper end is
-  eps-optimal: the experiment is identified, with certified failure delta, for every N, every
-  instance and every order of activations (docs/LDP.md, section 2);
-- once the experiment holds as many devices as the coordinator admits and each has sent its B
-  reports (`exhausted`), no more can come: the experiment is tied, the best arm among the arms
-  still in the set on the same event.
+allocation and whichever device sends them, so a normal-mixture boundary (anytime, one side at a
+time: `mixture_boundary`) bounds each side of each arm's mean at all times. f Byzantine devices
+send at most f B reports in all: an interval is taken over every way of removing up to f B of an
+arm's reports. Mapped to the reward scale, mu = (m - q) / (p - q):
+- the decision's intervals, each side at delta / K: a wrong answer needs the best arm's upper
+  side or another arm's lower side to fail, K sides in all (docs/LDP.md, section 3). An arm whose
+  upper end is below another arm's lower end is not the best: it is eliminated. The leader (the
+  highest mean) whose lower end is within eps of every other remaining arm's upper end is
+  eps-optimal: the experiment is
+  identified, with certified failure delta, for every N, every instance and every order of
+  activations. Once the experiment holds as many devices as the coordinator admits and each has
+  sent its B reports (`exhausted`), no more can come: the experiment is tied, the best arm among
+  the arms still in the set on the same event;
+- the estimates' intervals, each side at delta / (2K), hold together, both sides of every arm,
+  with probability >= 1 - delta: what a team reads, and the lift between two arms.
 The allocation is LUCB's pair (the leader and the arm with the highest upper end), mixed with a
 uniform share over the remaining arms so that a stale allocation (a device reads it between
 publications) still samples every candidate.
@@ -36,12 +39,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from common.errors import ParameterError
-from common.subroutines.bounds import stitched_radius
+from common.subroutines.bounds import mixture_boundary, mixture_rho
 
 DEFAULT_DP_EPSILON = 1.0
 DEFAULT_REPORTS_PER_AGENT = 1
+DEFAULT_EPSILON = 0.25  # the accuracy the estimates' boundaries are tuned for, when none is given
+# The boundaries are made narrowest where an arm's radius (reward scale) is this times eps: about
+# where an experiment decides (measured: 1 to 4 stop within a few per cent of each other on
+# Problems 1 and 2 and gauss-8), and early enough that a wrong answer can spend its whole share of
+# delta before the right one is certain (common/ldp_stress.py).
+TUNING_WIDTH = 2.0
 EXPLORATION = 0.1  # the allocation's uniform share over the remaining arms
 MAX_DP_EPSILON = 10.0  # beyond this a report is practically its reward: no privacy to speak of
 
@@ -139,19 +149,55 @@ class Decision:
     lift: tuple[Lift, ...]
 
 
+def tuning_variance(epsilon: float, mechanism: Mechanism, n_arms: int, delta: float) -> float:
+    """The variance (reports / 4) at which the boundaries are narrowest: where an arm's radius at
+    Hoeffding's level log(K / delta) is TUNING_WIDTH x eps in the reward scale. It depends on the
+    experiment's parameters only, never on its reports, as the proof requires."""
+    radius = mechanism.scale * epsilon * TUNING_WIDTH
+    reports = math.log(n_arms / delta) / (2.0 * radius * radius)
+    return reports / 4.0
+
+
 def bit_interval(
-    ones: int, reports: int, n_arms: int, delta: float, corrupt: int
+    ones: int, reports: int, alpha: float, tuning: float, corrupt: int
 ) -> tuple[float, float]:
-    """The interval of an arm's report mean m, anytime, each side at delta / (2K), whatever up to
-    `corrupt` of its reports are: the worst case removes `corrupt` reports, ones for the lower end
-    and zeros for the upper (both ends move outwards as reports are removed)."""
+    """The interval of an arm's report mean m, anytime: each side fails with probability at most
+    `alpha` (`mixture_boundary`, reports are 1/2-sub-Gaussian, tuned at variance `tuning`),
+    whatever up to `corrupt` of its reports are. The worst case removes `corrupt` reports, ones
+    for the lower end and zeros for the upper (both ends move outwards as reports are removed)."""
     honest = reports - corrupt
     if honest < 1:
         return 0.0, 1.0
-    radius = stitched_radius(honest, n_arms, delta, None)
+    radius = _radius(honest, alpha, mixture_rho(tuning, alpha))
     low = max(ones - corrupt, 0) / honest - radius
     high = min(ones, honest) / honest + radius
     return max(low, 0.0), min(high, 1.0)
+
+
+@lru_cache(maxsize=65_536)
+def _radius(honest: int, alpha: float, rho: float) -> float:
+    return mixture_boundary(honest / 4.0, rho, alpha) / honest
+
+
+def _intervals(
+    reports: Sequence[int],
+    ones: Sequence[int],
+    mechanism: Mechanism,
+    alpha: float,
+    tuning: float,
+    corrupt: int,
+) -> list[tuple[float | None, float, float]]:
+    """(mean, low, high) per arm in the reward scale, each side at `alpha`."""
+    q, scale = 1.0 - mechanism.keep, mechanism.scale
+    out: list[tuple[float | None, float, float]] = []
+    for n, s in zip(reports, ones, strict=True):
+        lo, hi = bit_interval(s, n, alpha, tuning, corrupt)
+        mean = None if n == 0 else _unit(mechanism.to_reward_scale(s / n))
+        # Both ends clipped to [0, 1], where every mean lies: an interval of m entirely below q
+        # (or above p: possible off the good event, or with reports beyond `corrupt`) becomes
+        # [0, 0] (or [1, 1]) and never ends below its own lower end, which would remove every arm.
+        out.append((mean, _unit((lo - q) / scale), _unit((hi - q) / scale)))
+    return out
 
 
 def estimates(
@@ -160,20 +206,18 @@ def estimates(
     mechanism: Mechanism,
     delta: float,
     corrupt: int = 0,
+    epsilon: float = DEFAULT_EPSILON,
 ) -> tuple[Estimate, ...]:
     """Every arm's mean reward and interval; the intervals hold together, at all times, with
-    probability >= 1 - delta (with at most `corrupt` reports from Byzantine devices)."""
+    probability >= 1 - delta (each side of each arm at delta / (2K); with at most `corrupt`
+    reports from Byzantine devices)."""
     k = len(reports)
-    out = []
-    q, scale = 1.0 - mechanism.keep, mechanism.scale
-    for arm, (n, s) in enumerate(zip(reports, ones, strict=True)):
-        lo, hi = bit_interval(s, n, k, delta, corrupt)
-        mean = None if n == 0 else _unit(mechanism.to_reward_scale(s / n))
-        # Both ends clipped to [0, 1], where every mean lies: an interval of m entirely below q
-        # (or above p: possible off the good event, or with reports beyond `corrupt`) becomes
-        # [0, 0] (or [1, 1]) and never ends below its own lower end, which would remove every arm.
-        out.append(Estimate(arm, n, mean, _unit((lo - q) / scale), _unit((hi - q) / scale)))
-    return tuple(out)
+    tuning = tuning_variance(epsilon, mechanism, k, delta)
+    rows = _intervals(reports, ones, mechanism, delta / (2 * k), tuning, corrupt)
+    return tuple(
+        Estimate(arm, n, mean, lo, hi)
+        for arm, (n, (mean, lo, hi)) in enumerate(zip(reports, rows, strict=True))
+    )
 
 
 def _unit(x: float) -> float:
@@ -199,19 +243,24 @@ def decide(
     the arms that leave, whether the leader is identified, the allocation and the lift.
     `remaining` are the arms still in the set; `corrupt` = f B, what Byzantine devices can send."""
     mechanism = Mechanism(dp_epsilon)
-    est = estimates(reports, ones, mechanism, delta, corrupt)
-    alive = [est[a] for a in sorted(remaining)]
-    if not alive:
+    est = estimates(reports, ones, mechanism, delta, corrupt, epsilon)
+    k = len(reports)
+    tuning = tuning_variance(epsilon, mechanism, k, delta)
+    # The decision's intervals: each side at delta / K (the proof needs one side per arm)
+    sides = _intervals(reports, ones, mechanism, delta / k, tuning, corrupt)
+    low = {a: sides[a][1] for a in remaining}
+    high = {a: sides[a][2] for a in remaining}
+    if not low:
         raise ParameterError("remaining", list(remaining), "at least one arm must remain")
-    best_low = max(e.low for e in alive)
-    out = tuple(e.index for e in alive if e.high < best_low)
-    alive = [e for e in alive if e.high >= best_low]
+    best_low = max(low.values())
+    out = tuple(a for a in sorted(remaining) if high[a] < best_low)
+    alive = [est[a] for a in sorted(remaining) if high[a] >= best_low]
     leader = _leader(alive)
     rivals = [e for e in alive if e.index != leader.index]
-    identified = all(leader.low >= e.high - epsilon for e in rivals)
+    identified = all(low[leader.index] >= high[e.index] - epsilon for e in rivals)
     allocation = [0.0] * len(est)
     if rivals:
-        challenger = max(rivals, key=lambda e: (e.high, -e.reports, -e.index))
+        challenger = max(rivals, key=lambda e: (high[e.index], -e.reports, -e.index))
         for e in alive:
             allocation[e.index] += EXPLORATION / len(alive)
         allocation[leader.index] += (1.0 - EXPLORATION) / 2.0

@@ -1,17 +1,18 @@
 """How close the LDP mode's failures come to delta, its certificate (docs/LDP.md, section 3).
 
-    PYTHONPATH=$PWD python scripts/ldp_stress.py            # about a minute on 2 cores
+    PYTHONPATH=$PWD python scripts/ldp_stress.py            # a few minutes on 2 cores
     PYTHONPATH=$PWD python scripts/ldp_stress.py --trials 2000 --delta 0.2
 
-Each configuration is hard in its own way: two arms a little more than eps apart (the answer is
-decided at the edge of the intervals), the same with f liars at the tolerance (corrupt = f B), and
-Problem 1. For each, the rate of wrong answers and the rate of runs whose final intervals miss a
-mean, with 95 % Clopper-Pearson intervals, beside delta.
-
-Then the event the proof bounds (E: every arm's interval holds at every time), measured alone:
-how often one arm's interval (`common.ldp.bit_interval`, two arms, honest reports of mean 1/2,
-the variance's worst case) leaves its mean at some report up to the horizon, beside the 2 x
-delta / (2K) the union gives it. This is where the certificate's slack lies.
+1. The order that spends the bound (common/ldp_stress.py): two arms, the best known first to the
+   last digit, then the other, eps + 0.0005 below, alone, a decision after each report. A wrong
+   answer needs one side of one arm: the union gives it delta / 2. Its rate of wrong answers, with
+   a 95 % Clopper-Pearson interval, beside delta / 2 and delta.
+2. The protocol's own order (the coordinator's allocation), in configurations hard in their own
+   way: two arms a little more than eps apart, the same with f liars at the tolerance (corrupt =
+   f B), and Problem 1: the rate of wrong answers and of runs whose final estimates miss a mean.
+3. The estimates' event (every arm's interval holds at every time): how often one arm's interval
+   (two arms, each side at delta / 4, honest reports of mean 1/2, the variance's worst case)
+   leaves its mean at some report up to the horizon, beside the delta / 2 the union gives it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import numpy as np
 from common.activation import Activation
 from common.algorithms import AlgorithmConfig
 from common.environments import Environment, problem
-from common.ldp import bit_interval
+from common.ldp import Mechanism, bit_interval, tuning_variance
+from common.ldp_stress import Stress
+from common.ldp_stress import run as stress_run
 from common.simulation import SimulationConfig, TrialResult, run_trials
 from common.stats import clopper_pearson
 
@@ -35,17 +38,19 @@ def misses(result: TrialResult, means: tuple[float, ...]) -> bool:
 
 
 def crossings(horizon: int, trials: int, delta: float, seed: int) -> int:
-    """In how many of `trials` sequences of `horizon` fair bits one arm's interval (of two arms,
-    at `delta`, no corrupt report) leaves 1/2 at some report."""
+    """In how many of `trials` sequences of `horizon` fair bits one arm's estimate interval (of
+    two arms, each side at delta / 4, tuned for eps 0.1 at dp_epsilon 1, no corrupt report)
+    leaves 1/2 at some report."""
     n = np.arange(1, horizon + 1)
+    tuning = tuning_variance(0.1, Mechanism(1.0), 2, delta)
     # the interval is the mean plus or minus this radius (bit_interval's upper end at 0 ones; a
     # radius clipped at 1 covers every mean, as the unclipped one does)
-    radius = np.array([bit_interval(0, int(i), 2, delta, 0)[1] for i in n])
+    radius = np.array([bit_interval(0, int(i), delta / 4, tuning, 0)[1] for i in n])
     rng = np.random.default_rng(seed)
     missed = 0
     for _ in range(trials):
         deviation = np.cumsum(rng.random(horizon) < 0.5) / n - 0.5
-        missed += bool((np.abs(deviation) > radius).any())
+        missed += bool((np.abs(deviation) >= radius).any())
     return missed
 
 
@@ -57,7 +62,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--horizon", type=int, default=100_000, help="reports per arm, for E")
     parser.add_argument("--event-trials", type=int, default=4000)
+    parser.add_argument("--order-trials", type=int, default=4000)
     args = parser.parse_args()
+    order = Stress(delta=args.delta)
+    result = stress_run(order, args.order_trials, args.seed)
+    low, high = clopper_pearson(result.wrong, result.runs)
+    print(
+        f"the adversarial order: arms {order.best:g} and {order.best - order.gap:g}, eps "
+        f"{order.epsilon:g}, dp_epsilon {order.dp_epsilon:g}, delta {order.delta:g}, arm 0 known "
+        f"from {order.known:,} reports, then arm 1 alone, {result.runs} runs, seed {args.seed}: "
+        f"wrong {result.wrong / result.runs:.4f} [{low:.4f}, {high:.4f}] "
+        f"(delta / 2 = {order.delta / 2:g}, delta = {order.delta:g}); "
+        f"{result.stopped} stopped, at {result.median_stop:,.0f} reports of arm 1 (median)"
+    )
     eps = 0.1
     algo = AlgorithmConfig("ldp", epsilon=eps, delta=args.delta, dp_epsilon=1.0)
     close = Environment((0.6, 0.6 - eps - 0.005))

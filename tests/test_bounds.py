@@ -169,6 +169,56 @@ def test_stitched_radius_formula() -> None:
     assert bounds.stitched_radius(n, k, conf, 3.0) == pytest.approx(5.1 * math.sqrt(inner / n))
 
 
+# -- (c) the normal-mixture boundary (LDP): one side, every n at once, near alpha ----------------
+def mixture_crossings(alpha: float, horizon: int, paths: int, scale: float = 1.0) -> int:
+    """Paths of `horizon` Bernoulli(1/2) rewards (1/2-sub-Gaussian, with that variance: the
+    worst case) whose sum ever reaches scale x the boundary above its mean, tuned at n = 400."""
+    rng = np.random.default_rng(20_261_127)
+    rho = bounds.mixture_rho(100.0, alpha)
+    n = np.arange(1, horizon + 1)
+    edge = scale * np.array([bounds.mixture_boundary(i / 4.0, rho, alpha) for i in n])
+    crossed = 0
+    for _ in range(paths // 500):
+        sums = np.cumsum(rng.random((500, horizon)) < 0.5, axis=1) - n / 2.0
+        crossed += int((sums >= edge).any(axis=1).sum())
+    return crossed
+
+
+def test_mixture_boundary_is_crossed_by_at_most_alpha_and_nearly_alpha() -> None:
+    """Ville's inequality bounds the crossings by alpha; the mixture loses almost nothing to it
+    (docs/LDP.md): over 20,000 reports, more than half of alpha cross. A boundary 10 % lower
+    is crossed by more than alpha."""
+    alpha, horizon, paths = 0.1, 20_000, 2_000
+    crossed = mixture_crossings(alpha, horizon, paths)
+    assert compatible(crossed, paths, alpha), f"{crossed}/{paths} paths crossed"
+    assert crossed >= stats.binom.ppf(1e-6, paths, alpha / 2), f"{crossed}/{paths}"
+    lower = mixture_crossings(alpha, horizon, paths, scale=0.9)
+    assert not compatible(lower, paths, alpha), f"{lower}/{paths} paths crossed 0.9 x"
+
+
+def _log_mixture(s: float, width: float, rho: float) -> float:
+    """log M(S) of the half-normal mixture, from its closed form (scipy's normal cdf)."""
+    phi = stats.norm.cdf(s / math.sqrt(width))
+    return math.log(2 * math.sqrt(rho / width) * phi) + s * s / (2 * width)
+
+
+def test_mixture_boundary_is_the_root_from_above() -> None:
+    """Newton's iterate is at or just above the root of log M = log(1 / alpha), found by
+    bisection on the closed form: a valid boundary, and no wider than it must be."""
+    for variance, rho, alpha in ((0.25, 30.0, 0.05), (250.0, 30.0, 0.01), (2.5e7, 1e3, 0.2)):
+        width = variance + rho
+        low, high = 0.0, 100.0 * math.sqrt(width)
+        for _ in range(200):
+            mid = (low + high) / 2
+            if _log_mixture(mid, width, rho) >= math.log(1 / alpha):
+                high = mid
+            else:
+                low = mid
+        got = bounds.mixture_boundary(variance, rho, alpha)
+        assert _log_mixture(got, width, rho) >= math.log(1 / alpha) - 1e-9
+        assert got == pytest.approx(high, rel=1e-6)
+
+
 # -- (d) explore-then-commit: one side per arm, a union over pull counts ---------------------------
 def miss(name: str, n_arms: int, confidence: float, pulls: int, time: int) -> float:
     """exp(-level) of one side of one arm's interval with `pulls` samples at time t, from the

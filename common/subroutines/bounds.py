@@ -39,6 +39,8 @@ KL_LUCB_K1 = 11.0
 STITCH_SCALE = 1.7
 STITCH_LOGLOG = 0.72
 STITCH_ALPHA = 5.2
+MIXTURE_ITERATIONS = 50  # Newton steps at most (a handful suffice)
+MIXTURE_TOLERANCE = 1e-10  # stop once log M is within this of log(1 / alpha), from above
 
 
 def kl_bernoulli(p: float, q: float) -> float:
@@ -132,6 +134,44 @@ def stitched_radius(pulls: int, n_arms: int, confidence: float, sigma: float | N
     n = float(pulls)
     inner = math.log(math.log(2.0 * n)) + STITCH_LOGLOG * math.log(STITCH_ALPHA / alpha)
     return STITCH_SCALE * scale * math.sqrt(inner / n)
+
+
+def mixture_boundary(variance: float, rho: float, alpha: float) -> float:
+    """The one-sided normal-mixture boundary: S_n may exceed it at some n with probability at
+    most alpha, for S_n a sum of centred sigma-sub-Gaussian increments and variance = sigma^2 n.
+
+    For every lambda, exp(lambda S_n - lambda^2 V_n / 2) is a nonnegative supermartingale with
+    value 1 at n = 0; mixed over lambda >= 0 with a half-normal density of precision rho it stays
+    one, M(S, V) = 2 sqrt(rho / (V + rho)) exp(S^2 / (2 (V + rho))) Phi(S / sqrt(V + rho)), and
+    Ville's inequality gives P(M >= 1 / alpha at some n) <= alpha (Robbins; Howard, Ramdas,
+    McAuliffe and Sekhon 2021, section 3). M is increasing in S, so the boundary is the root of
+    log M = log(1 / alpha). It is convex in S (log Phi is concave with curvature above -1):
+    Newton's steps from above, from the two-sided formula (where Phi >= 1/2 makes M >= 1 / alpha),
+    stay above the root, so every iterate is a valid (conservative) boundary. For a continuous
+    martingale the crossing probability is exactly alpha: the boundary leaves no slack of its own.
+    """
+    width = variance + rho
+    target = math.log(1.0 / alpha)
+    s = math.sqrt(2.0 * width * math.log(math.sqrt(width / rho) / alpha))
+    base = math.log(2.0) + 0.5 * math.log(rho / width)
+    root = math.sqrt(width)
+    for _ in range(MIXTURE_ITERATIONS):
+        x = s / root
+        phi = 0.5 * math.erfc(-x / math.sqrt(2.0))
+        g = base + x * x / 2.0 + math.log(phi) - target
+        if g <= MIXTURE_TOLERANCE:
+            break
+        density = math.exp(-x * x / 2.0) / math.sqrt(2.0 * math.pi)
+        s -= g / ((x + density / phi) / root)
+    return s
+
+
+def mixture_rho(variance: float, alpha: float) -> float:
+    """The mixture's precision that makes its boundary tightest near `variance` (Howard et al.
+    2021, eq. (3.7)): any rho fixed before the data is valid; this one only chooses where the
+    boundary is narrowest."""
+    level = 2.0 * math.log(1.0 / alpha)
+    return variance / (level + math.log(1.0 + level))
 
 
 def gaussian_radius(pulls: int, level: float, sigma: float) -> float:

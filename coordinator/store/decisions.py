@@ -1,6 +1,6 @@
 """LDP's decisions: `common.ldp.decide` on a publication's counts, applied by lua/ldp_decide.lua.
 
-The rule is arithmetic the scripts cannot do (the stitched boundary), so a coordinator runs it, on
+The rule is arithmetic the scripts cannot do (the mixture boundary), so a coordinator runs it, on
 the published counts only (the counts a reader sees, never the live ones): after each publication
 this process took (a report's batch, lua/ldp_report.lua; or a read's, lua/published.lua), and on a
 read that finds the last publication not decided yet (a coordinator that took it and stopped
