@@ -10,7 +10,9 @@ bounds) and the trials that ended exhausted (N B reports spent, no answer). Besi
 project's central baseline on the same instance (one learner that sees every reward: KL-LUCB, or
 stitched-LUCB on gauss-8, whose Gaussian rewards KL-LUCB's bounds do not cover), the ideal
 ((e^eps + 1) / (e^eps - 1))^2 x central (what privatizing every reward of the central run would
-cost), the ratio to it (where no trial exhausted), and per (problem, dp_epsilon) the ratio of the
+cost), the ratio to it (where no trial exhausted), the same rule with no privacy to speak of (LDP
+at dp_epsilon 10, at the largest N: a report is its reward's bit) and the ratio to overhead x
+that (the price of privacy alone, apart from the choice of rule), and per (problem, dp_epsilon) the ratio of the
 activations at the largest N to those at the smallest N that never exhausted, and, where N B
 reports did not suffice, the devices needed: the mean reports at the largest N, over B.
 
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from common.algorithms import AlgorithmConfig
 from common.environments import problem
-from common.ldp import Mechanism
+from common.ldp import MAX_DP_EPSILON, Mechanism
 from common.simulation import SimulationConfig, TrialResult, run_trials
 from common.stats import describe
 
@@ -63,10 +65,16 @@ class Row:
     exhausted: int
     central: float
     ideal: float
+    same_rule: float  # the same rule without privacy to speak of: LDP at MAX_DP_EPSILON
 
     @property
     def ratio(self) -> float:
         return self.activations / self.ideal
+
+    @property
+    def ratio_same_rule(self) -> float:
+        """Against what randomized response would cost the same rule: overhead x same_rule."""
+        return self.activations / (Mechanism(self.dp_epsilon).overhead * self.same_rule)
 
 
 def ldp_config(name: str, agents: int, dp_epsilon: float) -> SimulationConfig:
@@ -90,8 +98,24 @@ def central_activations(name: str, seed: int, workers: int) -> float:
     return describe([r.sample_complexity for r in results]).mean
 
 
+def same_rule_activations(name: str, agents: int, seed: int, workers: int) -> float:
+    """The LDP rule with no privacy to speak of (dp_epsilon = MAX_DP_EPSILON: a report is its
+    reward's bit with probability 0.99995), at the largest N: the central run of the same rule,
+    to set the price of privacy apart from the choice of rule."""
+    results = run_trials(
+        ldp_config(name, agents, MAX_DP_EPSILON), TRIALS, seed=seed, workers=workers
+    )
+    return describe([r.sample_complexity for r in results]).mean
+
+
 def measure(
-    name: str, agents: int, dp_epsilon: float, central: float, seed: int, workers: int
+    name: str,
+    agents: int,
+    dp_epsilon: float,
+    central: float,
+    same_rule: float,
+    seed: int,
+    workers: int,
 ) -> Row:
     trials = trials_for(name, dp_epsilon)
     results: list[TrialResult] = run_trials(
@@ -112,6 +136,7 @@ def measure(
         exhausted=sum(r.stopped_by == "exhausted" for r in results),
         central=central,
         ideal=Mechanism(dp_epsilon).overhead * central,
+        same_rule=same_rule,
     )
 
 
@@ -148,15 +173,16 @@ def scaling(rows: list[Row]) -> list[dict[str, object]]:
 def table(rows: list[Row]) -> str:
     head = (
         "| problem | dp_eps | N | trials | activations [95% CI] | reports | failures (answered) "
-        "| exhausted | central | ideal | x ideal |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| exhausted | central | ideal | x ideal | same rule | x same rule |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = [
         f"| {r.problem} | {r.dp_epsilon:g} | {r.agents:,} | {r.trials} | {r.activations:,.0f} "
         f"[{r.low:,.0f}, {r.high:,.0f}] | {r.reports:,.0f} | {r.failures}/{r.trials} "
         f"({r.wrong_answers}) | "
         f"{r.exhausted}/{r.trials} | {r.central:,.0f} | {r.ideal:,.0f} | "
-        f"{'-' if r.exhausted else f'{r.ratio:.2f}'} |"
+        f"{'-' if r.exhausted else f'{r.ratio:.2f}'} | {r.same_rule:,.0f} | "
+        f"{'-' if r.exhausted else f'{r.ratio_same_rule:.2f}'} |"
         for r in rows
     ]
     return head + "\n".join(lines)
@@ -215,9 +241,10 @@ def main() -> int:
     rows: list[Row] = []
     for name in names:
         central = central_activations(name, args.seed, args.workers)
+        same = same_rule_activations(name, max(agents), args.seed, args.workers)
         for dp_epsilon in DP_EPSILONS:
             for n in agents:
-                rows.append(measure(name, n, dp_epsilon, central, args.seed, args.workers))
+                rows.append(measure(name, n, dp_epsilon, central, same, args.seed, args.workers))
                 r = rows[-1]
                 print(
                     f"{name} dp_eps={dp_epsilon:g} N={n:,}: {r.activations:,.0f} activations, "
@@ -241,7 +268,10 @@ def main() -> int:
             "commit": commit(),
             "seed": args.seed,
             "elapsed_seconds": elapsed,
-            "rows": [{**r.__dict__, "ratio_to_ideal": r.ratio} for r in rows],
+            "rows": [
+                {**r.__dict__, "ratio_to_ideal": r.ratio, "ratio_to_same_rule": r.ratio_same_rule}
+                for r in rows
+            ],
             "scaling": groups,
         }
         args.json.write_text(json.dumps(document, indent=2) + "\n")
