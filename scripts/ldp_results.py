@@ -12,9 +12,10 @@ stitched-LUCB on gauss-8, whose Gaussian rewards KL-LUCB's bounds do not cover),
 ((e^eps + 1) / (e^eps - 1))^2 x central (what privatizing every reward of the central run would
 cost), the ratio to it (where no trial exhausted), the same rule with no privacy to speak of (LDP
 at dp_epsilon 10, at the largest N: a report is its reward's bit) and the ratio to overhead x
-that (the price of privacy alone, apart from the choice of rule), and per (problem, dp_epsilon) the ratio of the
-activations at the largest N to those at the smallest N that never exhausted, and, where N B
-reports did not suffice, the devices needed: the mean reports at the largest N, over B.
+that (the price of privacy alone, apart from the choice of rule), and per (problem, dp_epsilon)
+the ratio of the activations at the largest N to those at the smallest N that never exhausted,
+and, where N B reports did not suffice, the devices needed: the mean reports at the largest N,
+over B.
 
 Trials: TRIALS per row, SLOW_TRIALS where a trial takes seconds (gauss-8 at dp_epsilon <= 1: tens
 of thousands of reports, a decision every 10). Trial i of a row is `dexp simulate`'s trial i with
