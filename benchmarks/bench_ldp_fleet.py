@@ -368,7 +368,7 @@ def sizing(
 
     target = SHARE * devices
     if dp_epsilon is None:
-        law = 850.0  # reports x tanh(dp_epsilon / 2)^2 for means 0.8, 0.6, 0.5, 0.4 (the engine)
+        law = 494.0  # reports x tanh(dp_epsilon / 2)^2 for means 0.8, 0.6, 0.5, 0.4 (the engine)
         scale = min(0.99, math.sqrt(law / target))
         dp_epsilon = 2 * math.atanh(scale)
         if runs:

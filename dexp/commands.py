@@ -41,7 +41,7 @@ from dexp.options import (
 from dexp.terminal import console, fmt, progress
 
 # `dexp demo --algorithm ldp`: simulated users who visit once each; Problem 1 at dp_epsilon 1 is
-# identified after about 1,600 reports (common.ldp.decide in simulation), so twice that many
+# identified after about 1,050 reports (docs/RESULTS.md, section 12), so about three times that
 LDP_DEMO_AGENTS = 3_000
 
 

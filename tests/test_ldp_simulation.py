@@ -43,7 +43,7 @@ def rate_above_delta(count: int, trials: int) -> bool:
 
 
 # Problem 1 (0.7, 0.5, 0.3, 0.1 x 7; arms 0 and 1 eps-optimal) with 20,000 uniform agents: about
-# 1,600 reports identify it, so no trial runs out of reports.
+# 1,050 reports identify it, so no trial runs out of reports.
 PROBLEM_1 = SimulationConfig(problem("feraud-1").environment, ldp(), n_agents=20_000)
 
 
