@@ -10,10 +10,11 @@ DEXP_MAX_SUBSCRIBERS = --subscribers), then:
 1. Idle sockets. --processes attacker processes open --addresses x --per-address connections that
    send nothing, each address a loopback address of its own (127.2.x.y), and open each again as
    soon as the coordinator closes it (reaped, or cut at the header deadline), for --seconds.
-   Meanwhile an honest device (127.0.0.2) loops: a vote, a read of the experiment, a new event
+   Meanwhile --honest devices (127.0.0.2 on) loop: a vote, a read of the experiment, a new event
    stream (until its first state), each on a new connection, 10 s at most each. Printed: the
-   honest requests served (2xx) of each kind, the attackers' connects, the coordinator's open
-   descriptors and RSS (peak), the idle connections it reaped.
+   honest requests served (2xx) of each kind with a 95 % Clopper-Pearson interval, what the
+   others met, the attackers' connects, the coordinator's open descriptors and RSS (peak), the
+   idle connections it reaped.
 2. A reconnection storm. --subscribers streams from distinct addresses (127.3.x.y), all started at
    once, each as the JavaScript SDK's follower: a 503 or 429 is tried again after its Retry-After,
    an attempt is given up after 45 s, a failure followed by a randomized back-off. Printed: how
@@ -50,6 +51,8 @@ import contextlib
 
 from bench_fleet import raise_fd_limit, retry_after, rss_bytes
 from bench_vote_path import prepare, start_coordinator, start_redis, stop
+
+from common.stats import clopper_pearson
 
 EXPERIMENT = "bench"
 # a device gives up an attempt (connect, or the answer's headers) after this long and tries again,
@@ -208,9 +211,9 @@ def subscriber(port: int, sources: list[str], timeout: float, out: Connection) -
 
 
 # -- the honest device ---------------------------------------------------------------------------
-async def ask(port: int, raw: bytes) -> int:
+async def ask(port: int, raw: bytes, source: str) -> int:
     reader, writer = await asyncio.wait_for(
-        asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0)), 10
+        asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0)), 10
     )
     try:
         writer.write(raw)
@@ -220,7 +223,11 @@ async def ask(port: int, raw: bytes) -> int:
         writer.close()
 
 
-async def honest(port: int, token: str, seconds: float) -> dict[str, list[int]]:
+async def honest(
+    port: int, token: str, seconds: float, source: str, missed: Counter[str]
+) -> dict[str, list[int]]:
+    """One honest device at `source`: a vote, a read and a new stream, again and again; what a
+    request that was not served met goes to `missed` (kind: status or error)."""
     served: dict[str, list[int]] = {"votes": [0, 0], "reads": [0, 0], "streams": [0, 0]}
     body = b'{"arm": 1, "epoch": 0}'
     vote = (
@@ -233,16 +240,38 @@ async def honest(port: int, token: str, seconds: float) -> dict[str, list[int]]:
     while time.monotonic() < until:
         for kind, raw in (("votes", vote), ("reads", read.encode())):
             try:
-                ok = 200 <= await ask(port, raw) < 300
-            except (OSError, TimeoutError, asyncio.IncompleteReadError):
-                ok = False
+                status = await ask(port, raw, source)
+                ok = 200 <= status < 300
+                outcome = str(status)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                ok, outcome = False, type(exc).__name__
             served[kind][0] += ok
             served[kind][1] += 1
-        ok, _ = await first_state(port, "127.0.0.2", 10)  # no retry inside: one try, 10 s
+            if not ok:
+                missed[f"{kind}: {outcome}"] += 1
+        seen: Counter[str] = Counter()
+        ok, _ = await first_state(port, source, 10, seen=seen)  # no retry inside: one try, 10 s
         served["streams"][0] += ok
         served["streams"][1] += 1
+        if not ok:
+            missed.update(f"streams: {k}" for k in seen.elements())
         await asyncio.sleep(0.2)
     return served
+
+
+async def honest_devices(
+    port: int, token: str, seconds: float, devices: int, missed: Counter[str]
+) -> dict[str, list[int]]:
+    """`devices` honest devices at once, each from a loopback address of its own (127.0.0.2 on)."""
+    runs = await asyncio.gather(
+        *(honest(port, token, seconds, f"127.0.0.{2 + i}", missed) for i in range(devices))
+    )
+    total: dict[str, list[int]] = {"votes": [0, 0], "reads": [0, 0], "streams": [0, 0]}
+    for run in runs:
+        for kind, (ok, n) in run.items():
+            total[kind][0] += ok
+            total[kind][1] += n
+    return total
 
 
 # -- the driver ----------------------------------------------------------------------------------
@@ -306,7 +335,8 @@ def idle_phase(
         )
         children.append(process)
         pipes.append(pipe)
-    served = asyncio.run(honest(port, token, args.seconds - 2))
+    missed: Counter[str] = Counter()
+    served = asyncio.run(honest_devices(port, token, args.seconds - 2, args.honest, missed))
     peak_fds = open_descriptors(pid)
     tallies = [pipe.recv() for pipe in pipes]
     rss_peak = rss_bytes(pid)
@@ -320,7 +350,12 @@ def idle_phase(
         f"{rss_peak / 2**20:.0f} MB, {reaped:.0f} idle connections reaped"
     )
     for kind, (ok, total) in served.items():
-        print(f"  honest {kind}: {ok} of {total} served ({100 * ok / max(1, total):.1f} %)")
+        low, high = clopper_pearson(ok, total) if total else (0.0, 1.0)
+        print(
+            f"  honest {kind} ({args.honest} devices): {ok} of {total} served "
+            f"({100 * ok / max(1, total):.1f} %, 95 % interval [{100 * low:.1f}, {100 * high:.1f}])"
+        )
+    print(f"  what the honest requests not served met: {dict(missed) or 'nothing'}")
     for process in children:
         process.join(30)
 
@@ -388,6 +423,7 @@ def main() -> None:
     parser.add_argument("--subscribers", type=int, default=10_000)
     parser.add_argument("--timeout", type=float, default=60.0, help="the storm's bound")
     parser.add_argument("--processes", type=int, default=4, help="client processes per phase")
+    parser.add_argument("--honest", type=int, default=1, help="honest devices during the attack")
     parser.add_argument("--profile", help="write the coordinator's cProfile statistics here")
     args = parser.parse_args()
     raise_fd_limit()  # the coordinator inherits it
