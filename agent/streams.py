@@ -1,11 +1,12 @@
 """The agent service's activation streams: read, fed to their agents, acknowledged.
 
-Each agent has a stream of activations and a consumer group; an activation is acknowledged (and
-deleted, so the stream length is the backlog the load generator sees) only after the votes it caused
-were acknowledged by the coordinator. A crash therefore means redelivery, and redelivery is harmless
-because a vote is idempotent per (agent, arm). The entries of one read (every stream of it) are fed
-first, then acknowledged together in one transaction: one round trip per read, whatever the number
-of agents (with thousands of agents, a read holds a few entries per stream).
+Each agent has a stream of activations and a consumer group; an activation is acknowledged only
+after the votes it caused were acknowledged by the coordinator, and this process does nothing else
+to the streams (its Redis user may only read and acknowledge: the load generator deletes what was
+acknowledged, load_generator/streams.py). A crash therefore means redelivery, and redelivery is
+harmless because a vote is idempotent per (agent, arm). The entries of one read (every stream of it)
+are fed first, then acknowledged together in one transaction: one round trip per read, whatever the
+number of agents (with thousands of agents, a read holds a few entries per stream).
 
 One read loop serves every hosted experiment (agent/discovery.py): one XREADGROUP over the agents'
 streams, every one, or while some experiments are being played mostly theirs (see
@@ -199,35 +200,23 @@ class StreamReader:
         return [e for e in entries if _entry_order(e[0]) > last]
 
     def _acknowledge(self, done: dict[str, list[bytes]]) -> None:
-        """XACK each stream's entries and delete them, retried until Redis answers: these
-        activations went into the local statistics, so they must not be read again (if Redis lost
-        them, XACK is a no-op). On a cluster, one transaction per hash tag (a transaction keeps to
-        one slot): the streams of one shard together.
+        """XACK each stream's entries, retried until Redis answers: these activations went into
+        the local statistics, so they must not be read again (if Redis lost them, XACK is a
+        no-op). One transaction for them all, one round trip; on a cluster, one per hash tag (a
+        transaction keeps to one slot): the streams of one shard together.
 
-        The deletion is XTRIM MINID (every entry older than the newest one acknowledged), not
-        XDEL of each id: the transaction acknowledging 200 streams of 180 entries held Redis for
-        185 ms with XDEL and holds it for 20 ms (benchmarks/bench_redis_ops.py). It is exact because a
-        stream is read in order and its older entries were acknowledged already, except after a
-        read whose reply was lost (redis-py sent it again: NotedRetry): their entries are still
-        pending, unread, and the ids alone are deleted until the next read of pending entries."""
+        Nothing is deleted here: the agent's Redis user may only read and acknowledge
+        (common/redis_acl.py); the load generator, which writes the streams, deletes what was
+        acknowledged (load_generator/streams.py)."""
         groups = _by_hash_tag(done) if self.cluster else [done]
-        exact = self.retry.retried
         delay = 0.05
         while True:
             try:
                 while groups:
-                    # MULTI/EXEC: both or neither (acknowledged but not deleted would stay in the
-                    # backlog forever; deleted but not acknowledged would be read again as empty).
                     pipe = self.redis.pipeline(transaction=True)
                     for stream, ids in groups[-1].items():
-                        if not ids:
-                            continue
-                        pipe.xack(stream, keys.ACTIVATION_GROUP, *ids)
-                        if exact:
-                            pipe.xdel(stream, *ids)
-                        else:
-                            ms, seq = max(_entry_order(i) for i in ids)
-                            pipe.xtrim(stream, minid=f"{ms}-{seq + 1}", approximate=False)
+                        if ids:
+                            pipe.xack(stream, keys.ACTIVATION_GROUP, *ids)
                     pipe.execute()
                     groups.pop()
                 return

@@ -10,7 +10,10 @@ commandstats, microseconds per call) and the client's:
   it), and the pending entries ("0", which names every stream in its reply); and the same over
   1,000 streams (a chunk of agent/streams.py's READ_CHUNK);
 - acknowledging a read of 200 streams of 180 entries each in one MULTI/EXEC: XACK + XDEL of every
-  id, against XACK + XTRIM MINID (what agent/streams.py does);
+  id, against XACK + XTRIM MINID (what agent/streams.py did), against XACK alone (what it does: its
+  Redis user may only read and acknowledge); then the load generator's poll of those 200 streams,
+  which deletes the acknowledged entries (load_generator/streams.py: XINFO GROUPS, XPENDING, XTRIM
+  MINID, XLEN), Redis's time summed over its commands;
 - then starts the coordinator (one uvicorn worker, a thread of this process), creates
   --experiments experiments and times GET /v1/experiments pages of 100 and of 25 (the agents' page
   under `*`), GET .../best-arm and GET .../{id}, one at a time.
@@ -39,6 +42,7 @@ import redis  # noqa: E402
 
 from common import redis_keys as keys  # noqa: E402
 from common.wire import encode_rewards  # noqa: E402
+from load_generator.streams import trim_acknowledged  # noqa: E402
 from tests.services.helpers import (  # noqa: E402  (the test suite's real servers)
     RedisServer,
     ThreadedCoordinator,
@@ -114,12 +118,13 @@ def reads(r: redis.Redis, n_streams: int, repeat: int) -> dict[str, Any]:
 
 
 def acknowledgements(r: redis.Redis, repeat: int) -> dict[str, Any]:
-    """One read of 200 streams x 180 entries (10-arm rewards), acknowledged both ways."""
+    """One read of 200 streams x 180 entries (10-arm rewards), acknowledged each way; after XACK
+    alone, the load generator's poll that deletes what was acknowledged."""
     rng = np.random.default_rng(0)
     names = [keys.activations("ack", f"ack-{i:010d}") for i in range(200)]
-    figures: dict[str, list[float]] = {"xdel": [], "xtrim": []}
+    figures: dict[str, list[float]] = {"xdel": [], "xtrim": [], "xack": [], "poll": []}
     for _ in range(repeat):
-        for mode in ("xdel", "xtrim"):
+        for mode in ("xdel", "xtrim", "xack"):
             pipe = r.pipeline(transaction=False)
             for name in names:
                 pipe.delete(name)
@@ -136,15 +141,23 @@ def acknowledgements(r: redis.Redis, repeat: int) -> dict[str, Any]:
                 pipe.xack(stream, GROUP, *ids)
                 if mode == "xdel":
                     pipe.xdel(stream, *ids)
-                else:
+                elif mode == "xtrim":
                     ms, seq = ids[-1].split(b"-")
                     pipe.xtrim(stream, minid=f"{int(ms)}-{int(seq) + 1}", approximate=False)
             pipe.execute()
-            assert sum(r.xlen(n) for n in names) == 0
             figures[mode].append(commandstat(r, "exec")[1] / 1000)
-    return {
-        f"transaction_ms_{mode}": round(statistics.median(v), 1) for mode, v in figures.items()
-    } | {f"runs_{mode}": [round(x, 1) for x in v] for mode, v in figures.items()}
+            if mode == "xack":
+                r.config_resetstat()
+                assert trim_acknowledged(r, names) == [0] * len(names)
+                poll = ("xinfo", "xpending", "xtrim", "xlen")
+                figures["poll"].append(sum(commandstat(r, c)[1] for c in poll) / 1000)
+            assert sum(r.xlen(n) for n in names) == 0
+    poll = figures.pop("poll")
+    return (
+        {f"transaction_ms_{mode}": round(statistics.median(v), 1) for mode, v in figures.items()}
+        | {f"runs_{mode}": [round(x, 1) for x in v] for mode, v in figures.items()}
+        | {"poll_ms": round(statistics.median(poll), 1), "runs_poll": [round(x, 1) for x in poll]}
+    )
 
 
 def coordinator_reads(url: str, experiments: int, repeat: int) -> dict[str, Any]:
@@ -209,7 +222,9 @@ def main() -> None:
     ack = figures["acknowledge_200_streams_x_180"]
     print(
         f"acknowledge 200 streams x 180 entries in one transaction: XACK + XDEL "
-        f"{ack['transaction_ms_xdel']} ms of Redis, XACK + XTRIM MINID {ack['transaction_ms_xtrim']} ms"
+        f"{ack['transaction_ms_xdel']} ms of Redis, XACK + XTRIM MINID {ack['transaction_ms_xtrim']} ms, "
+        f"XACK {ack['transaction_ms_xack']} ms; then the load generator's poll that deletes them: "
+        f"{ack['poll_ms']} ms of Redis"
     )
     for name, value in figures["coordinator"].items():
         print(f"coordinator, {args.experiments} experiments: {name} {value}")

@@ -101,6 +101,7 @@ from common import redis_keys as keys  # noqa: E402
 from common.algorithms import AlgorithmConfig  # noqa: E402
 from common.environments import problem  # noqa: E402
 from dexp.demo import DemoFailed, LocalStack, local_stack  # noqa: E402
+from load_generator.streams import trim_acknowledged  # noqa: E402
 
 PROBLEM = "feraud-1"
 PROBE = "probe"  # the probe's own experiment
@@ -943,10 +944,7 @@ class Scale:
             for m in self.redis.zrange(keys.agents(e), 0, -1)
         ]
         while time.monotonic() < deadline:
-            pipe = self.redis.pipeline(transaction=False)
-            for stream in streams:
-                pipe.xlen(stream)
-            if sum(pipe.execute()) == 0:
+            if sum(trim_acknowledged(self.redis, streams)) == 0:  # as the load generator reads
                 return
             time.sleep(0.5)
 

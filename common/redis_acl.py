@@ -7,12 +7,14 @@ the commands it sends, on the keys (common/redis_keys.py) and pub/sub channels i
   and its Lua scripts, and none that administers the server (FLUSHALL, CONFIG, KEYS, ACL, ...);
   it is the only user that runs Lua, and it creates each enrolled agent's activation stream and
   consumer group;
-- load-generator: writes the agents' activation streams, reads the experiment's agent list, holds
-  the experiment's lease (load_generator/lease.py: optimistic transactions, no Lua);
+- load-generator: writes the agents' activation streams and deletes what the agents acknowledged
+  (load_generator/streams.py), reads the experiment's agent list, holds the experiment's lease
+  (load_generator/lease.py: optimistic transactions, no Lua);
 - agent: the agent host reads and acknowledges the activation streams (the simulated
-  environment), and deletes what it acknowledged: it creates no key, runs no Lua, nothing else. It follows the global set as a device does, over HTTP (the
-  coordinator's event stream, agent/events.py), so it has no pub/sub channel, and it cannot read,
-  let alone write, any key of the coordinator's (votes, voters, credentials, ...).
+  environment), nothing more: it deletes no entry (XDEL, XTRIM), creates no key, runs no Lua. It
+  follows the global set as a device does, over HTTP (the coordinator's event stream,
+  agent/events.py), so it has no pub/sub channel, and it cannot read, let alone write, any key of
+  the coordinator's (votes, voters, credentials, ...).
 
 Every deployment takes its users from here, so that none drifts: `dexp demo` (dexp/demo.py,
 dexp/redis_cluster.py) starts redis-server with `server_args`; docker-compose.yml,
@@ -22,14 +24,17 @@ they are exactly `server_args` and `bitnami_users`; tests/e2e/test_redis_acl.py 
 under them and shows what each user is refused.
 
 The rules work on Redis 6.2 (the redis-server of `dexp demo` and the tests) as on 7 and later:
-commands and key patterns only, no read-only key patterns (`%R~`) and no selectors, which are
-Redis 7's. So a user may run each of its commands on each of its keys: the load generator, which
-must read the agent list (ZRANGE), could also delete or overwrite that one key with the SET and DEL
-its lease needs; and a key pattern cannot name the connecting user, so the agent host may read,
-acknowledge and delete any agent's activations, not only its own agents' (docs/RELIABILITY.md,
-"Redis users"). Lua: whoever may SCRIPT LOAD runs code of its choosing, for as long as it likes;
-Redis 7 cannot allow given SHAs only, and the coordinator must load its scripts again after a
-restart of Redis (which forgets them), so it keeps SCRIPT LOAD and is the only one that has it.
+commands and key patterns only, no read-only key patterns (`%R~`) and no selectors, which are Redis
+7's. So a user may run each of its commands on each of its keys: the load generator, which must read
+the agent list (ZRANGE), could also delete or overwrite that one key with the SET and DEL its lease
+needs; and a key pattern cannot name the connecting user, so the agent host may read and acknowledge
+any agent's activations, not only its own agents' (docs/RELIABILITY.md, "Redis users"): it may take
+another agent's activations from its stream (XREADGROUP, then XACK), not delete them nor write any.
+One Redis user per agent host, each on its own agents' streams, would close that; it needs a service
+that holds ACL rights to issue them. Lua: whoever may SCRIPT LOAD runs code of its choosing, for as
+long as it likes; Redis 7 cannot allow given SHAs only, and the coordinator must load its scripts
+again after a restart of Redis (which forgets them), so it keeps SCRIPT LOAD and is the only one
+that has it.
 """
 
 from __future__ import annotations
@@ -179,7 +184,12 @@ USERS: dict[str, RedisUser] = {
             "info",
             *CLUSTER_CLIENT,
             "xadd",  # activations
-            "xlen",  # the backlog
+            # the backlog (load_generator/streams.py): what the agents acknowledged is deleted
+            # (XINFO GROUPS, XPENDING, XTRIM MINID), then what is left counted (XLEN)
+            "xinfo|groups",
+            "xpending",
+            "xtrim",
+            "xlen",
             "xinfo|consumers",  # a stall's report: who reads each stream
             "zrange",  # the enrolled agents
             # the lease: optimistic transactions, no Lua (a script of its choosing could block
@@ -205,10 +215,10 @@ USERS: dict[str, RedisUser] = {
             # No XGROUP CREATE: the coordinator creates each agent's stream and group when it
             # enrolls the agent, so the agent host creates no key (MKSTREAM, under any name its
             # pattern matches, filled Redis with 100,000 keys in 3 s).
+            # Read and acknowledge, nothing more: the load generator deletes what was acknowledged
+            # (no XDEL, no XTRIM: with them an agent host could empty any agent's stream).
             "xreadgroup",
             "xack",
-            "xdel",
-            "xtrim",  # acknowledged entries are deleted: XTRIM MINID, or XDEL after a lost reply
         ),
         password_variable="DEXP_REDIS_AGENT_PASSWORD",
         development_password="dexp-dev-redis-agent",

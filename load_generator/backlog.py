@@ -1,15 +1,17 @@
 """The backlog of a run: activations in the agents' streams, measured without reading every stream
 at each poll.
 
-The agents delete what they acknowledged, so a stream's length is its agent's backlog. Reading every
-length (one XLEN per agent, pipelined) costs O(agents) per poll, five times a second and after every
-10 ms wait under back-pressure: at 4,096 agents and more, that made the load generator the
+A stream read is first rid of its acknowledged entries, and what it holds then is its agent's
+backlog (`measure`: load_generator/streams.py; the agents only read and acknowledge). Reading every
+stream (a few commands per agent, pipelined) costs O(agents) per poll, five times a second and after
+every 10 ms wait under back-pressure: at 4,096 agents and more, that made the load generator the
 bottleneck of the run (docs/BENCHMARKS.md, "Scale"). The gauge reads at most `sample` streams per
 poll:
 
-- It keeps an upper bound of every stream's length: its length when last read, plus what this run
-  delivered to it since (only this run writes to the streams, which its lease ensures, and only the
-  agents remove entries). A stream whose bound is 0 is empty and is not read.
+- It keeps an upper bound of every stream's backlog, and of what it holds: its length when last
+  read, plus what this run delivered to it since (only this run writes to the streams, which its
+  lease ensures, and only reading it deletes entries). A stream whose bound is 0 is empty and is not
+  read; so `bound` is also the most Redis holds of the run's streams.
 - When at most `sample` streams may hold entries, it reads them all: the figures are exact. They
   always are for a run of at most `sample` agents, and for any run whose backlog sits on few
   streams.

@@ -1,9 +1,11 @@
 """Deliver activations to the agents' streams, watch the coordinator, and report the run.
 
-Activations go out in pipelined batches (no HTTP per activation); the stream lengths are the
-backlog (agents delete what they acknowledged), and the generator waits while the backlog exceeds
-`max_backlog`, so memory stays bounded whatever the agents' speed. A poll reads the lengths of at
-most `backlog_sample` (512) streams, of those that may hold entries; with more, it estimates the
+Activations go out in pipelined batches (no HTTP per activation). The agents only read and
+acknowledge; a poll deletes the acknowledged entries of the streams it reads, and what they hold
+then is the backlog (load_generator/streams.py). The generator waits while the backlog exceeds
+`max_backlog`, or what Redis may hold of its streams exceeds HELD_BACKLOGS times it, so memory
+stays bounded whatever the agents' speed. A poll reads at most `backlog_sample` (512) streams, of
+those that may hold entries; with more, it estimates the
 backlog from a sample drawn in proportion to what each may hold (load_generator/backlog.py):
 reading every stream five times a second made the generator the bottleneck of a run of thousands
 of agents. Consumption (what a stall is judged by) is always seen exactly, and every stream is read
@@ -76,9 +78,14 @@ from common.wire import encode_rewards
 from load_generator.backlog import SAMPLE, BacklogGauge
 from load_generator.lease import Lease
 from load_generator.settings import LoadSettings
+from load_generator.streams import trim_acknowledged
 
 log = logging.getLogger("dexp.load_generator")
 T = TypeVar("T")
+# What Redis may hold of a run's streams, in max_backlogs: the backlog, and the entries acknowledged
+# since their stream was last read (only a poll deletes them, load_generator/streams.py). With
+# every stream read at each poll (up to `backlog_sample` agents) the two limits are one.
+HELD_BACKLOGS = 2
 
 
 class NotEnoughAgents(RuntimeError):
@@ -394,7 +401,10 @@ class LoadGenerator:
             if feed.delivered >= feed.budget:
                 time.sleep(0.05)
                 continue
-            if feed.backlog >= s.max_backlog:
+            # Redis holds at most the gauge's bound of this run's streams (acknowledged entries
+            # stay until a poll reads their stream and deletes them): kept under HELD_BACKLOGS
+            # times max_backlog, when a sample's estimate of the backlog is below it.
+            if feed.backlog >= s.max_backlog or feed.gauge.bound >= HELD_BACKLOGS * s.max_backlog:
                 self._back_off(feed)
                 continue
             if s.rate > 0 and feed.delivered >= s.rate * (now - feed.start):
@@ -454,7 +464,7 @@ class LoadGenerator:
     def _back_off(self, feed: _Feed) -> None:
         """The backlog is at its limit: wait about as long as the agents take to consume the
         excess at their recent rate, then read it again."""
-        excess = feed.backlog - self.settings.max_backlog + 1
+        excess = max(1, feed.backlog - self.settings.max_backlog + 1)
         time.sleep(_backpressure_wait(excess, _rate(feed.recent)))
         reading = feed.gauge.poll()
         feed.backlog, feed.own_backlog = reading.backlog, reading.own
@@ -701,21 +711,20 @@ class LoadGenerator:
         return lines
 
     def _stream_readers(self, streams: list[str]) -> list[dict[str, Any]]:
-        """Per stream: its length (the agent's backlog: acknowledged entries are deleted), the
+        """Per stream: its backlog (its length once the acknowledged entries are deleted), the
         entries read but not acknowledged, and how long ago its consumer last read (None: no
         consumer group or consumer, i.e. never read)."""
+        backlogs = trim_acknowledged(self.redis, streams)
         pipe = self.redis.pipeline(transaction=False)
         for stream in streams:
-            pipe.xlen(stream)
             pipe.xinfo_consumers(stream, keys.ACTIVATION_GROUP)
         replies = pipe.execute(raise_on_error=False)
         result = []
-        for i in range(len(streams)):
-            length, consumers = replies[2 * i], replies[2 * i + 1]
+        for length, consumers in zip(backlogs, replies, strict=True):
             if isinstance(consumers, Exception) or not consumers:  # NOGROUP / no such key
                 result.append(
                     {
-                        "length": int(length) if isinstance(length, int) else 0,
+                        "length": length,
                         "pending": 0,
                         "idle_ms": None,
                     }
@@ -744,16 +753,11 @@ class LoadGenerator:
         )
 
     def _lengths_of(self, streams: list[str], indices: np.ndarray) -> np.ndarray:
-        """The lengths of streams[i] for i in `indices`: their backlogs (the agents delete what
-        they acknowledged). One pipeline, retried while Redis is unreachable."""
-
-        def measure() -> np.ndarray:
-            pipe = self.redis.pipeline(transaction=False)
-            for i in indices:
-                pipe.xlen(streams[i])
-            return np.asarray(pipe.execute(), dtype=np.int64)
-
-        return self._redis(measure)
+        """The backlogs of streams[i] for i in `indices`, their acknowledged entries deleted first
+        (load_generator/streams.py: the agents only read and acknowledge). Retried while Redis is
+        unreachable."""
+        chosen = [streams[i] for i in indices]
+        return self._redis(lambda: np.asarray(trim_acknowledged(self.redis, chosen), np.int64))
 
     def _xadd(self, batch: list[tuple[str, dict[Any, Any]]]) -> None:
         pipe = self.redis.pipeline(transaction=False)

@@ -22,6 +22,7 @@ from agent.settings import AgentSettings
 from common import redis_keys as keys
 from common.wire import encode_rewards
 from dexp.redis_cluster import LocalCluster
+from load_generator.streams import trim_acknowledged
 from tests.services.helpers import ENROLLMENT_SECRET, admin_headers, create_experiment
 
 from .helpers import keys_on
@@ -81,10 +82,7 @@ def feed(
     streams = [s for s in streams if read is None or s in read]
     while client.get(f"/v1/experiments/{experiment}/best-arm").json()["status"] == "exploring":
         assert time.monotonic() < deadline, f"{experiment} not identified in {timeout:g} s"
-        pipe = redis.pipeline(transaction=False)
-        for stream in streams:
-            pipe.xlen(stream)
-        if sum(pipe.execute()) < 100 * len(streams):
+        if sum(trim_acknowledged(redis, streams)) < 100 * len(streams):
             rows = encode_rewards((rng.random((50 * len(streams), 3)) < MEANS) * 1.0, bounded=True)
             pipe = redis.pipeline(transaction=False)
             for i, row in enumerate(rows):

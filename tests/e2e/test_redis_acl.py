@@ -321,20 +321,21 @@ def test_the_agent_host_reads_and_acknowledges_its_streams_and_no_more(
     stack: LocalStack, admin: redis.Redis
 ) -> None:
     """On an activation stream (the coordinator created it and its group when it enrolled the
-    agent) the agent host reads and acknowledges: it cannot create a stream or a group, write an
-    activation (XADD), publish or subscribe to any channel (it follows the global set over HTTP,
-    like a device: agent/events.py), nor administer Redis."""
+    agent) the agent host reads and acknowledges: it cannot delete an entry (XDEL, XTRIM), create
+    a stream or a group, write an activation (XADD), publish or subscribe to any channel (it
+    follows the global set over HTTP, like a device: agent/events.py), nor administer Redis."""
     stream = keys.activations(EXPERIMENT, f"acl-{secrets.token_hex(4)}")
     group = keys.ACTIVATION_GROUP
     admin.xgroup_create(stream, group, id="0", mkstream=True)
     mine = [
         ["XREADGROUP", "GROUP", group, "agent", "COUNT", 1, "STREAMS", stream, ">"],
         ["XACK", stream, group, "0-1"],
-        ["XTRIM", stream, "MINID", "0-2"],
-        ["XDEL", stream, "0-1"],
         ["PING"],
     ]
     not_mine = [
+        ["XTRIM", stream, "MINID", "0-2"],
+        ["XTRIM", stream, "MAXLEN", 0],
+        ["XDEL", stream, "0-1"],
         ["XGROUP", "CREATE", stream, "other", "0"],
         ["XGROUP", "CREATE", stream + "-new", group, "0", "MKSTREAM"],
         ["XGROUP", "DESTROY", stream, group],
@@ -358,6 +359,26 @@ def test_the_agent_host_reads_and_acknowledges_its_streams_and_no_more(
     admin.delete(stream)
 
 
+def test_the_agent_host_cannot_empty_another_agents_stream(
+    stack: LocalStack, admin: redis.Redis
+) -> None:
+    """The attack: an agent host empties the stream of an agent it does not host (XTRIM MAXLEN 0,
+    XTRIM MINID, XDEL), so that agent never sees its activations and the backlog the load
+    generator sees shrinks. Refused (NOPERM), and the stream keeps every entry."""
+    stream = keys.activations(EXPERIMENT, f"other-{secrets.token_hex(4)}")
+    admin.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
+    ids = [admin.xadd(stream, {"r": "x"}) for _ in range(3)]
+    ms, seq = ids[-1].split("-")
+    attacks = [
+        ["XTRIM", stream, "MAXLEN", 0],
+        ["XTRIM", stream, "MINID", f"{ms}-{int(seq) + 1}"],  # every entry
+        ["XDEL", stream, *ids],
+    ]
+    assert allowed(acl.AGENT, stack, attacks) == []
+    assert [entry_id for entry_id, _ in admin.xrange(stream)] == ids
+    admin.delete(stream)
+
+
 def test_the_load_generator_reaches_its_streams_its_lease_and_the_agent_list_only(
     stack: LocalStack, admin: redis.Redis
 ) -> None:
@@ -375,6 +396,10 @@ def test_the_load_generator_reaches_its_streams_its_lease_and_the_agent_list_onl
     mine = [
         ["XADD", stream, "*", "r", "x"],
         ["XLEN", stream],
+        # the backlog: what the agents acknowledged is deleted (load_generator/streams.py)
+        ["XINFO", "GROUPS", stream],
+        ["XPENDING", stream, keys.ACTIVATION_GROUP],
+        ["XTRIM", stream, "MINID", "0-1"],
         ["XINFO", "CONSUMERS", stream, keys.ACTIVATION_GROUP],  # a stall's report
         ["ZRANGE", keys.agents(EXPERIMENT), 0, -1],
     ]

@@ -30,6 +30,7 @@ from agent.settings import AgentSettings
 from clients.redis import NotedRetry, connect_redis
 from common import redis_keys as keys
 from common.wire import encode_rewards
+from load_generator.streams import trim_acknowledged
 
 from .helpers import ENROLLMENT_SECRET, admin_headers, config_for_threshold, create_experiment
 
@@ -129,7 +130,7 @@ def feed(
                     a.decode() for a in cast(list[bytes], r.zrange(keys.agents(experiment), 0, -1))
                 ]
                 streams = [keys.activations(experiment, a) for a in ids]
-                if sum(r.xlen(s) for s in streams) > 300 * len(streams):
+                if sum(trim_acknowledged(r, streams)) > 300 * len(streams):
                     continue
                 rewards = (rng.random((100 * len(streams), len(MEANS))) < MEANS).astype(float)
                 rows = encode_rewards(rewards, bounded=True)
@@ -374,7 +375,10 @@ def test_among_many_streams_the_played_experiments_are_read_and_the_others_swept
             stream = next(s for s in service.discovery.hosted["cold"].agents)
             under_way = len(sweeps)
             r.xadd(stream, {"t": 0, "r": encode_rewards(np.array([[1.0, 0.0, 0.0]]), True)[0]})
-            until(lambda: r.xlen(stream) == 0, "the cold activation read and acknowledged")
+            until(
+                lambda: trim_acknowledged(r, [stream]) == [0],
+                "the cold activation read and acknowledged",
+            )
         finally:
             r.close()
         [(block, sweep)] = [(block, n) for _, block, n, _, got in reads if stream in got]

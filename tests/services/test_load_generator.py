@@ -26,8 +26,15 @@ import redis
 from common import redis_keys as keys
 from load_generator.__main__ import main as load_generator_main
 from load_generator.backlog import BacklogGauge
-from load_generator.generator import LoadGenerator, Summary, exit_code, format_summary
+from load_generator.generator import (
+    HELD_BACKLOGS,
+    LoadGenerator,
+    Summary,
+    exit_code,
+    format_summary,
+)
 from load_generator.settings import LoadSettings
+from load_generator.streams import trim_acknowledged
 
 from .helpers import ENROLLMENT_SECRET, admin_headers, create_experiment, enroll_agents
 
@@ -451,15 +458,24 @@ def test_a_lease_of_another_type_reads_as_null(client: httpx.Client, clean_redis
 def test_the_backlog_gauge_is_exact_on_few_streams_and_estimates_many(clean_redis: str) -> None:
     """On real streams: exact while at most `sample` streams may hold entries, and on a full poll;
     from a sample otherwise, within a few percent, reading about `sample` streams; consumption is
-    seen exactly; this run's own entries exclude those an earlier run left."""
+    seen exactly; this run's own entries exclude those an earlier run left. The agents only read
+    and acknowledge; the polls delete what they acknowledged, and Redis never holds more than
+    the gauge's bound."""
     raw = redis.Redis.from_url(clean_redis)
     streams = [keys.activations("gauge", f"a{i}") for i in range(2000)]
+    pipe = raw.pipeline(transaction=False)
+    for stream in streams:  # as the coordinator does when it enrolls an agent
+        pipe.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
+    pipe.execute()
 
     def measure(indices: Any) -> Any:
+        return trim_acknowledged(raw, [streams[i] for i in indices])
+
+    def held() -> int:  # what Redis holds of the streams, acknowledged or not
         pipe = raw.pipeline(transaction=False)
-        for i in indices:
-            pipe.xlen(streams[i])
-        return pipe.execute()
+        for stream in streams:
+            pipe.xlen(stream)
+        return sum(pipe.execute())
 
     def deliver(counts: dict[int, int]) -> None:
         pipe = raw.pipeline(transaction=False)
@@ -471,9 +487,10 @@ def test_the_backlog_gauge_is_exact_on_few_streams_and_estimates_many(clean_redi
         sent[list(counts)] = list(counts.values())
         gauge.delivered(sent)
 
-    def consume(i: int, count: int) -> None:  # as an agent does: the oldest entries, deleted
-        ids = [entry_id for entry_id, _ in raw.xrange(streams[i], count=count)]
-        raw.xdel(streams[i], *ids)
+    def consume(i: int, count: int) -> int:  # as an agent does: read, then acknowledged
+        read = raw.xreadgroup(keys.ACTIVATION_GROUP, "agent", {streams[i]: ">"}, count=count)
+        ids = [entry_id for entry_id, _ in read[0][1]] if read else []
+        return int(raw.xack(streams[i], keys.ACTIVATION_GROUP, *ids)) if ids else 0
 
     try:
         raw.xadd(streams[0], {"r": "old"})  # an earlier run's entry
@@ -486,16 +503,18 @@ def test_the_backlog_gauge_is_exact_on_few_streams_and_estimates_many(clean_redi
         assert (reading.backlog, reading.own, reading.exact, reading.read) == (7, 6, True, 3)
         assert not reading.consumed
         consume(0, 2)  # the old entry and one of this run's
+        assert held() == 7  # acknowledged, still there
         reading = gauge.poll()
         assert (reading.backlog, reading.own, reading.consumed) == (5, 5, True)
+        assert held() == 5  # the poll deleted them
         assert not gauge.poll().consumed and gauge.poll().read == 3  # nothing since; same streams
 
         # Many streams hold entries: a sample is read, the estimate is close, the bound holds.
         rng = np.random.default_rng(3)
         deliver({i: int(n) for i, n in enumerate(rng.integers(1, 6, size=2000))})
-        for i in range(0, 2000, 2):  # the agents consumed half of the streams
-            consume(i, 10)
-        truth = sum(measure(range(2000)))
+        truth = held()  # every stream holds its backlog only (the polls above deleted the rest)
+        truth -= sum(consume(i, 10) for i in range(0, 2000, 2))  # the agents consumed half
+        assert held() > truth  # what they acknowledged is still there
         estimates = []
         for _ in range(5):
             reading = gauge.poll()
@@ -503,11 +522,41 @@ def test_the_backlog_gauge_is_exact_on_few_streams_and_estimates_many(clean_redi
             assert reading.consumed
             estimates.append(reading.backlog)
             assert reading.own == reading.backlog  # no entry of an earlier run is left
-        assert gauge.bound >= truth
+        assert gauge.bound >= held() >= truth  # Redis holds at most the bound
         assert abs(np.mean(estimates) - truth) <= 0.05 * truth, (estimates, truth)
         full = gauge.poll(full=True)
         assert (full.backlog, full.own, full.exact) == (truth, truth, True)
-        assert gauge.bound == truth  # every stream read: the bounds are the lengths
+        assert gauge.bound == truth == held()  # every stream read: the bounds are the lengths
+    finally:
+        raw.close()
+
+
+def test_a_poll_deletes_only_what_the_agents_acknowledged(clean_redis: str) -> None:
+    """load_generator/streams.py: entries acknowledged go, entries read but not acknowledged
+    (pending) and entries not read yet stay. After a lost reply (entries left pending, newer ones
+    acknowledged), the acknowledged entries after the oldest pending one stay until it is
+    acknowledged: the figure is above the backlog, never below."""
+    raw = redis.Redis.from_url(clean_redis)
+    stream, group = keys.activations("trim", "a"), keys.ACTIVATION_GROUP
+    raw.xgroup_create(stream, group, id="0", mkstream=True)
+    ids = [raw.xadd(stream, {"r": "x"}) for _ in range(8)]
+
+    def read(count: int) -> list[bytes]:
+        reply = raw.xreadgroup(group, "agent", {stream: ">"}, count=count)
+        return [entry_id for entry_id, _ in reply[0][1]]
+
+    try:
+        assert trim_acknowledged(raw, [stream, keys.activations("trim", "none")]) == [8, 0]
+        raw.xack(stream, group, *read(2))  # processed
+        lost = read(2)  # a read whose reply was lost: pending
+        raw.xack(stream, group, *read(2))  # processed after it
+        assert trim_acknowledged(raw, [stream]) == [6]  # 2 pending, 2 acknowledged, 2 unread
+        assert [e for e, _ in raw.xrange(stream)] == ids[2:]
+        raw.xack(stream, group, *lost)  # the agent read its pending entries again
+        assert trim_acknowledged(raw, [stream]) == [2]
+        assert [e for e, _ in raw.xrange(stream)] == ids[6:]  # the ones never read
+        raw.xack(stream, group, *read(2))
+        assert trim_acknowledged(raw, [stream]) == [0]
     finally:
         raw.close()
 
@@ -519,17 +568,33 @@ def test_a_run_that_reads_a_sample_of_the_streams_ends_with_exact_figures(
     agent_process: Callable[[str, int], None],
 ) -> None:
     """Forced to estimate its backlog (a sample of 2 of 6 streams), a run stops at its budget once
-    the agents processed all of it (read exactly), and a second run ends identified and correct."""
+    the agents processed all of it (read exactly), and a second run ends identified and correct.
+    Redis never holds more than HELD_BACKLOGS times max_backlog, and a batch, of the streams
+    (acknowledged entries stay until a poll reads their stream)."""
     create_experiment(client, id="sampled", arms=ARMS, **M5)
     agent_process("sampled", 6)
+    raw = redis.Redis.from_url(clean_redis)
+    streams = [
+        keys.activations("sampled", a.decode()) for a in raw.zrange(keys.agents("sampled"), 0, -1)
+    ]
+    assert len(streams) == 6
+    held: list[int] = []
     for budget, status in ((500, "budget"), (50_000_000, "identified")):
         generator = LoadGenerator(
             settings(coordinator_url, clean_redis, "sampled", budget=budget), out=io.StringIO()
         )
         generator.backlog_sample = 2
+        xadd = generator._xadd
+
+        def held_then_xadd(batch: list[tuple[str, dict[Any, Any]]], xadd: Any = xadd) -> None:
+            held.append(sum(raw.xlen(stream) for stream in streams))
+            xadd(batch)
+
+        generator._xadd = held_then_xadd  # type: ignore[method-assign]
         with generator:
             summary = generator.run()
         assert summary.status == status, summary
+        assert held and max(held) < HELD_BACKLOGS * 600, max(held)  # before a batch of 100
         check_run_figures(summary)
         # max_backlog and a batch, and the error of estimates from 2 streams: coarse, bounded
         assert summary.peak_backlog <= 2 * (600 + 100)
@@ -539,3 +604,4 @@ def test_a_run_that_reads_a_sample_of_the_streams_ends_with_exact_figures(
     assert summary.correct is True and exit_code(summary) == 0
     assert generator.gauge is not None
     assert generator.gauge.polls > generator.gauge.full_polls  # some polls read a sample
+    raw.close()
