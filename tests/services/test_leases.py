@@ -1,0 +1,145 @@
+"""Leases (issue 37, point 4): an agent enrolled with a lease stays while its host renews it (POST
+/v1/agents/leases, each token its own agent's) and leaves once the lease lapses, as DELETE
+/v1/agents/me makes it leave; a host restarted after that enrolls new agents. A real coordinator
+with a short lease (DEXP_AGENT_LEASE_SECONDS) over real HTTP and Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from agent.host import AgentService
+from common import redis_keys as keys
+from coordinator.leases import LeaseSweep
+
+from .helpers import (
+    ENROLLMENT_SECRET,
+    Agent,
+    ThreadedCoordinator,
+    bearer,
+    coordinator,
+    coordinator_settings,
+    create_experiment,
+)
+from .test_agent_experiments import PER_EXPERIMENT, make_experiment, running, settings, until
+from .test_departures import M3, counts
+
+LEASE = 2.0  # seconds: a lapse is waited for, so short
+
+
+@pytest.fixture(scope="module")
+def leasing(redis_url: str) -> Iterator[ThreadedCoordinator]:
+    with coordinator(coordinator_settings(redis_url, agent_lease_seconds=LEASE)) as server:
+        yield server
+
+
+@pytest.fixture
+def http(leasing: ThreadedCoordinator, clean_redis: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=leasing.url, timeout=10.0, trust_env=False) as client:
+        yield client
+
+
+def enroll(client: httpx.Client, **body: Any) -> tuple[Agent, dict[str, Any]]:
+    reply = client.post(
+        "/v1/agents", json={"experiment": "fleet", **body}, headers=bearer(ENROLLMENT_SECRET)
+    )
+    assert reply.status_code == 201, reply.text
+    doc = reply.json()
+    return Agent(doc["agent_id"], doc["token"], doc["index"]), doc
+
+
+def renew(client: httpx.Client, *tokens: str) -> list[str]:
+    reply = client.post("/v1/agents/leases", json={"tokens": list(tokens)})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["lease_seconds"] == LEASE
+    outcomes: list[str] = reply.json()["outcomes"]
+    return outcomes
+
+
+def enrolled(store: redis.Redis) -> set[str]:
+    return {a.decode() for a in store.zrange(keys.agents("fleet"), 0, -1)}
+
+
+def test_a_token_renews_its_own_agent_only_and_a_lapsed_agent_leaves_as_if_it_left(
+    http: httpx.Client, leasing: ThreadedCoordinator, store: redis.Redis
+) -> None:
+    create_experiment(http, id="fleet", arms=["A", "B", "C"], **M3)
+    (voter, doc), (quiet, _), (kept, _) = (enroll(http, simulated=True, lease=True) for _ in "vqk")
+    device, device_doc = enroll(http)  # a device: no lease, it may visit once
+    assert (doc["lease_seconds"], device_doc["lease_seconds"]) == (LEASE, None)
+    vote = http.post(
+        "/v1/experiments/fleet/votes", json={"arm": 2, "epoch": 0}, headers=voter.headers
+    )
+    assert vote.status_code == 200, vote.text
+    assert counts(http, "fleet") == (4, 0, 3, 4)
+
+    # a token renews its own agent, never another: a wrong secret for the voter renews nothing
+    stranger = f"{voter.agent_id}.{'x' * 32}"
+    unknown = f"fleet-0123456789.{'y' * 32}"
+    assert renew(http, kept.token, device.token, stranger, unknown) == [
+        "renewed", "no_lease", "gone", "gone",
+    ]  # fmt: skip
+    leases = store.zrange(keys.leases("fleet"), 0, -1, withscores=True)
+    for body in (
+        {"tokens": []},
+        {"tokens": [kept.token] * 501},
+        {"tokens": [f"{kept.agent_id},{voter.agent_id}.{'z' * 32}"]},  # the script's separator
+        {"tokens": [kept.token], "lease_seconds": 3600},
+    ):
+        refused = http.post("/v1/agents/leases", json=body)
+        assert refused.status_code == 422 and refused.json()["detail"], refused.text
+    assert store.zrange(keys.leases("fleet"), 0, -1, withscores=True) == leases  # nothing changed
+
+    # the host of `voter` and `quiet` is gone: only `kept` is renewed, and they leave
+    until(lambda: renew(http, kept.token) == ["renewed"] and len(enrolled(store)) == 2, "lapsed")
+    assert enrolled(store) == {kept.agent_id, device.agent_id}  # what the load generator feeds
+    # as DELETE /v1/agents/me: the voter's vote stands, so it counts in N until a reset
+    assert counts(http, "fleet") == (3, 1, 1, 3)
+    assert http.get("/v1/experiments/fleet").json()["votes"][2] == 1
+    for gone in (voter, quiet):
+        assert not store.exists(keys.activations("fleet", gone.agent_id))
+        assert http.delete("/v1/agents/me", headers=gone.headers).status_code == 401
+    again = http.post(
+        "/v1/experiments/fleet/votes", json={"arm": 1, "epoch": 0}, headers=voter.headers
+    )
+    assert again.status_code == 401, again.text
+    assert renew(http, voter.token, kept.token) == ["gone", "renewed"]
+
+    # no lease left: the sweep sleeps (a coordinator without leases sends Redis nothing)
+    assert http.delete("/v1/agents/me", headers=kept.headers).status_code == 200
+    sweep: LeaseSweep = leasing.server.config.app.state.lease_sweep
+    until(lambda: not sweep.awake.is_set(), "the sweep asleep")
+    assert not store.exists(keys.LEASE_INDEX)
+    assert enrolled(store) == {device.agent_id}  # a device without a lease stays
+
+
+def test_a_host_restarted_after_its_lease_lapsed_enrolls_new_agents(
+    http: httpx.Client, leasing: ThreadedCoordinator, clean_redis: str, tmp_path: Path
+) -> None:
+    make_experiment(http, "fleet")
+    store = redis.Redis.from_url(clean_redis)
+    extra = {"state_dir": str(tmp_path / "state"), "leave_on_stop": False}  # a restart keeps them
+    with running(AgentService(settings(leasing.url, clean_redis, "fleet", **extra))) as first:
+        until(lambda: len(enrolled(store)) == PER_EXPERIMENT, "enrolled")
+        old = {a.agent_id for a in first.discovery.hosted["fleet"].agents.values()}
+        assert set(store.zrange(keys.leases("fleet"), 0, -1)) == {a.encode() for a in old}
+    until(lambda: not enrolled(store), "their lease lapsed while the host was down")
+    restarted = AgentService(settings(leasing.url, clean_redis, "fleet", **extra))
+    hosted = restarted.discovery.hosted["fleet"]
+    assert hosted.restored == PER_EXPERIMENT  # restored from the state directory, dead
+    with running(restarted):
+
+        def replaced() -> bool:
+            ids = {a.agent_id for a in list(hosted.agents.values())}
+            return len(ids) == PER_EXPERIMENT and not ids & old and enrolled(store) == ids
+
+        until(replaced, "new agents in the place of the lapsed ones")
+        assert {p.name for p in (tmp_path / "state").glob("agent-*.json")} == {
+            f"agent-{a}.json" for a in enrolled(store)
+        }
+    store.close()
