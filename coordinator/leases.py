@@ -10,6 +10,12 @@ of a lease (DEXP_AGENT_LEASE_SECONDS), so an agent leaves between one lease and 
 its host's last renewal. Every coordinator on one Redis that knows of leases sweeps: lapse.lua is
 atomic and idempotent, so an agent leaves once, whichever comes first; and the coordinators that
 got a dead host's renewals are still awake when its leases lapse.
+
+A lapse is evidence of a dead host only if its renewals could have come through: so a sweep makes
+no agent leave until the path has been open for a whole lease, since this coordinator started and
+since Redis last failed it (a sweep's or a renewal's command). After an outage of the
+coordinators or of Redis longer than a lease, the hosts that are alive renew first, and only the
+agents of the dead ones leave.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from redis.exceptions import RedisError
 
@@ -33,7 +40,9 @@ class LeaseSweep:
     def __init__(self, store: ExperimentStore, lease_seconds: float) -> None:
         self.leases = store.leases
         self.redis = store.redis
+        self.lease_seconds = lease_seconds
         self.period = lease_seconds / SWEEPS_PER_LEASE
+        self.open_since = time.monotonic()  # renewals could come through since then
         self.awake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.passes = 0  # sweeps made (what a test waits for)
@@ -44,6 +53,11 @@ class LeaseSweep:
     def wake(self) -> None:
         """This coordinator granted or renewed a lease: sweep until none is left."""
         self.awake.set()
+
+    def interrupted(self) -> None:
+        """Redis failed a renewal or a sweep: renewals may have been lost, so no lease lapses
+        before a whole lease has passed from now."""
+        self.open_since = time.monotonic()
 
     async def close(self) -> None:
         if self.task is not None:
@@ -66,10 +80,13 @@ class LeaseSweep:
                     self.wake()
             except (RedisError, OSError) as exc:
                 log.warning("lease sweep: Redis failed (%s); retrying", exc)
+                self.interrupted()
                 self.wake()
 
     async def sweep(self) -> bool:
         """One pass over the experiments with leases; whether any lease is left."""
+        if time.monotonic() - self.open_since < self.lease_seconds:
+            return True  # renewals may have been lost: none lapses yet (module docstring)
         left = False
         for exp in await self.leases.experiments():
             lapse = await self.leases.lapse(exp)
@@ -80,7 +97,7 @@ class LeaseSweep:
                     "host for DEXP_AGENT_LEASE_SECONDS=%g)",
                     exp,
                     len(lapse.left),
-                    self.period * SWEEPS_PER_LEASE,
+                    self.lease_seconds,
                 )
         self.passes += 1
         return left

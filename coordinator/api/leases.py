@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from redis.exceptions import RedisError
 
 from coordinator.api.deps import SettingsDep, StoreDep, problems
 
@@ -62,7 +63,12 @@ async def renew(
     `lease: true`): each stays enrolled for DEXP_AGENT_LEASE_SECONDS more. An agent whose lease
     lapses leaves its experiment as DELETE /v1/agents/me would make it (docs/SCALING.md, "Agents
     that come and go"). Nothing else changes: a token that is not an agent's is `gone`."""
-    outcomes = await store.leases.renew(body.tokens)
+    sweep = request.app.state.lease_sweep
+    try:
+        outcomes = await store.leases.renew(body.tokens)
+    except RedisError:  # answered 503; renewals may be lost, so no lease lapses for a while
+        sweep.interrupted()
+        raise
     if "renewed" in outcomes:
-        request.app.state.lease_sweep.wake()
+        sweep.wake()
     return LeasesRenewed(lease_seconds=settings.agent_lease_seconds, outcomes=outcomes)

@@ -119,7 +119,7 @@ class Enrollments:
                 raise too_late()
             if index > 0:
                 await self._create_stream(exp, agent_id)
-                if lease:  # after the script: the sweeps then visit the experiment
+                if lease:  # after the script (coordinator/store/leases.py says why)
                     await self.redis.sadd(keys.LEASE_INDEX, exp)
                 self.core.on_change(exp)
                 ENROLLMENTS.labels("open" if ticket is None else "ticket").inc()

@@ -7,7 +7,9 @@ count (docs/SCALING.md, "Agents that come and go").
 
 The experiments with leases are listed in keys.LEASE_INDEX, outside every slot: enrollment adds
 the experiment after its script, a sweep that finds no lease left removes it and then looks
-again, so that an enrollment between the two is never lost from the index."""
+again, so that an enrollment between the two is never lost from the index; and a renewal adds it
+again (one SADD per experiment and request), so that a coordinator that died between an
+enrollment and its SADD loses no experiment for longer than a renewal period."""
 
 from __future__ import annotations
 
@@ -61,6 +63,8 @@ class Leases:
             )
             for i, reply in zip(positions, replies, strict=True):
                 outcomes[i] = OUTCOMES[int(reply)]
+            if 1 in (int(r) for r in replies):
+                await self.granted(exp)  # listed again whatever befell the index (see above)
         return outcomes
 
     async def granted(self, exp: str) -> None:

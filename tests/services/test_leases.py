@@ -15,7 +15,6 @@ import redis
 
 from agent.host import AgentService
 from common import redis_keys as keys
-from coordinator.leases import LeaseSweep
 
 from .helpers import (
     ENROLLMENT_SECRET,
@@ -112,7 +111,7 @@ def test_a_token_renews_its_own_agent_only_and_a_lapsed_agent_leaves_as_if_it_le
 
     # no lease left: the sweep sleeps (a coordinator without leases sends Redis nothing)
     assert http.delete("/v1/agents/me", headers=kept.headers).status_code == 200
-    sweep: LeaseSweep = leasing.server.config.app.state.lease_sweep
+    sweep = leasing.server.config.app.state.lease_sweep  # coordinator/leases.py
     until(lambda: not sweep.awake.is_set(), "the sweep asleep")
     assert not store.exists(keys.LEASE_INDEX)
     assert enrolled(store) == {device.agent_id}  # a device without a lease stays
