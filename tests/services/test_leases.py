@@ -1,10 +1,15 @@
 """Leases (issue 37, point 4): an agent enrolled with a lease stays while its host renews it (POST
 /v1/agents/leases, each token its own agent's) and leaves once the lease lapses, as DELETE
-/v1/agents/me makes it leave; a host restarted after that enrolls new agents. A real coordinator
-with a short lease (DEXP_AGENT_LEASE_SECONDS) over real HTTP and Redis."""
+/v1/agents/me makes it leave: a host killed with SIGKILL leaves no agent enrolled; a host restarted
+after its agents lapsed enrolls new ones. Two real coordinators with a short lease
+(DEXP_AGENT_LEASE_SECONDS) on one real Redis, over real HTTP; agent hosts as processes."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +42,13 @@ def leasing(redis_url: str) -> Iterator[ThreadedCoordinator]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def second(redis_url: str) -> Iterator[ThreadedCoordinator]:
+    """Another coordinator on the same Redis: both sweep, an agent leaves once."""
+    with coordinator(coordinator_settings(redis_url, agent_lease_seconds=LEASE)) as server:
+        yield server
+
+
 @pytest.fixture
 def http(leasing: ThreadedCoordinator, clean_redis: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=leasing.url, timeout=10.0, trust_env=False) as client:
@@ -58,6 +70,12 @@ def renew(client: httpx.Client, *tokens: str) -> list[str]:
     assert reply.json()["lease_seconds"] == LEASE
     outcomes: list[str] = reply.json()["outcomes"]
     return outcomes
+
+
+def redis_ms(store: redis.Redis) -> int:
+    """Redis's clock, which the leases are on (unix ms)."""
+    seconds, micros = store.time()
+    return int(seconds * 1000 + micros // 1000)
 
 
 def enrolled(store: redis.Redis) -> set[str]:
@@ -142,3 +160,45 @@ def test_a_host_restarted_after_its_lease_lapsed_enrolls_new_agents(
             f"agent-{a}.json" for a in enrolled(store)
         }
     store.close()
+
+
+def test_a_host_killed_without_a_word_leaves_no_agent_enrolled(
+    http: httpx.Client,
+    leasing: ThreadedCoordinator,
+    second: ThreadedCoordinator,
+    store: redis.Redis,
+    clean_redis: str,
+) -> None:
+    """kill -9 (a crashed container, a lost machine): no SIGTERM, so no DELETE /v1/agents/me;
+    the counts and the load generator's list (ZRANGE of the agents) shrink once the lease lapses,
+    and the host still running keeps its agents."""
+    make_experiment(http, "fleet")
+    env = {
+        **os.environ,
+        "DEXP_COORDINATOR_URL": f"{leasing.url},{second.url}",
+        "DEXP_REDIS_URL": clean_redis,
+        "DEXP_EXPERIMENT": "fleet",
+        "DEXP_ENROLLMENT_SECRET": ENROLLMENT_SECRET,
+        "AGENTS_PER_REPLICA": str(PER_EXPERIMENT),
+    }
+    io = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    hosts = [subprocess.Popen([sys.executable, "-m", "agent"], env=env, **io) for _ in range(2)]
+    try:
+        until(lambda: len(enrolled(store)) == 2 * PER_EXPERIMENT, "both hosts' agents enrolled")
+        before = enrolled(store)
+        hosts[0].send_signal(signal.SIGKILL)
+        hosts[0].wait()
+        lapse_at = redis_ms(store) + LEASE * 1000  # every lease granted before the kill ends
+        until(lambda: len(enrolled(store)) == PER_EXPERIMENT, "the killed host's agents gone")
+        assert counts(http, "fleet")[:3] == (PER_EXPERIMENT, 0, PER_EXPERIMENT)
+        for gone in before - enrolled(store):
+            assert not store.exists(keys.activations("fleet", gone))
+        # past the end of every lease of before the kill: the survivors were renewed
+        until(lambda: redis_ms(store) > lapse_at, "every lease of before the kill over")
+        survivors = enrolled(store)
+        assert len(survivors) == PER_EXPERIMENT and hosts[1].poll() is None
+        assert {a.decode() for a in store.zrange(keys.leases("fleet"), 0, -1)} == survivors
+    finally:
+        for host in hosts:
+            host.kill()
+            host.wait()
