@@ -85,6 +85,7 @@ class LeaseSweep:
 
     async def sweep(self) -> bool:
         """One pass over the experiments with leases; whether any lease is left."""
+        self.passes += 1
         if time.monotonic() - self.open_since < self.lease_seconds:
             return True  # renewals may have been lost: none lapses yet (module docstring)
         left = False
@@ -99,5 +100,4 @@ class LeaseSweep:
                     len(lapse.left),
                     self.lease_seconds,
                 )
-        self.passes += 1
         return left

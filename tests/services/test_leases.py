@@ -130,8 +130,7 @@ def test_a_token_renews_its_own_agent_only_and_a_lapsed_agent_leaves_as_if_it_le
     # no lease left: the sweep sleeps (a coordinator without leases sends Redis nothing)
     assert http.delete("/v1/agents/me", headers=kept.headers).status_code == 200
     sweep = leasing.server.config.app.state.lease_sweep  # coordinator/leases.py
-    until(lambda: not sweep.awake.is_set(), "the sweep asleep")
-    assert not store.exists(keys.LEASE_INDEX)
+    until(lambda: not store.exists(keys.LEASE_INDEX) and not sweep.awake.is_set(), "it sleeps")
     assert enrolled(store) == {device.agent_id}  # a device without a lease stays
 
 
@@ -202,3 +201,30 @@ def test_a_host_killed_without_a_word_leaves_no_agent_enrolled(
         for host in hosts:
             host.kill()
             host.wait()
+
+
+def test_no_lease_lapses_before_renewals_had_a_whole_lease_to_come_through(
+    http: httpx.Client,
+    leasing: ThreadedCoordinator,
+    second: ThreadedCoordinator,
+    store: redis.Redis,
+) -> None:
+    """While Redis fails renewals or sweeps (an outage), the hosts that are alive may not get
+    through, so no lease lapses, and none before a whole lease has passed since; then it does."""
+    create_experiment(http, id="fleet", arms=["A", "B", "C"], **M3)
+    agent, _ = enroll(http, simulated=True, lease=True)
+    sweep, other = (c.server.config.app.state.lease_sweep for c in (leasing, second))
+    (lapses_at,) = [s for _, s in store.zrange(keys.leases("fleet"), 0, -1, withscores=True)]
+    passes = 0
+
+    def outage_past_the_lease() -> bool:
+        nonlocal passes
+        for each in (sweep, other):  # as a RedisError in a renewal or a sweep does, again
+            each.interrupted()
+        if redis_ms(store) <= lapses_at:
+            passes = sweep.passes
+        return passes > 0 and sweep.passes >= passes + 2  # two sweeps after the lease's end
+
+    until(outage_past_the_lease, "two sweeps past the lease's end during the outage")
+    assert enrolled(store) == {agent.agent_id}  # not lapsed: its renewals could not get through
+    until(lambda: not enrolled(store), "lapsed a lease after the outage")
