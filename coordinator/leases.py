@@ -6,8 +6,9 @@ When it runs. A coordinator with no lease to watch sends Redis nothing periodica
 webhook dispatcher with no webhook): its sweep wakes when it learns of leases (at start, one SCARD
 of the index; when it enrolls an agent with a lease; when it renews one) and sleeps again once a
 pass finds no lease left. Awake, it visits the experiments of the index every 1/SWEEPS_PER_LEASE
-of a lease (DEXP_AGENT_LEASE_SECONDS), so an agent leaves between one lease and 1.25 leases after
-its host's last renewal. Every coordinator on one Redis that knows of leases sweeps: lapse.lua is
+of a lease (DEXP_AGENT_LEASE_SECONDS), at most every SWEEP_MAX_SECONDS, so an agent leaves between
+one lease and a lease plus that after its host's last renewal; and once the last lease is gone,
+the sweep asks Redis once more at most that much later, then sleeps. Every coordinator on one Redis that knows of leases sweeps: lapse.lua is
 atomic and idempotent, so an agent leaves once, whichever comes first; and the coordinators that
 got a dead host's renewals are still awake when its leases lapse.
 
@@ -32,6 +33,7 @@ from coordinator.store import ExperimentStore
 
 log = logging.getLogger("dexp.coordinator")
 SWEEPS_PER_LEASE = 4
+SWEEP_MAX_SECONDS = 2.0  # one script per experiment with leases and coordinator, every 2 s at most
 
 
 class LeaseSweep:
@@ -41,7 +43,7 @@ class LeaseSweep:
         self.leases = store.leases
         self.redis = store.redis
         self.lease_seconds = lease_seconds
-        self.period = lease_seconds / SWEEPS_PER_LEASE
+        self.period = min(lease_seconds / SWEEPS_PER_LEASE, SWEEP_MAX_SECONDS)
         self.open_since = time.monotonic()  # renewals could come through since then
         self.awake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
