@@ -29,6 +29,7 @@ import time
 from redis.exceptions import RedisError
 
 from common import redis_keys as keys
+from coordinator.metrics import LAPSED
 from coordinator.store import ExperimentStore
 
 log = logging.getLogger("dexp.coordinator")
@@ -95,6 +96,7 @@ class LeaseSweep:
             lapse = await self.leases.lapse(exp)
             left = left or lapse.leases > 0
             if lapse.left:
+                LAPSED.inc(len(lapse.left))
                 log.info(
                     "experiment %s: %d agent(s) left, their lease lapsed (no renewal of their "
                     "host for DEXP_AGENT_LEASE_SECONDS=%g)",

@@ -126,6 +126,9 @@ def test_a_token_renews_its_own_agent_only_and_a_lapsed_agent_leaves_as_if_it_le
     )
     assert again.status_code == 401, again.text
     assert renew(http, voter.token, kept.token) == ["gone", "renewed"]
+    metrics = http.get("/metrics").text  # the sweeps of this process: at least these two
+    (line,) = [m for m in metrics.splitlines() if m.startswith("dexp_agents_lapsed_total ")]
+    assert float(line.split()[1]) >= 2
 
     # no lease left: the sweep sleeps (a coordinator without leases sends Redis nothing)
     assert http.delete("/v1/agents/me", headers=kept.headers).status_code == 200
