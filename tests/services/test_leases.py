@@ -218,7 +218,7 @@ def test_no_lease_lapses_before_renewals_had_a_whole_lease_to_come_through(
     agent, _ = enroll(http, simulated=True, lease=True)
     sweep, other = (c.server.config.app.state.lease_sweep for c in (leasing, second))
     (lapses_at,) = [s for _, s in store.zrange(keys.leases("fleet"), 0, -1, withscores=True)]
-    passes = 0
+    passes: int | None = None  # the sweep's passes at the lease's end
 
     def outage_past_the_lease() -> bool:
         nonlocal passes
@@ -226,7 +226,7 @@ def test_no_lease_lapses_before_renewals_had_a_whole_lease_to_come_through(
             each.interrupted()
         if redis_ms(store) <= lapses_at:
             passes = sweep.passes
-        return passes > 0 and sweep.passes >= passes + 2  # two sweeps after the lease's end
+        return passes is not None and sweep.passes >= passes + 2  # two sweeps after its end
 
     until(outage_past_the_lease, "two sweeps past the lease's end during the outage")
     assert enrolled(store) == {agent.agent_id}  # not lapsed: its renewals could not get through
