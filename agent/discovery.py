@@ -40,7 +40,9 @@ probability at most eta) holds across the restart. Restoring statistics instead 
 or means on disk, which must never leave the process. Without a state directory every start enrolls
 new agents (the old ones' streams are orphaned). The agents that are not restored are enrolled
 (agent/enrollment.py). With DEXP_LEAVE_ON_STOP a stop is not a restart: the agents leave their
-experiments and their files are removed (`leave`), so the next start enrolls new ones.
+experiments and their files are removed (`leave`), so the next start enrolls new ones. A restart
+later than the agents' lease finds them gone (agent/leases.py): they are forgotten (`forget`) and
+new ones enroll in their place.
 """
 
 from __future__ import annotations
@@ -100,6 +102,8 @@ class Hosted:
     resend_due: bool = True  # its agents' pending votes are to be sent (again)
     paused_until: float = 0.0  # a refused request: its agents wait until then (0: running)
     failure: str = ""  # the last refusal logged
+    slots: dict[str, int] = field(default_factory=dict)  # agent id -> its slot (seed, state file)
+    free: list[int] = field(default_factory=list)  # the slots of agents forgotten (lapsed)
 
     @property
     def experiment(self) -> str:
@@ -304,14 +308,16 @@ class Discovery:
         walker: list[Tickets] = []  # the tickets read for this round (read on first use)
         try:
             while len(hosted.agents) < n:
-                slot = len(hosted.agents)
+                slot = hosted.free[-1] if hosted.free else len(hosted.agents)
                 agent = self.enrollment.enroll(
                     hosted.view,
                     np.random.default_rng(hosted.seeds[slot]),
                     walker,
-                    enrolled=slot - hosted.restored,
+                    enrolled=len(hosted.agents) - hosted.restored,
                     needed=n - hosted.restored,
                 )
+                if hosted.free:
+                    hosted.free.pop()
                 if hosted.state:  # before anything else: a crash now must not enroll it again
                     hosted.state.save(agent.record, hosted.view.created_at, slot, durable=True)
                 self._attach(hosted, agent, slot)
@@ -336,6 +342,23 @@ class Discovery:
         if hosted.state:
             agent.persist = self._persister(hosted, agent.record, slot)
         hosted.agents[keys.activations(hosted.experiment, agent.agent_id)] = agent
+        hosted.slots[agent.agent_id] = slot
+
+    def forget(self, hosted: Hosted, agent: Agent) -> None:
+        """An agent no longer in its experiment (its lease lapsed, agent/leases.py): its stream
+        is no longer read, its saved state goes, and the next discovery round enrolls another in
+        its slot, with a seed of its own (the lapsed agent's draws are not replayed)."""
+        stream = keys.activations(hosted.experiment, agent.agent_id)
+        if hosted.agents.pop(stream, None) is None:
+            return
+        self.streams.pop(stream, None)
+        if hosted.state:
+            hosted.state.forget(agent.agent_id)
+        slot = hosted.slots.pop(agent.agent_id)
+        hosted.seeds[slot] = np.random.SeedSequence()
+        hosted.free.append(slot)
+        hosted.restored = min(hosted.restored, len(hosted.agents))  # the others are enrolled
+        self.next_discovery = 0.0
 
     def _install(self, hosted: Hosted, added: int) -> None:
         """Read the experiment's streams (the coordinator created them and their groups when it

@@ -14,7 +14,9 @@ limits (number and rate): the way to enroll many agents from one machine. When t
 the experiment gets one line saying how to get more tickets. Without tickets, agents enroll with the
 shared secret (open enrollment, refused by a production coordinator unless it allows it). Tickets
 and tokens are never logged. Every agent enrolls as simulated (`simulated: true`): it plays the
-load generator's problem, not a real device's rewards, and the experiment counts it as such.
+load generator's problem, not a real device's rewards, and the experiment counts it as such; and
+with a lease (`lease: true`), which the process renews (agent/leases.py): killed without a word,
+its agents leave once their lease lapses.
 
 What stops an enrollment is raised for the caller (agent/discovery.py) to log and retry or not:
 EnrollmentFailed (no ticket left, none configured, the tickets file unreadable, open enrollment
@@ -199,6 +201,7 @@ class Enrollment:
                     rng,
                     reconcile_seconds=period,
                     simulated=True,
+                    lease=True,
                 )
             except CoordinatorError as exc:
                 if exc.status == 403:
@@ -223,7 +226,13 @@ class Enrollment:
             for position, ticket in tickets:
                 try:
                     agent = Agent.enroll(
-                        self.client, view, ticket, rng, reconcile_seconds=period, simulated=True
+                        self.client,
+                        view,
+                        ticket,
+                        rng,
+                        reconcile_seconds=period,
+                        simulated=True,
+                        lease=True,
                     )
                 except CoordinatorError as exc:
                     if exc.status == 403:  # the experiment is full: the ticket is still good

@@ -29,7 +29,8 @@ Stop. On SIGTERM or SIGINT the loop ends and, with DEXP_LEAVE_ON_STOP (compose's
 of the process leaves its experiment (DELETE /v1/agents/me) and its saved state is removed: a
 scaled-down or stopped host leaves no agent enrolled that nobody runs (the load generator would
 feed it, and the experiment count it). What the agents voted this epoch stands (docs/SCALING.md,
-"Agents that come and go").
+"Agents that come and go"). Killed without a word (SIGKILL, a crash, a lost machine), the process
+renews no lease, and its agents leave once their lease lapses (agent/leases.py).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from pydantic import ValidationError
 from agent.discovery import Discovery, Hosted, refusal_hint
 from agent.enrollment import EnrollmentFailed
 from agent.following import Follower
+from agent.leases import Renewal
 from agent.settings import AgentSettings
 from agent.state import StateDir
 from agent.streams import REDIS_DOWN, StreamReader
@@ -79,6 +81,7 @@ class AgentService:
         self.discovery = Discovery(settings, self.client, self.state, self)
         self.reader = StreamReader(self.redis, settings, self.discovery, lambda: self.stopping)
         self.follower = Follower(settings, self.client, self.discovery)
+        self.renewal = Renewal(self.client, self.discovery)
         failure = self.discovery.start()
         if failure is not None:
             self.close()
@@ -101,6 +104,7 @@ class AgentService:
             while not self.stopping:
                 try:
                     now = time.monotonic()
+                    self.renewal.renew_if_due(now)  # first: agents gone are forgotten, replaced
                     if now >= self.discovery.next_discovery:
                         self.discovery.discover()
                     self.discovery.resume(now)

@@ -342,10 +342,12 @@ class Agent:
         persist: Callable[[], None] | None = None,
         reconcile_seconds: float = 30.0,
         simulated: bool = False,
+        lease: bool = False,
     ) -> Agent:
         """A new agent; `secret` is a one-time ticket (or open enrollment's shared secret).
-        `simulated`: the agent service's (fed by a load generator), not a real device."""
-        reply = client.enroll(secret, view.experiment, simulated=simulated)
+        `simulated`: the agent service's (fed by a load generator), not a real device. `lease`:
+        it stays enrolled only while its host renews it (agent/leases.py)."""
+        reply = client.enroll(secret, view.experiment, simulated=simulated, lease=lease)
         return cls(
             client,
             view,

@@ -305,19 +305,30 @@ class CoordinatorClient:
         )
         self._rate_limit_logged, self._rate_limit_unlogged = now, 0
 
-    def enroll(self, secret: str, experiment: str, simulated: bool = False) -> dict[str, Any]:
+    def enroll(
+        self, secret: str, experiment: str, simulated: bool = False, lease: bool = False
+    ) -> dict[str, Any]:
         """`secret`: a one-time ticket, or the shared secret of open enrollment. A ticket whose
         reply was lost is used up: the retry gets 401 (CoordinatorError). `simulated`: the agent
-        is a simulated one (the agent service's), which the experiment counts."""
+        is a simulated one (the agent service's), which the experiment counts. `lease`: it stays
+        enrolled only while its host renews its lease (renew_leases)."""
         body: dict[str, Any] = {"experiment": experiment}
         if simulated:
             body["simulated"] = True
+        if lease:
+            body["lease"] = True
         result: dict[str, Any] = self.request("POST", "/v1/agents", token=secret, json=body)
         return result
 
     def leave(self, token: str) -> dict[str, Any]:
         """The agent holding `token` leaves its experiment (DELETE /v1/agents/me): for good."""
         result: dict[str, Any] = self.request("DELETE", "/v1/agents/me", token=token)
+        return result
+
+    def renew_leases(self, tokens: list[str]) -> dict[str, Any]:
+        """Renew the leases of the agents holding `tokens` (POST /v1/agents/leases, one request):
+        {lease_seconds, outcomes: renewed | no_lease | gone, one per token}."""
+        result: dict[str, Any] = self.request("POST", "/v1/agents/leases", json={"tokens": tokens})
         return result
 
     def experiment(self, experiment: str) -> dict[str, Any]:

@@ -171,6 +171,20 @@ def simulated(exp: str) -> str:
     return f"{PREFIX}:{{{exp}}}:simulated"
 
 
+def leases(exp: str) -> str:
+    """Sorted set: agent id -> when its lease lapses (unix ms of Redis's clock), for the agents
+    enrolled with a lease (`lease: true`: the agent service's). Renewed by their host (POST
+    /v1/agents/leases); an agent whose lease lapsed leaves as DELETE /v1/agents/me would make it
+    (coordinator/store/lua/lapse.lua, run by the coordinators' sweep, coordinator/leases.py)."""
+    return f"{PREFIX}:{{{exp}}}:leases"
+
+
+# Set of the experiment ids that have (or lately had) agents with a lease: what the coordinators'
+# lease sweeps visit (coordinator/leases.py); outside every experiment's slot, never read by a
+# script. An experiment leaves it when a sweep finds no lease left in it.
+LEASE_INDEX = f"{PREFIX}:lease-index"
+
+
 def tickets(exp: str) -> str:
     """Sorted set: SHA-256 hex digest of each unused enrollment ticket -> its expiry (unix ms).
     A ticket is removed by the enrollment it buys, in the same script."""

@@ -18,13 +18,14 @@ from starlette.routing import Match
 
 from common.algorithms import AlgorithmConfig
 from coordinator import dashboard, sdk
-from coordinator.api import agents, events, experiments, health, keys, tickets, webhooks
+from coordinator.api import agents, events, experiments, health, keys, leases, tickets, webhooks
 from coordinator.api.deps import problems
 from coordinator.api.models import ExperimentCreate
 from coordinator.caching import RevisionCache
 from coordinator.edge import Edge
 from coordinator.errors import Conflict, CoordinatorError, StoreUnavailable
 from coordinator.events import EVENTS_CLIENT, Hub
+from coordinator.leases import LeaseSweep
 from coordinator.metrics import StoreFigures, instrument
 from coordinator.redis_client import RedisCluster, client, connect
 from coordinator.settings import Settings, get_settings
@@ -140,9 +141,13 @@ def lifespan_of(settings: Settings) -> Callable[[FastAPI], AbstractAsyncContextM
         app.state.webhooks = Dispatcher(app.state.store, hooks_listener, settings)
         await ensure_default_experiment(app.state.store, settings)
         app.state.webhooks.start()
+        # the agents whose lease lapsed leave (coordinator/leases.py): idle while none has one
+        app.state.lease_sweep = LeaseSweep(app.state.store, settings.agent_lease_seconds)
+        app.state.lease_sweep.start()
         try:
             yield
         finally:
+            await app.state.lease_sweep.close()
             await app.state.webhooks.close()
             await hooks_listener.aclose()
             await app.state.hub.close()
@@ -213,6 +218,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.include_router(experiments.router)
     app.include_router(agents.router)
+    app.include_router(leases.router)  # POST /v1/agents/leases: the agent service's renewals
     app.include_router(webhooks.router)  # .../webhooks: the decisions POSTed to the admin's URLs
     app.include_router(tickets.router)  # POST /v1/experiments/{id}/tickets/unused: public advice
     app.include_router(events.router)  # GET /v1/experiments/{id}/events: the SSE stream

@@ -64,6 +64,10 @@ ENROLLMENTS = Counter(
     "dexp_enrollments_total", "Agents enrolled, by way: a ticket or open enrollment", ["via"]
 )
 TICKETS = Counter("dexp_tickets_issued_total", "One-time enrollment tickets issued")
+LAPSED = Counter(
+    "dexp_agents_lapsed_total",
+    "Agents this process's lease sweep made leave: their host renewed nothing for a lease",
+)
 EXPERIMENTS = Gauge("dexp_experiments", "Experiments in the store, by status", ["status"])
 AGENTS = Gauge("dexp_agents_enrolled", "Agents enrolled in the store's experiments")
 STORE_UP = Gauge(

@@ -101,6 +101,10 @@ class Settings(SecretFileSettings):
     # agents as the per-client limits allow: a development convenience, on by default in
     # development and off in production unless set to true explicitly.
     open_enrollment: bool | None = None
+    # An agent enrolled with a lease (`lease: true`: the agent service's) leaves once this long
+    # passed without its host renewing it (killed, crashed, cut off: coordinator/leases.py); its
+    # host renews every third of it. Devices enroll without one.
+    agent_lease_seconds: float = Field(60.0, ge=1, le=86_400)
     max_tickets: int = Field(10_000, ge=1, le=100_000)  # tickets per request
     max_ticket_ttl_seconds: int = Field(30 * 86_400, ge=1)
     # The audit log of state-changing calls keeps about this many entries (XADD MAXLEN ~): the

@@ -57,6 +57,13 @@ class AgentCreate(BaseModel):
         description="true: a simulated agent (the agent service's, fed by a load generator), "
         "not a real device; the experiment counts them (agents_simulated)",
     )
+    lease: StrictBool = Field(
+        False,
+        description="true: the agent stays enrolled only while its host renews its lease (POST "
+        "/v1/agents/leases, every third of lease_seconds); once a lease passes without a "
+        "renewal it leaves as DELETE /v1/agents/me makes it. The agent service's agents take "
+        "one; a device need not (it may visit once, and its messages still count)",
+    )
 
 
 class AgentPublic(BaseModel):
@@ -64,6 +71,11 @@ class AgentPublic(BaseModel):
     token: str = Field(description="send as 'Authorization: Bearer <token>' with every vote")
     index: int = Field(description="enrollment order in the experiment, from 1")
     experiment: str
+    lease_seconds: float | None = Field(
+        None,
+        description="with `lease: true`, DEXP_AGENT_LEASE_SECONDS: the lease lapses this long "
+        "after enrollment or the last renewal (else null: no lease)",
+    )
 
 
 class OwnVote(BaseModel):
@@ -262,20 +274,27 @@ async def enroll(
         raise Invalid("experiment: required (this coordinator has no default experiment)")
     if settings.open_enrollment_enabled and same_secret(credential, settings.enrollment_secret):
         client = client_group(request.client.host) if request.client else ""
-        enrollment = await store.enroll(experiment, client, simulated=body.simulated)
+        enrollment = await store.enroll(
+            experiment, client, simulated=body.simulated, lease=body.lease
+        )
     elif ticket_experiment(credential):
-        enrollment = await store.enroll(experiment, ticket=credential, simulated=body.simulated)
+        enrollment = await store.enroll(
+            experiment, ticket=credential, simulated=body.simulated, lease=body.lease
+        )
     else:
         raise Unauthorized(
             "invalid enrollment credential: neither a ticket from the experiment's admin nor the "
             "open-enrollment secret"
             + ("" if settings.open_enrollment_enabled else " (open enrollment is off)")
         )
+    if body.lease:
+        request.app.state.lease_sweep.wake()
     return AgentPublic(
         agent_id=enrollment.agent_id,
         token=enrollment.token,
         index=enrollment.index,
         experiment=experiment,
+        lease_seconds=settings.agent_lease_seconds if body.lease else None,
     )
 
 

@@ -18,7 +18,7 @@ The parts, by concern: reads.ExperimentReads (states, listings, revisions, statu
 writes.ScriptWrites (creation, deletion, votes, reports, LDP's private reports, settled messages,
 resets), decisions.Decisions (LDP's decision at each publication, common/ldp.py),
 enrollment.Enrollments (tickets, enrollment, tokens, agents' views), departures.Departures (an
-agent leaving), own.OwnMessages (an agent's own messages, the count waiting) and api_keys.ApiKeys
+agent leaving), leases.Leases (the leases of the agent service's agents, their renewals and lapses), own.OwnMessages (an agent's own messages, the count waiting) and api_keys.ApiKeys
 (named keys with roles, the audit log), over one core.StoreCore.
 ExperimentStore is the one object the routes hold: it only puts them together.
 """
@@ -48,6 +48,7 @@ from coordinator.store.core import (
 )
 from coordinator.store.departures import Departure, Departures
 from coordinator.store.enrollment import Enrollments
+from coordinator.store.leases import Lapse, Leases
 from coordinator.store.own import OwnMessages
 from coordinator.store.reads import TIE_CACHE_SIZE, ExperimentReads
 from coordinator.store.state import (
@@ -90,6 +91,8 @@ __all__ = [
     "ExperimentReads",
     "ExperimentState",
     "ExperimentStore",
+    "Lapse",
+    "Leases",
     "Limits",
     "LiveVoters",
     "Principal",
@@ -160,6 +163,7 @@ class ExperimentStore:
         self.own_messages = own.own_messages
         self.waiting = own.waiting
         self.leave = Departures(core).leave
+        self.leases = Leases(core)
         # API keys and the audit log
         self.api_keys = ApiKeys(core)
 

@@ -83,6 +83,8 @@ class Limits:
     # the coordinator's Redis timeout: the scripts that change an experiment carry a deadline
     # (DEADLINE_SHARE of it, lua/deadline.lua), so that one run after a 503 changes nothing; 0: none
     redis_timeout_seconds: float = 0.0
+    # an agent enrolled with a lease leaves once this long passed without a renewal of its host's
+    agent_lease_seconds: float = 60.0
 
     @classmethod
     def of(cls, settings: Any) -> Limits:
@@ -102,6 +104,7 @@ class Limits:
             publish_batch=settings.publish_batch,
             publish_cadence_seconds=settings.publish_cadence_seconds,
             redis_timeout_seconds=settings.redis_timeout_seconds,
+            agent_lease_seconds=settings.agent_lease_seconds,
         )
 
 

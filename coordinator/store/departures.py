@@ -1,12 +1,14 @@
 """Agents that leave: an agent whose host stops says so with its own token (DELETE
 /v1/agents/me), and lua/leave.lua takes it out of the experiment at once: no longer enrolled (the
 load generator stops feeding it, the enrollment limit frees its place), its token dead, its
-activation stream deleted. What it said this epoch stands, and it stays counted in N for it (the
-script says why); docs/SCALING.md, "Agents that come and go"."""
+activation stream deleted. What it said this epoch stands, and it stays counted in N for it
+(lua/departure.lua says why); docs/SCALING.md, "Agents that come and go". An agent whose lease
+lapsed leaves the same way (coordinator/store/leases.py, lua/lapse.lua)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from common import redis_keys as keys
 from coordinator.errors import NotFound, Unauthorized
@@ -36,13 +38,7 @@ class Departures:
             raise Unauthorized("invalid agent token")
         n_arms = int((await self.core.meta(exp))["n_arms"])  # NotFound: no such experiment
         code, counted = await self.core.scripts.leave(
-            meta_key=keys.meta(exp),
-            agents_key=keys.agents(exp),
-            credentials_key=keys.credentials(exp),
-            settled_key=keys.settled(exp),
-            reporters_key=keys.reporters(exp),
-            simulated_key=keys.simulated(exp),
-            voters_keys=[keys.voters(exp, arm) for arm in range(n_arms)],
+            **departure_keys(exp, n_arms),
             agent_id=agent,
             token_digest=digest(token),
             changes_channel=keys.changes(exp),
@@ -56,6 +52,28 @@ class Departures:
         if code < 0:
             raise Unauthorized("invalid agent token (or the agent has left its experiment)")
         self.core.on_change(exp)
-        # Its stream, in another slot on a cluster (as enrollment creates it): nobody reads it now.
-        await self.redis.delete(keys.activations(exp, agent), keys.legacy_activations(exp, agent))
+        await delete_streams(self.core, exp, [agent])
         return Departure(agent, exp, bool(int(counted)))
+
+
+def departure_keys(exp: str, n_arms: int) -> dict[str, Any]:
+    """The keys an agent's departure touches (lua/departure.lua), by the scripts' input names."""
+    return {
+        "meta_key": keys.meta(exp),
+        "agents_key": keys.agents(exp),
+        "credentials_key": keys.credentials(exp),
+        "settled_key": keys.settled(exp),
+        "reporters_key": keys.reporters(exp),
+        "simulated_key": keys.simulated(exp),
+        "leases_key": keys.leases(exp),
+        "voters_keys": [keys.voters(exp, arm) for arm in range(n_arms)],
+    }
+
+
+async def delete_streams(core: StoreCore, exp: str, agents: list[str]) -> None:
+    """The activation streams of agents that left: nobody reads them now. After the script: on a
+    cluster they live in other slots (as enrollment creates them)."""
+    names = [keys.activations(exp, a) for a in agents]
+    names += [keys.legacy_activations(exp, a) for a in agents]
+    if names:
+        await core.redis.delete(*names)

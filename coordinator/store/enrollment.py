@@ -72,13 +72,20 @@ class Enrollments:
         return expiry is not None and expiry > now_ms()
 
     async def enroll(
-        self, exp: str, client: str = "", ticket: str | None = None, simulated: bool = False
+        self,
+        exp: str,
+        client: str = "",
+        ticket: str | None = None,
+        simulated: bool = False,
+        lease: bool = False,
     ) -> Enrollment:
         """A new agent id and token; the token is returned once and only its digest is kept.
         With a `ticket` (one of `exp`'s), the enrollment consumes it; without, it is open
         enrollment, limited per `client` (the caller's address) in rate and number. A
-        `simulated` agent is counted as such (keys.simulated)."""
+        `simulated` agent is counted as such (keys.simulated). With a `lease`, the agent leaves
+        unless its host renews it (coordinator/store/leases.py)."""
         limits = self.core.limits
+        lease_ms = max(1, round(limits.agent_lease_seconds * 1000)) if lease else 0
         if ticket is not None and ticket_experiment(ticket) != exp:
             raise Unauthorized(f"invalid ticket: not a ticket of experiment {exp!r}")
         for _ in range(8):  # the id's random part is 40 bits: a clash is rare, and retried
@@ -104,12 +111,16 @@ class Enrollments:
                 changes_channel=keys.changes(exp),
                 deadline_ms=await self.core.deadline_ms(),
                 simulated="1" if simulated else "0",
+                leases_key=keys.leases(exp),
+                lease_ms=lease_ms,
             )
             index, value = int(code), int(value)
             if index == -7:
                 raise too_late()
             if index > 0:
                 await self._create_stream(exp, agent_id)
+                if lease:  # after the script (coordinator/store/leases.py says why)
+                    await self.redis.sadd(keys.LEASE_INDEX, exp)
                 self.core.on_change(exp)
                 ENROLLMENTS.labels("open" if ticket is None else "ticket").inc()
                 return Enrollment(agent_id, token, index)

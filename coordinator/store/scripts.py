@@ -4,7 +4,7 @@ Each script names its inputs in its first lines (`local meta_key = KEYS[1]`, `lo
 ARGV[1]`), and its entry here lists the same names in the same order. A call passes every input
 by keyword (`scripts.vote(meta_key=..., agent_id=...)`), so a call site cannot misorder them, and
 tests/test_lua_inputs.py holds the table and the headers together. Helpers (gcra.lua, changes.lua,
-publish.lua) define local functions only; they are prepended to the scripts that use them.
+publish.lua, departure.lua) define local functions only; they are prepended to the scripts that use them.
 """
 
 from __future__ import annotations
@@ -46,6 +46,16 @@ PUBLISHED = ("changes.lua", "publish.lua")
 TIMED = ("deadline.lua", "gcra.lua", *PUBLISHED)  # an agent's message: deadline, rate, publication
 RATE = ("vote_rate", "vote_burst")
 PUBLICATION = ("publish_batch", "publish_cadence_ms")
+# what an agent's departure touches (lua/departure.lua), its own token or its lease lapsed
+DEPARTURE = (
+    "meta_key",
+    "agents_key",
+    "credentials_key",
+    "settled_key",
+    "reporters_key",
+    "simulated_key",
+    "leases_key",
+)
 
 SCRIPTS: dict[str, ScriptInputs] = {
     "vote": ScriptInputs(
@@ -200,6 +210,7 @@ SCRIPTS: dict[str, ScriptInputs] = {
             "enrollers_key",
             "tickets_key",
             "simulated_key",
+            "leases_key",
         ),
         args=(
             "agent_id",
@@ -213,22 +224,28 @@ SCRIPTS: dict[str, ScriptInputs] = {
             "changes_channel",
             "deadline_ms",
             "simulated",
+            "lease_ms",
         ),
         helpers=LIMITED,
     ),
     "leave": ScriptInputs(
         "leave.lua",
-        keys=(
-            "meta_key",
-            "agents_key",
-            "credentials_key",
-            "settled_key",
-            "reporters_key",
-            "simulated_key",
-        ),
+        keys=DEPARTURE,
         rest_keys="voters_keys",
         args=("agent_id", "token_digest", "changes_channel", "deadline_ms"),
-        helpers=("deadline.lua", "changes.lua"),
+        helpers=("deadline.lua", "changes.lua", "departure.lua"),
+    ),
+    "lapse": ScriptInputs(
+        "lapse.lua",
+        keys=DEPARTURE,
+        rest_keys="voters_keys",
+        args=("batch", "changes_channel"),
+        helpers=("changes.lua", "departure.lua"),
+    ),
+    "renew": ScriptInputs(
+        "renew.lua",
+        keys=("leases_key", "credentials_key"),
+        args=("lease_ms", "agent_ids", "token_digests"),
     ),
     "announce": ScriptInputs(
         "announce.lua",
@@ -313,6 +330,8 @@ class Scripts:
         self.published = Script(redis, SCRIPTS["published"])
         self.enroll = Script(redis, SCRIPTS["enroll"])
         self.leave = Script(redis, SCRIPTS["leave"])
+        self.lapse = Script(redis, SCRIPTS["lapse"])
+        self.renew = Script(redis, SCRIPTS["renew"])
         self.announce = Script(redis, SCRIPTS["announce"])
         self.result = Script(redis, SCRIPTS["result"])
         self.tag = Script(redis, SCRIPTS["tag"])

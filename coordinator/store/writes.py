@@ -406,6 +406,7 @@ def experiment_keys(exp: str, n_arms: int) -> list[str]:
         keys.enroll_rate(exp),
         keys.enrollers(exp),
         keys.simulated(exp),
+        keys.leases(exp),
         keys.tickets(exp),
         keys.reset_rate(exp),
         keys.resets(exp),

@@ -13,11 +13,13 @@ from tests.services.helpers import (
     Agent,
     admin_headers,
     bearer,
+    coordinator,
+    coordinator_settings,
     create_experiment,
     enroll_agents,
 )
 
-from .helpers import keys_on
+from .helpers import keys_on, wait_until
 
 ARMS = ["A", "B", "C"]
 M2 = {"delta": 0.5**1.5, "eta": 0.5}  # DE: M = 2
@@ -178,3 +180,41 @@ def test_ldp_reports_decide_on_a_cluster_within_the_experiment_s_slot(
     assert doc["reports_total"] <= sent
     held = [found for found in keys_on(healthy_cluster, f"dexp:{{{exp}}}*").values() if found]
     assert len(held) == 1 and keys.meta(exp) in held[0]
+
+
+def test_a_lease_renewed_and_a_lease_lapsed_keep_to_the_experiment_s_slot(
+    healthy_cluster: LocalCluster, cluster_client: RedisCluster
+) -> None:
+    """Leases on the cluster (renew.lua and lapse.lua, in the experiment's slot; the index and
+    the lapsed agent's stream in other slots): the renewed agent stays, the other leaves."""
+    exp = "lease-lapse"
+    settings = coordinator_settings(
+        healthy_cluster.url, redis_cluster=True, experiment="", agent_lease_seconds=2.0
+    )
+    with (
+        coordinator(settings) as server,
+        httpx.Client(base_url=server.url, timeout=30.0, trust_env=False) as client,
+    ):
+        create_experiment(client, id=exp, arms=ARMS, **M2)
+        kept, lapsing = (
+            client.post(
+                "/v1/agents",
+                json={"experiment": exp, "lease": True},
+                headers=bearer(ENROLLMENT_SECRET),
+            ).json()
+            for _ in range(2)
+        )
+        assert vote(client, exp, Agent(lapsing["agent_id"], lapsing["token"], 2), 1).is_success
+
+        def renew_and_look() -> bool:
+            reply = client.post("/v1/agents/leases", json={"tokens": [kept["token"]]})
+            assert reply.json()["outcomes"] == ["renewed"], reply.text
+            return cluster_client.zcard(keys.agents(exp)) == 1
+
+        wait_until(renew_and_look, "the agent not renewed gone", timeout=30)
+        assert cluster_client.zrange(keys.agents(exp), 0, -1) == [kept["agent_id"].encode()]
+        assert not cluster_client.exists(keys.activations(exp, lapsing["agent_id"]))
+        doc = client.get(f"/v1/experiments/{exp}").json()
+        assert (doc["agents"], doc["agents_departed"]) == (2, 1)  # its vote stands
+        assert client.delete("/v1/agents/me", headers=bearer(kept["token"])).status_code == 200
+        wait_until(lambda: not cluster_client.exists(keys.LEASE_INDEX), "no lease left", 30)

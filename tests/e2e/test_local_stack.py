@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -49,9 +50,9 @@ def test_demo_runs_the_sharpest_subroutine_in_the_services() -> None:
 
 
 def test_agents_send_only_arm_indices() -> None:
-    """Every request the coordinator receives from agents: enrollment, reading the global set, or
-    a vote whose body is exactly an arm index (and the reset epoch, and when it began). No reward,
-    no mean.
+    """Every request the coordinator receives from agents: enrollment, reading the global set, a
+    vote whose body is exactly an arm index (and the reset epoch, and when it began), or the
+    renewal of the agents' leases, whose body is exactly their tokens. No reward, no mean.
 
     What an agent sends does not depend on the problem's size, so this runs a small one (3 arms,
     M = 5, 10 agents in 2 processes: a run of a few seconds) rather than Problem 1 again, which
@@ -92,8 +93,15 @@ def test_agents_send_only_arm_indices() -> None:
             assert all(type(v) is int for v in body.values())
             assert 0 <= body["arm"] < n_arms
         elif request.path == "/v1/agents":
-            # the agent service's agents say they are simulated (they play the load generator)
-            assert json.loads(request.body) == {"experiment": "demo", "simulated": True}
+            # the agent service's agents say they are simulated (they play the load generator),
+            # and take a lease, which their host renews
+            body = json.loads(request.body)
+            assert body == {"experiment": "demo", "simulated": True, "lease": True}
+        elif request.path == "/v1/agents/leases":  # the renewal: the agents' own tokens only
+            assert request.method == "POST"
+            body = json.loads(request.body)
+            assert set(body) == {"tokens"} and body["tokens"]
+            assert all(re.fullmatch(r"demo-[0-9a-f]{10}\.[\w-]+", t) for t in body["tokens"])
         else:  # the global set (read, or its event stream), and the agent's own votes (to
             # re-send one a failover lost)
             assert request.method == "GET" and request.body == b""

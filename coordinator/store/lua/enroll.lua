@@ -15,6 +15,7 @@ local enroll_rate_key = KEYS[5]  -- enrollment rate hash (client -> GCRA state)
 local enrollers_key = KEYS[6]  -- enrollers hash (client -> agents)
 local tickets_key = KEYS[7]  -- tickets zset (digest -> expiry, unix ms)
 local simulated_key = KEYS[8]  -- simulated set (the agents that said they are simulated)
+local leases_key = KEYS[9]  -- leases zset (agent id -> when its lease lapses, unix ms)
 local agent_id = ARGV[1]  -- the new agent id
 local token_digest = ARGV[2]  -- the SHA-256 digest of its token
 local client = ARGV[3]  -- the client's address
@@ -31,6 +32,9 @@ local changes_channel = ARGV[9]
 -- the script changes nothing (deadline.lua, prepended)
 local deadline_ms = ARGV[10]
 local simulated = ARGV[11]  -- '1': the agent says it is simulated (the agent service's), else '0'
+-- the lease's length in ms ('0': no lease): the agent asked for one (the agent service's agents
+-- do), so it leaves unless its host renews it in time (renew.lua, lapse.lua)
+local lease_ms = ARGV[12]
 
 if expired(deadline_ms) then return {-7, 0} end
 
@@ -62,6 +66,11 @@ local index = redis.call('INCR', agent_seq_key)
 redis.call('HSET', credentials_key, agent_id, token_digest)
 redis.call('ZADD', agents_key, index, agent_id)
 if simulated == '1' then redis.call('SADD', simulated_key, agent_id) end
+if tonumber(lease_ms) > 0 then
+  local clock = redis.call('TIME')
+  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  redis.call('ZADD', leases_key, now + tonumber(lease_ms), agent_id)
+end
 revise(meta_key)
 local tied = redis.call('HGET', meta_key, 'tied')
 if tied == '1'
