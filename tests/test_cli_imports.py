@@ -214,3 +214,23 @@ def test_coordinator_commands_run_without_numpy(coordinator_url: str) -> None:
         (args, []) for args in COORDINATOR_COMMANDS
     ]
     assert "numpy" in report[-1][2]
+
+
+def test_the_demo_starts_its_processes_without_the_coordinators_web_stack() -> None:
+    """`dexp demo` imports dexp.demo before it starts anything, and the coordinator's web stack is
+    the coordinator process's to load: on main's code dexp.demo imported coordinator.settings (for
+    a development token the demo never uses), and with it FastAPI, Starlette and zxcvbn, about half
+    a second of CPU before redis-server was started."""
+    code = """
+import json, sys
+import dexp.commands, dexp.demo
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout.splitlines()[-1]))
+    assert "load_generator" in loaded and "numpy" in loaded  # what the demo runs in-process
+    assert loaded & {"fastapi", "starlette", "uvicorn", "zxcvbn", "coordinator"} == set()
