@@ -20,7 +20,7 @@ seconds between two runs:
   moment.
 
 Each command runs as `python -m dexp` (what the `dexp` script runs) with the checkout first on
-sys.path. Printed: the commit, the machine's load average before and after, and for each figure
+sys.path. Printed: the commits, the machine's load average before and after, and for each figure
 the median with the smallest and largest run.
 """
 
@@ -140,6 +140,17 @@ def run_until(
     return seen
 
 
+def commit_of(path: Path) -> str:
+    """The checkout's commit (with -dirty for uncommitted changes), if it is a git checkout."""
+    done = subprocess.run(
+        ["git", "-C", str(path), "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return f"commit {done.stdout.strip()}" if done.returncode == 0 else "not a git checkout"
+
+
 def device_quickstart_code(checkout: Path) -> str:
     """The Python block of docs/DEVICES.md's quickstart (as tests/services/test_device_guide.py
     extracts it)."""
@@ -180,12 +191,8 @@ def main() -> None:
         "PYTHONPATH": str(checkout),
         "COLUMNS": "100",
     }
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    commit = commit_of(ROOT)
+    timed = commit_of(checkout)
     load_before = os.getloadavg()
     help_figures = Figures("dexp --help")
     list_figures = Figures("dexp experiments list")
@@ -255,7 +262,7 @@ def main() -> None:
                     demo_figures[name].wall.append(wall)
     load_after = os.getloadavg()
     print(
-        f"commit {commit}, checkout {checkout}; Python {sys.version.split()[0]}, "
+        f"bench at {commit}; timed: {checkout}, {timed}; Python {sys.version.split()[0]}, "
         f"{os.cpu_count()} cores; load average {load_before[0]:.2f} before, "
         f"{load_after[0]:.2f} after; {args.runs} runs, {args.interval:g} s apart"
     )
