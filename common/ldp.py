@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from common.errors import ParameterError
-from common.subroutines.bounds import mixture_boundary, mixture_rho
 
 DEFAULT_DP_EPSILON = 1.0
 DEFAULT_REPORTS_PER_AGENT = 1
@@ -165,6 +164,11 @@ def bit_interval(
     `alpha` (`mixture_boundary`, reports are 1/2-sub-Gaussian, tuned at variance `tuning`),
     whatever up to `corrupt` of its reports are. The worst case removes `corrupt` reports, ones
     for the lower end and zeros for the upper (both ends move outwards as reports are removed)."""
+    # Imported here (and in _radius): common.subroutines loads numpy, and the checks above serve
+    # commands that only send a configuration to a coordinator (dexp experiments create) and start
+    # without it.
+    from common.subroutines.bounds import mixture_rho
+
     honest = reports - corrupt
     if honest < 1:
         return 0.0, 1.0
@@ -176,6 +180,8 @@ def bit_interval(
 
 @lru_cache(maxsize=65_536)
 def _radius(honest: int, alpha: float, rho: float) -> float:
+    from common.subroutines.bounds import mixture_boundary
+
     return mixture_boundary(honest / 4.0, rho, alpha) / honest
 
 

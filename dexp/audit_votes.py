@@ -33,10 +33,10 @@ from common.rounding import upper
 from common.simulation import SimulationConfig, TrialResult, run_trials
 from common.simulation.config import DEFAULT_BUDGET
 from common.stats import proportion_interval
+from dexp.choices import PRIVACY_HELP
 from dexp.engines import check_engine
 from dexp.options import (
     DEFAULT_PROBLEM,
-    PRIVACY_HELP,
     ActivationOption,
     AttackOption,
     BudgetOption,

@@ -21,13 +21,13 @@ from common.errors import ParameterError
 from common.rounding import upper
 from common.simulation import ENGINES
 from common.simulation.config import DEFAULT_BUDGET
+from dexp.choices import PRIVACY_HELP
 from dexp.cli import UsageProblem, _fail
 from dexp.dubey import DEFAULT_TRIALS as DUBEY_TRIALS
 from dexp.dubey import DUBEY_EXPERIMENTS
 from dexp.engines import check_engine
 from dexp.options import (
     DEFAULT_PROBLEM,
-    PRIVACY_HELP,
     ActivationOption,
     DeclareOption,
     DriftOption,

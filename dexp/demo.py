@@ -86,7 +86,6 @@ from common.params import (
     check_epsilon_for_rewards,
     check_reward_family,
 )
-from coordinator.settings import DEV_ADMIN_TOKEN
 from load_generator.generator import LoadGenerator, Summary, format_summary
 from load_generator.settings import LoadSettings
 
@@ -568,7 +567,13 @@ def local_stack(
         raise ValueError(f"enrollment={enrollment!r}: open or tickets")
     tmp = tempfile.TemporaryDirectory(prefix="dexp-demo-") if workdir is None else None
     stack = LocalStack(Path(tmp.name) if tmp else workdir)  # type: ignore[arg-type]
-    stack.admin_token = admin_token or os.environ.get("DEXP_ADMIN_TOKEN", DEV_ADMIN_TOKEN)
+    stack.admin_token = admin_token or os.environ.get("DEXP_ADMIN_TOKEN", "")
+    if not stack.admin_token:
+        # Imported here: the coordinator's settings load its web stack (FastAPI), which `dexp demo`
+        # (a token of its own, always) would otherwise load before it starts anything.
+        from coordinator.settings import DEV_ADMIN_TOKEN
+
+        stack.admin_token = DEV_ADMIN_TOKEN
     # One password per Redis user, for this run only (module docstring).
     passwords = {u: secrets.token_urlsafe(24) for u in (*acl.SERVICES, acl.ADMIN, acl.REPLICA)}
     try:
@@ -993,7 +998,7 @@ def run_demo(
                 budget=budget,
                 max_seconds=max_seconds,
                 agent_wait_seconds=60,
-                settle_seconds=1.0,
+                settle_seconds=0.0,  # every agent enrolled already (wait_enrolled): no quiet wait
                 stall_seconds=stall_seconds,
             )
             stack.phase = "during the run"

@@ -28,12 +28,9 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from common.algorithms import default_dp_epsilon
 from common.errors import ParameterError
-from common.ldp import check_dp_epsilon, check_reports_per_agent
-from common.params import REWARD_FAMILIES
+from common.ldp import DEFAULT_DP_EPSILON, check_dp_epsilon, check_reports_per_agent
 from common.rounding import upper
-from common.subroutines import USER_SUBROUTINES
 from dexp.admin import (
     DEFAULT_COORDINATOR_URL,
     AdminError,
@@ -46,13 +43,9 @@ from dexp.admin import (
     connect,
     write_json,
 )
-from dexp.options import PRIVACY_HELP
+from dexp.choices import ALGORITHMS, PRIVACY_HELP, REWARD_FAMILIES, SUBROUTINES
 
 COMMAND = "dexp experiments"
-# What the coordinator's POST /v1/experiments accepts (coordinator/api/models.py,
-# ExperimentCreate; tests/test_manage_cli.py checks that the two agree).
-ALGORITHMS = ("de", "ce", "dp-mase", "cde", "ldp")
-SUBROUTINES = USER_SUBROUTINES
 PAGE_SIZE = 100  # the coordinator's largest page
 BAR_WIDTH = 20
 ENDED = ("identified", "tied")
@@ -616,7 +609,7 @@ def create_command(
         float | None,
         typer.Option(
             help="DP-MASE: eps_dp, the privacy of each agent's rewards; LDP: of each report "
-            f"(default {default_dp_epsilon('ldp'):g} for ldp)."
+            f"(default {DEFAULT_DP_EPSILON:g} for ldp)."
         ),
     ] = None,
     reports_per_agent: Annotated[
@@ -674,7 +667,7 @@ def create_command(
     body: dict[str, Any] = {"id": experiment, "arms": parse_arms(arms)}
     _choice(algorithm, ALGORITHMS, "'--algorithm'")
     if algorithm == "ldp":
-        dp_epsilon = default_dp_epsilon("ldp") if dp_epsilon is None else dp_epsilon
+        dp_epsilon = DEFAULT_DP_EPSILON if dp_epsilon is None else dp_epsilon
         _checked(check_dp_epsilon, dp_epsilon, "'--dp-epsilon'")
         if reports_per_agent is not None:
             _checked(check_reports_per_agent, reports_per_agent, "'--reports-per-agent'")

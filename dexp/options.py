@@ -21,13 +21,6 @@ DEFAULT_ETA = 0.9
 CDE_ETA = 0.1
 
 
-# --privacy: what operators set for CDE, and what it is in terms of e0, what is certified.
-PRIVACY_HELP = (
-    "CDE: P, the hit-rate bound under a uniform prior over which arm is best, in (1/K, 1); "
-    "equivalently e0 = log(P (K-1)/(1-P)), the certified epsilon of each report"
-)
-
-
 def default_eta(algorithm: str) -> float:
     return CDE_ETA if algorithm == "cde" else DEFAULT_ETA
 

@@ -32,10 +32,10 @@ from common.simulation import SimulationConfig, TrialResult, run_trials, summari
 from common.simulation.config import ATTACKS, DEFAULT_BUDGET, estimates_json, lift_json
 from common.simulation.runner import simulation_warnings
 from common.stats import describe, proportion_interval
+from dexp.choices import PRIVACY_HELP
 from dexp.engines import check_engine, trial_function
 from dexp.options import (
     DEFAULT_PROBLEM,
-    PRIVACY_HELP,
     ActivationOption,
     AttackOption,
     BudgetOption,

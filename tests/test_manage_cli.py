@@ -251,6 +251,7 @@ def test_create_sends_exactly_the_options_given(url: str) -> None:
     fields = ExperimentCreate.model_fields
     assert typing.get_args(fields["algorithm"].annotation) == manage.ALGORITHMS
     assert typing.get_args(fields["subroutine"].annotation) == manage.SUBROUTINES
+    assert typing.get_args(fields["rewards"].annotation) == manage.REWARD_FAMILIES
 
 
 def test_ldp_create_and_show_the_estimates_and_the_lift(url: str, http: httpx.Client) -> None:
