@@ -17,7 +17,7 @@ import logging
 import time
 
 from agent.discovery import Discovery
-from clients.coordinator import CoordinatorClient, CoordinatorError
+from clients.coordinator import CoordinatorClient, CoordinatorError, RateLimited
 
 log = logging.getLogger("dexp.agent.service")
 MAX_TOKENS = 500  # per request (coordinator/api/leases.py)
@@ -47,6 +47,14 @@ class Renewal:
                 self.lease_seconds = float(reply["lease_seconds"])
                 outcomes = reply["outcomes"]
                 gone += [item for item, o in zip(chunk, outcomes, strict=True) if o == "gone"]
+        except RateLimited as exc:
+            # Rate-limited (a proxy's per-address limit, in production): the next renewal after
+            # its Retry-After. The host's loop never sleeps on a renewal: it feeds its agents
+            # meanwhile (a wait of up to 30 s there stalled a load generator's run), and a lease
+            # is three renewal periods long.
+            self.next_at = time.monotonic() + exc.retry_after
+            log.info("lease renewal rate-limited: again in %.1f s", exc.retry_after)
+            return
         except CoordinatorError as exc:
             if exc.status != 404:
                 raise

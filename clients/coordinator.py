@@ -327,8 +327,12 @@ class CoordinatorClient:
 
     def renew_leases(self, tokens: list[str]) -> dict[str, Any]:
         """Renew the leases of the agents holding `tokens` (POST /v1/agents/leases, one request):
-        {lease_seconds, outcomes: renewed | no_lease | gone, one per token}."""
-        result: dict[str, Any] = self.request("POST", "/v1/agents/leases", json={"tokens": tokens})
+        {lease_seconds, outcomes: renewed | no_lease | gone, one per token}. A 429 raises
+        RateLimited at once (with its Retry-After), never waited for here."""
+        # a 429 is the caller's to schedule (RateLimited): its loop must not sleep on it
+        result: dict[str, Any] = self.request(
+            "POST", "/v1/agents/leases", wait_rate_limit=False, json={"tokens": tokens}
+        )
         return result
 
     def experiment(self, experiment: str) -> dict[str, Any]:

@@ -10,8 +10,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -19,6 +23,8 @@ import pytest
 import redis
 
 from agent.host import AgentService
+from agent.leases import Renewal
+from clients.coordinator import CoordinatorClient
 from common import redis_keys as keys
 
 from .helpers import (
@@ -231,3 +237,42 @@ def test_no_lease_lapses_before_renewals_had_a_whole_lease_to_come_through(
     until(outage_past_the_lease, "two sweeps past the lease's end during the outage")
     assert enrolled(store) == {agent.agent_id}  # not lapsed: its renewals could not get through
     until(lambda: not enrolled(store), "lapsed a lease after the outage")
+
+
+class _RateLimitingFront(BaseHTTPRequestHandler):
+    """A front that answers every request 429 with Retry-After: 30, as the production proxy does
+    past its per-address rate (deploy/proxy)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = b'{"detail": "rate limited"}'
+        self.send_response(429)
+        self.send_header("Retry-After", "30")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_rate_limited_renewal_never_holds_the_hosts_loop() -> None:
+    """A 429 on the renewal comes back at once and the next renewal waits for its Retry-After:
+    the agent host's loop, which feeds its agents, never sleeps on it (on main's code the client
+    slept the 30 s inside the loop, and a load generator calls 30 s without consumption a stall)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RateLimitingFront)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = CoordinatorClient(f"http://127.0.0.1:{server.server_address[1]}")
+        agent = SimpleNamespace(token="agent.token")
+        discovery = SimpleNamespace(hosted={"demo": SimpleNamespace(agents={"a1": agent})})
+        renewal = Renewal(client, discovery)  # type: ignore[arg-type]
+        began = time.monotonic()
+        renewal.renew_if_due(began)
+        assert time.monotonic() - began < 5.0
+        assert renewal.next_at >= began + 29.0 and renewal.renewals == 0
+    finally:
+        server.shutdown()
+        server.server_close()
