@@ -47,9 +47,9 @@ DEFAULT_DP_EPSILON = 1.0
 DEFAULT_REPORTS_PER_AGENT = 1
 DEFAULT_EPSILON = 0.25  # the accuracy the estimates' boundaries are tuned for, when none is given
 # The boundaries are made narrowest where an arm's radius (reward scale) is this times eps: about
-# where an experiment decides (measured: 1 to 4 stop within a few per cent of each other on
-# Problems 1 and 2 and gauss-8), and early enough that a wrong answer can spend its whole share of
-# delta before the right one is certain (common/ldp_stress.py).
+# where an experiment decides (scripts/ldp_results.py measures the activations), and early enough
+# that a wrong answer can spend its share of delta before the right one is certain
+# (common/ldp_stress.py). Any value is valid: it is fixed before the reports.
 TUNING_WIDTH = 2.0
 EXPLORATION = 0.1  # the allocation's uniform share over the remaining arms
 MAX_DP_EPSILON = 10.0  # beyond this a report is practically its reward: no privacy to speak of
