@@ -23,6 +23,10 @@ from tests.prerequisites import under_ci
 # and the Docker stacks run with the defaults.
 os.environ.setdefault("DEXP_PUBLISH_BATCH", "1")
 os.environ.setdefault("DEXP_PUBLISH_CADENCE_SECONDS", "0")
+# Leases last a day unless a test asks otherwise (tests/services/test_leases.py, the cluster's):
+# a lease taken early in a long test (the fuzz enrolls agents with `lease: true`) must not lapse
+# in the middle of it and change Redis under a check that a refused request changed nothing.
+os.environ.setdefault("DEXP_AGENT_LEASE_SECONDS", "86400")
 
 
 @pytest.hookimpl(hookwrapper=True)
