@@ -260,11 +260,15 @@ async def honest(
 
 
 async def honest_devices(
-    port: int, token: str, seconds: float, devices: int, missed: Counter[str]
+    port: int, tokens: list[str], seconds: float, missed: Counter[str]
 ) -> dict[str, list[int]]:
-    """`devices` honest devices at once, each from a loopback address of its own (127.0.0.2 on)."""
+    """One honest device per token (an agent of its own: one agent's votes have a rate limit), at
+    once, each from a loopback address of its own (127.0.0.2 on)."""
     runs = await asyncio.gather(
-        *(honest(port, token, seconds, f"127.0.0.{2 + i}", missed) for i in range(devices))
+        *(
+            honest(port, token, seconds, f"127.0.0.{2 + i}", missed)
+            for i, token in enumerate(tokens)
+        )
     )
     total: dict[str, list[int]] = {"votes": [0, 0], "reads": [0, 0], "streams": [0, 0]}
     for run in runs:
@@ -321,7 +325,7 @@ def idle_phase(
     args: argparse.Namespace,
     url: str,
     port: int,
-    token: str,
+    tokens: list[str],
     pid: int,
     children: list[multiprocessing.process.BaseProcess],
 ) -> None:
@@ -336,7 +340,7 @@ def idle_phase(
         children.append(process)
         pipes.append(pipe)
     missed: Counter[str] = Counter()
-    served = asyncio.run(honest_devices(port, token, args.seconds - 2, args.honest, missed))
+    served = asyncio.run(honest_devices(port, tokens, args.seconds - 2, missed))
     peak_fds = open_descriptors(pid)
     tallies = [pipe.recv() for pipe in pipes]
     rss_peak = rss_bytes(pid)
@@ -436,10 +440,10 @@ def main() -> None:
         try:
             server, url = start_coordinator(redis_url, args.profile)
             port = int(url.rsplit(":", 1)[1])
-            (token,) = prepare(url, 3, 1)
+            tokens = prepare(url, 3, args.honest)
             print(f"open-file limit (soft, hard): {limit}; coordinator pid {server.pid}")
             if args.seconds > 0:
-                idle_phase(args, url, port, token, server.pid, children)
+                idle_phase(args, url, port, tokens, server.pid, children)
             storm_phase(args, url, port, children)
         finally:
             for process in children:

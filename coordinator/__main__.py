@@ -10,7 +10,7 @@ import uvicorn
 from pydantic import ValidationError
 from uvicorn.config import STARTUP_FAILURE
 
-from coordinator.server import uvicorn_config
+from coordinator.server import listen_socket, uvicorn_config
 from coordinator.settings import Settings, get_settings
 
 log = logging.getLogger("dexp.coordinator")
@@ -52,7 +52,7 @@ def main() -> None:
         sys.exit(f"dexp coordinator: invalid configuration, not starting:\n  {exc}")
     server = uvicorn.Server(config)
     try:
-        server.run()
+        server.run(sockets=[listen_socket(config, settings)])
     except KeyboardInterrupt:  # uvicorn shut down gracefully, then raised the SIGINT it caught
         sys.exit(130)
     if not server.started:  # as uvicorn.run: a failed start-up is a failed exit

@@ -27,6 +27,7 @@ import asyncio
 import ipaddress
 import logging
 import resource
+import socket
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
@@ -84,6 +85,7 @@ def trusted_proxies(value: str) -> list[str]:
 QUEUE_SECONDS = 5.0  # a request waits this long at most for a place (DEXP_MAX_CONCURRENCY)
 RETRY_AFTER_MAX = 30  # the longest Retry-After the overloaded answer gives
 OPEN_FILES_RESERVE = 256  # descriptors kept for Redis, logs and the listening socket
+MIN_IDLE = 64  # idle connections kept whatever the streams (within OPEN_FILES_RESERVE's room)
 
 
 async def overloaded(send: Send, retry_after: int) -> None:
@@ -200,6 +202,7 @@ class Stream(StreamHandle):
         protocol.streams[protocol] = self
         if protocol.admission is not None:
             protocol.admission.release()
+        protocol.reap_idle()  # the stream's descriptor is no longer the idle connections' room
 
     def release(self) -> None:
         """The stream ended."""
@@ -229,7 +232,8 @@ class EdgeGuards:
     per_client: Counter[str] = Counter()  # noqa: RUF012 (replaced per server by edge_protocol)
     streams: dict[EdgeGuards, Stream] = {}  # noqa: RUF012 (replaced per server by edge_protocol)
     places: Places = Places(None)  # replaced per server by edge_protocol
-    # connections without a request in flight, oldest first; beyond max_idle the oldest is closed
+    # connections without a request in flight, oldest first; beyond max_idle, less the streams
+    # open, the oldest is closed
     idle: OrderedDict[EdgeGuards, None] = OrderedDict()  # noqa: RUF012 (as streams)
     max_idle: int = 0  # 0: no bound
     # uvicorn's per-connection state that the guards read
@@ -271,7 +275,16 @@ class EdgeGuards:
         self.arm_header_deadline()
         self.idle[self] = None
         self.idle.move_to_end(self)
-        if self.max_idle and len(self.idle) > self.max_idle:
+        self.reap_idle()
+
+    def reap_idle(self) -> None:
+        """Close the oldest idle connections beyond max_idle less the streams open: the idle ones
+        take the descriptors the streams do not use (idle_bound), and give them back, oldest
+        first, as streams come."""
+        if not self.max_idle:
+            return
+        # at least MIN_IDLE: a connection just accepted is never closed before its request came
+        while len(self.idle) > max(MIN_IDLE, self.max_idle - len(self.streams)):
             oldest, _ = self.idle.popitem(last=False)
             REAPED_CONNECTIONS.inc()
             oldest.cancel_header_deadline()
@@ -461,11 +474,41 @@ def open_files() -> int:
 
 
 def idle_bound(settings: Settings, files: int) -> int:
-    """The idle connections one process keeps: DEXP_MAX_IDLE_CONNECTIONS, less if the descriptors
-    (`files`) would not hold them beside the streams (DEXP_MAX_SUBSCRIBERS), the requests in flight
-    and those waiting (twice DEXP_MAX_CONCURRENCY) and OPEN_FILES_RESERVE; at least 64."""
-    room = files - settings.max_subscribers - 2 * settings.max_concurrency - OPEN_FILES_RESERVE
-    return max(64, min(settings.max_idle_connections, room))
+    """The idle connections and streams one process keeps together (EdgeGuards.reap_idle):
+    DEXP_MAX_IDLE_CONNECTIONS, less if the descriptors (`files`) would not hold them beside the
+    requests in flight and those waiting (twice DEXP_MAX_CONCURRENCY) and OPEN_FILES_RESERVE; at
+    least 64. So idle connections may use the descriptors that streams do not: with 20,000, 17,744
+    idle connections while no stream is open, 7,744 beside 10,000 streams (DEXP_MAX_SUBSCRIBERS,
+    which coordinator/events.py bounds on its own). A fixed share (files less every stream there
+    could be) made 100 addresses x 200 idle sockets churn: 7,744 held, each new one reaping the
+    oldest, whose client opened it again at once (docs/SCALING.md)."""
+    room = files - 2 * settings.max_concurrency - OPEN_FILES_RESERVE
+    return max(MIN_IDLE, min(settings.max_idle_connections, room))
+
+
+def defer_accept(sock: socket.socket, seconds: int) -> bool:
+    """Linux's TCP_DEFER_ACCEPT on the listening `sock` (nginx's `listen ... deferred`): the kernel
+    completes a connection that sent nothing yet as a request socket of a few hundred bytes, no
+    descriptor, no accept, no Python object; the connection reaches the process when its first
+    bytes arrive, or once about `seconds` passed (the kernel's SYN-ACK retransmissions: 1, 2, 4,
+    8 s...), and only then does the header deadline start. Without it, 100 addresses x 200 sockets
+    that send nothing kept the accept queue full: each was accepted, held, reaped at the idle
+    bound and opened again at once, and an honest device's connect waited behind them (docs/
+    SCALING.md). Beyond the listen backlog of such sockets the kernel answers with SYN cookies,
+    which it cannot defer: those reach the process at once, as without the option. False where
+    the platform has no such option (the connections then reach the process at once)."""
+    option = getattr(socket, "TCP_DEFER_ACCEPT", None)
+    if not seconds or option is None:
+        return False
+    sock.setsockopt(socket.IPPROTO_TCP, option, seconds)
+    return True
+
+
+def listen_socket(config: Config, settings: Settings) -> socket.socket:
+    """The coordinator's listening socket: uvicorn's (its host, port and backlog), deferred."""
+    sock = config.bind_socket()
+    defer_accept(sock, settings.defer_accept_seconds)
+    return sock
 
 
 SOMAXCONN = "/proc/sys/net/core/somaxconn"
@@ -476,9 +519,12 @@ def listen_backlog(settings: Settings) -> int:
     every stream (DEXP_MAX_SUBSCRIBERS) and the requests in flight and in line, arriving at once.
     With uvicorn's 2,048, a storm of 10,000 subscribers overflowed the queue; the kernel then drops
     the SYNs, and a client retries its connect only after 1, 3, 7, 15, 31 s (638 of 10,000 were
-    still connecting after 60 s, benchmarks/bench_idle_sockets.py). The kernel caps it at
+    still connecting after 60 s, benchmarks/bench_idle_sockets.py). With DEXP_DEFER_ACCEPT_SECONDS
+    the connections that sent nothing yet wait in the kernel's queue of half-done connections,
+    which the same backlog bounds: room for DEXP_MAX_IDLE_CONNECTIONS more. The kernel caps it at
     net.core.somaxconn (docs/SCALING.md says how to raise it)."""
-    wanted = max(2048, settings.max_subscribers + 2 * settings.max_concurrency)
+    deferred = settings.max_idle_connections if settings.defer_accept_seconds else 0
+    wanted = max(2048, settings.max_subscribers + 2 * settings.max_concurrency + deferred)
     try:
         with open(SOMAXCONN) as file:
             cap = int(file.read())
@@ -487,7 +533,8 @@ def listen_backlog(settings: Settings) -> int:
     if cap < wanted:
         log.warning(
             "listen backlog: net.core.somaxconn (%d) caps it below %d (DEXP_MAX_SUBSCRIBERS + 2 x "
-            "DEXP_MAX_CONCURRENCY): in a reconnection storm the kernel drops connects beyond it",
+            "DEXP_MAX_CONCURRENCY, + DEXP_MAX_IDLE_CONNECTIONS when deferred): in a reconnection "
+            "storm the kernel drops connects beyond it",
             cap,
             wanted,
         )

@@ -129,12 +129,16 @@ class Settings(SecretFileSettings):
     max_body_bytes: int = Field(65_536, ge=1024)  # larger bodies: 413, before any parsing
     header_timeout_seconds: float = Field(10.0, gt=0)  # a request's headers must arrive by then
     keep_alive_seconds: float = Field(5.0, gt=0)  # an idle keep-alive connection is closed
+    # Linux's TCP_DEFER_ACCEPT on the listening socket (nginx's `listen ... deferred`): a connection
+    # reaches the process only once its first bytes arrived, or after about this long; 0: at once
+    defer_accept_seconds: int = Field(10, ge=0, le=600)
     # requests in flight at once (not connections: an idle one holds no place; streams have their
     # own bounds); beyond, a request waits in line (as many, 5 s at most), then 503 with Retry-After
     max_concurrency: int = Field(1_000, ge=1)
-    # connections without a request in flight (not yet asked, or kept alive) one process keeps;
-    # beyond, the oldest is closed (fewer if the open-file limit would not hold them)
-    max_idle_connections: int = Field(10_000, ge=64)
+    # connections without a request in flight (not yet asked, or kept alive) one process keeps,
+    # less the event streams open; beyond, the oldest is closed (fewer if the open-file limit
+    # would not hold them)
+    max_idle_connections: int = Field(20_000, ge=64)
     # connections one client address may hold at once (0: no bound); beyond, a new one is closed at
     # once, so that no single client fills max_concurrency (trusted proxies are exempt)
     max_connections_per_client: int = Field(200, ge=0)

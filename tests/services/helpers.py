@@ -28,7 +28,7 @@ from common.algorithms import AlgorithmConfig
 from common.params import corrupted_local_confidence
 from common.redis_keys import AUDIT
 from coordinator.app import create_app
-from coordinator.server import uvicorn_config
+from coordinator.server import defer_accept, uvicorn_config
 from coordinator.settings import Settings
 from coordinator.store import ExperimentState, ExperimentStore
 
@@ -173,6 +173,7 @@ class ThreadedCoordinator:
         self.port = int(self.sock.getsockname()[1])
         # the production server configuration (edge limits, protocol), on this socket
         config = uvicorn_config(create_app(settings), settings, host="127.0.0.1", port=self.port)
+        defer_accept(self.sock, settings.defer_accept_seconds)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True

@@ -8,11 +8,15 @@ closed first), and each address still holds at most DEXP_MAX_CONNECTIONS_PER_CLI
 
 Here, at a small scale: 10 addresses x 20 idle sockets (ten times DEXP_MAX_CONCURRENCY = 20, three
 times DEXP_MAX_IDLE_CONNECTIONS = 64); an honest device from another address then votes, reads
-and opens a stream, every one served. benchmarks/bench_idle_sockets.py measures the full scale.
+and opens a stream, every one served. That is the process's own bound, for the connections that
+reach it: those tests turn the kernel's deferral off (DEXP_DEFER_ACCEPT_SECONDS=0). With it (the
+default), a socket that sends nothing does not reach the process at all until its first bytes or
+the deferral's end: the last test. benchmarks/bench_idle_sockets.py measures the full scale.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterator
 
@@ -44,6 +48,17 @@ def server(redis_url: str, clean_redis: str) -> Iterator[ThreadedCoordinator]:
         max_idle_connections=MAX_IDLE,
         keep_alive_seconds=30.0,
         header_timeout_seconds=30.0,  # the attack's sockets are not cut by the header deadline
+        defer_accept_seconds=0,  # every socket reaches the process: its own bound is tried
+    )
+    with coordinator(settings) as running:
+        yield running
+
+
+@pytest.fixture
+def deferred(redis_url: str, clean_redis: str) -> Iterator[ThreadedCoordinator]:
+    """The default edge, but a deferral longer than any wait of the test."""
+    settings = coordinator_settings(
+        redis_url, max_connections_per_client=PER_ADDRESS, defer_accept_seconds=60
     )
     with coordinator(settings) as running:
         yield running
@@ -87,6 +102,71 @@ def test_idle_sockets_of_many_addresses_leave_votes_reads_and_streams_served(
         with Stream(server.url, "/v1/experiments/idle/events") as stream:
             assert stream.status == 200, stream.body
             assert stream.next_event().json()["experiment"] == "idle"
+    finally:
+        for s in attack:
+            s.close()
+
+
+def test_sockets_that_send_nothing_never_reach_the_process(deferred: ThreadedCoordinator) -> None:
+    """Five times DEXP_MAX_CONNECTIONS_PER_CLIENT idle sockets from one address, then a device at
+    that same address votes and reads: served, and no idle socket was closed. The kernel queues
+    connections in order, so without the deferral the idle ones would have been accepted before
+    the device's: counted against the address's bound (the device's connection then closed at
+    once, as main's code did before DEXP_DEFER_ACCEPT_SECONDS) and all but PER_ADDRESS of them
+    closed."""
+    with httpx.Client(base_url=deferred.url, timeout=10.0, trust_env=False) as http:
+        create_experiment(http, id="deferred", arms=["A", "B"], delta=0.25, eta=0.5)
+        (agent,) = enroll_agents(http, "deferred", 1)
+    attack = idle(deferred, "127.0.2.1", 5 * PER_ADDRESS)
+    try:
+        device = httpx.HTTPTransport(local_address="127.0.2.1")
+        with httpx.Client(
+            base_url=deferred.url, timeout=10.0, trust_env=False, transport=device
+        ) as http:
+            vote = http.post(
+                "/v1/experiments/deferred/votes", json={"arm": 1, "epoch": 0}, headers=agent.headers
+            )
+            assert vote.status_code == 200, vote.text
+            assert http.get("/v1/experiments/deferred").status_code == 200
+        assert not any(closed(s) for s in attack)
+    finally:
+        for s in attack:
+            s.close()
+
+
+@pytest.fixture
+def roomy(redis_url: str, clean_redis: str) -> Iterator[ThreadedCoordinator]:
+    settings = coordinator_settings(
+        redis_url,
+        max_idle_connections=150,
+        max_connections_per_client=0,
+        header_timeout_seconds=30.0,
+        defer_accept_seconds=0,
+    )
+    with coordinator(settings) as running:
+        yield running
+
+
+def test_streams_take_back_the_descriptors_idle_connections_borrowed(
+    roomy: ThreadedCoordinator,
+) -> None:
+    """DEXP_MAX_IDLE_CONNECTIONS (150) bounds idle connections and streams together: 140 idle
+    sockets are all kept while no stream is open, and 50 streams then close the 40 oldest. (A fixed share,
+    which reserved every stream there could be, held fewer idle sockets under an attack that opened
+    them again as fast as they were closed; here main's code closed none.)"""
+    with httpx.Client(base_url=roomy.url, timeout=10.0, trust_env=False) as http:
+        create_experiment(http, id="roomy", arms=["A", "B"], delta=0.25, eta=0.5)
+    attack = idle(roomy, "127.0.3.1", 140)
+    try:
+        with httpx.Client(base_url=roomy.url, timeout=10.0, trust_env=False) as http:
+            assert http.get("/readyz").status_code == 200  # every idle socket accepted by now
+        assert not any(closed(s) for s in attack)
+        with contextlib.ExitStack() as streams:
+            for _ in range(50):
+                stream = streams.enter_context(Stream(roomy.url, "/v1/experiments/roomy/events"))
+                assert stream.status == 200, stream.body
+            wait_until(lambda: all(closed(s) for s in attack[:40]), "the oldest 40 reaped")
+            assert not any(closed(s) for s in attack[40:])
     finally:
         for s in attack:
             s.close()

@@ -43,6 +43,9 @@ def server(redis_url: str, clean_redis: str) -> Iterator[ThreadedCoordinator]:
         max_connections_per_client=PER_CLIENT,
         max_concurrency=CONCURRENCY,
         body_timeout_seconds=1.0,
+        # the process's own per-address bound is tried: every idle socket reaches it (the
+        # kernel's deferral is tried in test_idle_sockets.py)
+        defer_accept_seconds=0,
     )
     with coordinator(settings) as running:
         yield running
