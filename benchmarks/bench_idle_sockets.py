@@ -10,8 +10,9 @@ DEXP_MAX_SUBSCRIBERS = --subscribers), then:
 1. Idle sockets. --processes attacker processes open --addresses x --per-address connections that
    send nothing, each address a loopback address of its own (127.2.x.y), and open each again as
    soon as the coordinator closes it (reaped, or cut at the header deadline), for --seconds.
-   Meanwhile --honest devices (127.0.0.2 on) loop: a vote, a read of the experiment, a new event
-   stream (until its first state), each on a new connection, 10 s at most each. Printed: the
+   Meanwhile --honest devices (127.0.0.2 on, each an agent of its own) loop: a vote, a read of
+   the experiment, a new event stream (until its first state), each on a new connection, 10 s at
+   most each, then 0.2 s of rest. Printed: the
    honest requests served (2xx) of each kind with a 95 % Clopper-Pearson interval, what the
    others met, the attackers' connects, the coordinator's open descriptors and RSS (peak), the
    idle connections it reaped.
