@@ -692,11 +692,7 @@ class Scale:
     def _wait_streams(self, started: float) -> float:
         """Until every enrolled agent's stream exists (with its consumer group: the agent process
         creates both at once), watching the stack; the seconds since `started`."""
-        streams = [
-            keys.activations(e, _text(m))
-            for e in self.experiments
-            for m in self.redis.zrange(keys.agents(e), 0, -1)
-        ]
+        streams = [s for e in self.experiments for s in _streams(self.redis, e)]
         while True:
             self.stack.check_alive()
             missing = 0
@@ -717,9 +713,7 @@ class Scale:
         r = self.redis
         members = [_text(m) for m in r.zrange(keys.agents(experiment), 0, -1)]
         sample = random.Random(0).sample(members, min(100, len(members)))
-        streams = [
-            int(r.memory_usage(keys.activations(experiment, a), samples=0) or 0) for a in sample
-        ]
+        streams = [int(r.memory_usage(s, samples=0) or 0) for s in _streams(r, experiment, sample)]
         result = {
             "credentials_hash_per_agent": round(
                 int(r.memory_usage(keys.credentials(experiment), samples=0) or 0) / len(members)
@@ -938,15 +932,21 @@ class Scale:
         experiments."""
         deadline = time.monotonic() + min(30.0, max(1.0, self.deadline.left()))
         fed = experiments[: self.args.fed] if self.many else ["demo"]
-        streams = [
-            keys.activations(e, _text(m))
-            for e in fed
-            for m in self.redis.zrange(keys.agents(e), 0, -1)
-        ]
+        streams = [s for e in fed for s in _streams(self.redis, e)]
         while time.monotonic() < deadline:
             if sum(trim_acknowledged(self.redis, streams)) == 0:  # as the load generator reads
                 return
             time.sleep(0.5)
+
+
+def _streams(r: Any, experiment: str, agents: list[str] | None = None) -> list[str]:
+    """The activation streams of `agents` (default: every enrolled agent), named as the load
+    generator names them: from the stream secrets the coordinator wrote at enrollment."""
+    if agents is None:
+        agents = [_text(m) for m in r.zrange(keys.agents(experiment), 0, -1)]
+    found = r.hmget(keys.stream_secrets(experiment), agents) if agents else []
+    pairs = zip(agents, found, strict=True)
+    return [keys.activations(experiment, a, _text(s)) for a, s in pairs if s is not None]
 
 
 def _text(value: Any) -> str:

@@ -28,11 +28,16 @@ from agent.enrollment import EnrollmentFailed
 from agent.host import AgentService
 from agent.settings import AgentSettings
 from clients.redis import NotedRetry, connect_redis
-from common import redis_keys as keys
 from common.wire import encode_rewards
 from load_generator.streams import trim_acknowledged
 
-from .helpers import ENROLLMENT_SECRET, admin_headers, config_for_threshold, create_experiment
+from .helpers import (
+    ENROLLMENT_SECRET,
+    activation_streams,
+    admin_headers,
+    config_for_threshold,
+    create_experiment,
+)
 
 ARMS = ["A", "B", "C"]
 MEANS = np.array([0.9, 0.5, 0.1])
@@ -126,10 +131,7 @@ def feed(
                 if best["status"] != "exploring":
                     left.discard(experiment)
                     continue
-                ids = [
-                    a.decode() for a in cast(list[bytes], r.zrange(keys.agents(experiment), 0, -1))
-                ]
-                streams = [keys.activations(experiment, a) for a in ids]
+                streams = activation_streams(r, experiment)
                 if sum(trim_acknowledged(r, streams)) > 300 * len(streams):
                     continue
                 rewards = (rng.random((100 * len(streams), len(MEANS))) < MEANS).astype(float)
