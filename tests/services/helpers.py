@@ -24,10 +24,10 @@ import uvicorn
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
 
+from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
 from common.params import corrupted_local_confidence
-from common.redis_keys import AUDIT, activations, stream_secret, stream_secrets
-from common.redis_keys import agents as agents_key
+from common.redis_keys import AUDIT
 from coordinator.app import create_app
 from coordinator.server import uvicorn_config
 from coordinator.settings import Settings
@@ -253,7 +253,7 @@ class Agent:
 
     def stream(self, experiment: str) -> str:
         """Its activation stream, named as its host names it: from its token."""
-        return activations(experiment, self.agent_id, stream_secret(self.token))
+        return keys.activations(experiment, self.agent_id, keys.stream_secret(self.token))
 
 
 def activation_streams(client: Any, experiment: str, agents: list[str] | None = None) -> list[str]:
@@ -262,12 +262,12 @@ def activation_streams(client: Any, experiment: str, agents: list[str] | None = 
     (keys.stream_secrets); an agent without one (it left meanwhile) is left out, as the load
     generator leaves it. `client`: a Redis or RedisCluster client allowed to read them."""
     if agents is None:
-        agents = [_text(a) for a in client.zrange(agents_key(experiment), 0, -1)]
+        agents = [_text(a) for a in client.zrange(keys.agents(experiment), 0, -1)]
     if not agents:
         return []
-    found = client.hmget(stream_secrets(experiment), agents)
+    found = client.hmget(keys.stream_secrets(experiment), agents)
     pairs = zip(agents, found, strict=True)
-    return [activations(experiment, a, _text(s)) for a, s in pairs if s is not None]
+    return [keys.activations(experiment, a, _text(s)) for a, s in pairs if s is not None]
 
 
 def _text(value: Any) -> str:
