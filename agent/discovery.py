@@ -42,7 +42,12 @@ new agents (the old ones' streams are orphaned). The agents that are not restore
 (agent/enrollment.py). With DEXP_LEAVE_ON_STOP a stop is not a restart: the agents leave their
 experiments and their files are removed (`leave`), so the next start enrolls new ones. A restart
 later than the agents' lease finds them gone (agent/leases.py): they are forgotten (`forget`) and
-new ones enroll in their place.
+new ones enroll in their place. So are agents whose streams are missing (restored from an older
+version's state, whose stream names had no secret; or a stream Redis lost), after they leave
+(`replace`).
+
+Streams. Each agent's stream is named from its own token (`stream_of`, redis_keys.stream_secret):
+the process reads the streams of the agents it hosts, and can name no other.
 """
 
 from __future__ import annotations
