@@ -39,7 +39,7 @@ local simulated = ARGV[11]  -- '1': the agent says it is simulated (the agent se
 -- the lease's length in ms ('0': no lease): the agent asked for one (the agent service's agents
 -- do), so it leaves unless its host renews it in time (renew.lua, lapse.lua)
 local lease_ms = ARGV[12]
-local stream_secret = ARGV[13]  -- the secret in its activation stream's name (redis_keys.stream_secret)
+local stream_secret = ARGV[13]  -- the secret in its activation stream's name (redis_keys)
 
 if expired(deadline_ms) then return {-7, 0} end
 
