@@ -422,9 +422,8 @@ def test_the_agent_host_touches_only_the_streams_of_the_agents_whose_tokens_it_h
         # the load generator's activations: one in each agent's stream, named as it names them
         real = {}
         for agent in (mine, other):
-            (real[agent["agent_id"]],) = admin.scan_iter(
-                match=f"dexp:{{{exp}~s*}}:activations:{agent['agent_id']}*"
-            )
+            pattern = f"dexp:{{{exp}~s*}}:activations:{agent['agent_id']}*"
+            (real[agent["agent_id"]],) = set(admin.scan_iter(match=pattern))  # SCAN may repeat
         entry = {a: generator.xadd(stream, {"r": "x"}) for a, stream in real.items()}
 
         # the attack: every name the attacker can build from what it holds (its own token, the
