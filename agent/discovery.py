@@ -42,11 +42,17 @@ new agents (the old ones' streams are orphaned). The agents that are not restore
 (agent/enrollment.py). With DEXP_LEAVE_ON_STOP a stop is not a restart: the agents leave their
 experiments and their files are removed (`leave`), so the next start enrolls new ones. A restart
 later than the agents' lease finds them gone (agent/leases.py): they are forgotten (`forget`) and
-new ones enroll in their place.
+new ones enroll in their place. So are agents whose streams are missing (restored from an older
+version's state, whose stream names had no secret; or a stream Redis lost), after they leave
+(`replace`).
+
+Streams. Each agent's stream is named from its own token (`stream_of`, redis_keys.stream_secret):
+the process reads the streams of the agents it hosts, and can name no other.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import time
@@ -112,6 +118,12 @@ class Hosted:
     @property
     def paused(self) -> bool:
         return self.paused_until > 0
+
+
+def stream_of(experiment: str, agent: Agent) -> str:
+    """The agent's activation stream, named from its own token (redis_keys.stream_secret): the
+    only streams this process can name are its own agents'."""
+    return keys.activations(experiment, agent.agent_id, keys.stream_secret(agent.token))
 
 
 class Plumbing(Protocol):
@@ -341,14 +353,14 @@ class Discovery:
     def _attach(self, hosted: Hosted, agent: Agent, slot: int) -> None:
         if hosted.state:
             agent.persist = self._persister(hosted, agent.record, slot)
-        hosted.agents[keys.activations(hosted.experiment, agent.agent_id)] = agent
+        hosted.agents[stream_of(hosted.experiment, agent)] = agent
         hosted.slots[agent.agent_id] = slot
 
     def forget(self, hosted: Hosted, agent: Agent) -> None:
         """An agent no longer in its experiment (its lease lapsed, agent/leases.py): its stream
         is no longer read, its saved state goes, and the next discovery round enrolls another in
         its slot, with a seed of its own (the lapsed agent's draws are not replayed)."""
-        stream = keys.activations(hosted.experiment, agent.agent_id)
+        stream = stream_of(hosted.experiment, agent)
         if hosted.agents.pop(stream, None) is None:
             return
         self.streams.pop(stream, None)
@@ -359,6 +371,34 @@ class Discovery:
         hosted.free.append(slot)
         hosted.restored = min(hosted.restored, len(hosted.agents))  # the others are enrolled
         self.next_discovery = 0.0
+
+    def replace(self, hosted: Hosted, agents: list[Agent]) -> None:
+        """Agents of a live experiment whose activation streams are missing: restored from the
+        state of an older version (whose streams' names had no secret: the name this version
+        computes from the token was never created), or whose stream or group Redis lost (a
+        failover right after the enrollment). This process cannot create a stream (its Redis
+        user creates nothing), so each is replaced, as an agent whose lease lapsed is: it leaves
+        its experiment (best effort: its place is freed, its votes of this epoch stand, the
+        coordinator deletes whatever stream it had), it is forgotten with its saved state
+        (`forget`), and the next discovery round enrolls another in its place. Nothing is
+        restored again, so nothing fails again: no crash, no loop."""
+
+        def leave_one(agent: Agent) -> None:
+            # gone already, or the coordinator unreachable: its lease (if any) lapses, as when a
+            # process is killed
+            with contextlib.suppress(CoordinatorError, ConnectionError):
+                self.client.leave(agent.token)
+
+        with ThreadPoolExecutor(max_workers=LEAVE_WORKERS) as pool:
+            list(pool.map(leave_one, agents))
+        for agent in agents:
+            self.forget(hosted, agent)
+        log.warning(
+            "experiment %s: %d agent(s) have no activation stream (restored from an older "
+            "version's state, or Redis lost it): they leave, new ones enroll in their place",
+            hosted.experiment,
+            len(agents),
+        )
 
     def _install(self, hosted: Hosted, added: int) -> None:
         """Read the experiment's streams (the coordinator created them and their groups when it

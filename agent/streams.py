@@ -40,6 +40,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ClusterDownError, SlotNotCoveredError, TryAgainError
 
 from agent.discovery import Discovery, Hosted
+from agent.library import Agent
 from agent.settings import AgentSettings
 from clients.coordinator import CoordinatorError
 from clients.redis import NotedRetry, SyncRedis
@@ -334,10 +335,12 @@ class StreamReader:
 
     def groups_missing(self, exc: Exception) -> None:
         """XREADGROUP found a stream without its group, or a stream deleted while it blocked: its
-        experiment was deleted (the coordinator deletes the streams too), or Redis lost its data.
-        Drop the experiments that are gone; an experiment still there whose streams are gone is
-        dropped too: the coordinator creates an agent's stream and group when it enrolls it, and
-        this process may only read and acknowledge them (common/redis_acl.py)."""
+        experiment was deleted (the coordinator deletes the streams too), or the agent was
+        restored from an older version's state (its stream had another name), or Redis lost
+        data. The experiments that are gone are dropped; in one still there, the agents whose
+        streams are gone are replaced (Discovery.replace: they leave, new ones enroll), since
+        the coordinator creates an agent's stream and group when it enrolls it, and this process
+        may only read and acknowledge them (common/redis_acl.py)."""
         log.warning("consumer group missing (%s): an experiment deleted, or Redis lost data", exc)
         streams = list(self.discovery.streams)
         pipe = self.redis.pipeline(transaction=False)
@@ -348,15 +351,15 @@ class StreamReader:
                 pipe.execute_command(*read, target_nodes=self.redis.get_node_from_key(stream))
             else:
                 pipe.execute_command(*read)
-        suspects: dict[str, Hosted] = {}
+        lost: dict[str, tuple[Hosted, list[Agent]]] = {}
         for stream, reply in zip(streams, pipe.execute(raise_on_error=False), strict=True):
             if isinstance(reply, redis.ResponseError) and "NOGROUP" in str(reply):
-                hosted = self.discovery.streams[stream][0]
-                suspects[hosted.experiment] = hosted
-        for hosted in suspects.values():
+                hosted, agent = self.discovery.streams[stream]
+                lost.setdefault(hosted.experiment, (hosted, []))[1].append(agent)
+        for hosted, agents in lost.values():
             self.discovery.verify(hosted)
             if self.discovery.hosted.get(hosted.experiment) is hosted:
-                self.discovery.drop(hosted, "lost its activation streams (Redis lost data)")
+                self.discovery.replace(hosted, agents)
 
     def recover(self, exc: Exception, delay: float) -> None:
         """Wait `delay`, then make sure Redis answers (a Redis that lost its data lost the groups

@@ -77,9 +77,8 @@ def timed(r: redis.Redis, command: str, action: Any, repeat: int) -> dict[str, A
 
 def stream_names(count: int) -> list[str]:
     """Names as agent/streams.py reads them: 8 agents per experiment."""
-    return [
-        keys.activations(f"exp-{i // 8:04d}", f"exp-{i // 8:04d}-{i:010d}") for i in range(count)
-    ]
+    agents = [(f"exp-{i // 8:04d}", f"exp-{i // 8:04d}-{i:010d}") for i in range(count)]
+    return [keys.activations(e, a, keys.stream_secret(f"{a}.token")) for e, a in agents]
 
 
 def reads(r: redis.Redis, n_streams: int, repeat: int) -> dict[str, Any]:
@@ -121,7 +120,9 @@ def acknowledgements(r: redis.Redis, repeat: int) -> dict[str, Any]:
     """One read of 200 streams x 180 entries (10-arm rewards), acknowledged each way; after XACK
     alone, the load generator's poll that deletes what was acknowledged."""
     rng = np.random.default_rng(0)
-    names = [keys.activations("ack", f"ack-{i:010d}") for i in range(200)]
+    names = [
+        keys.activations("ack", f"ack-{i:010d}", keys.stream_secret(f"{i}")) for i in range(200)
+    ]
     figures: dict[str, list[float]] = {"xdel": [], "xtrim": [], "xack": [], "poll": []}
     for _ in range(repeat):
         for mode in ("xdel", "xtrim", "xack"):

@@ -38,7 +38,8 @@ Figures (each printed with what it measures):
   agent processes stopped (what the keys alone take: no blocked reads, no connections); per
   experiment (many: the experiments created before any agent); and MEMORY USAGE (SAMPLES 0, exact)
   of the keys one agent adds: its field in the credentials hash, its member in the agents sorted
-  set (each key's size over its agents), its stream with its consumer group (mean of 100 streams);
+  set, its field in the stream secrets hash (each key's size over its agents), its stream with its
+  consumer group (mean of 100 streams);
 - agent processes: RSS per process and per hosted agent (total / agents, and marginal: (RSS -
   agent-base's RSS) / agents of the process), after enrollment and at the end of the run;
 - activations/s end to end: the load generators' own figure (activations processed / wall time),
@@ -692,11 +693,7 @@ class Scale:
     def _wait_streams(self, started: float) -> float:
         """Until every enrolled agent's stream exists (with its consumer group: the agent process
         creates both at once), watching the stack; the seconds since `started`."""
-        streams = [
-            keys.activations(e, _text(m))
-            for e in self.experiments
-            for m in self.redis.zrange(keys.agents(e), 0, -1)
-        ]
+        streams = [s for e in self.experiments for s in _streams(self.redis, e)]
         while True:
             self.stack.check_alive()
             missing = 0
@@ -712,20 +709,21 @@ class Scale:
 
     def _agent_keys(self, experiment: str, agents: int) -> dict[str, Any]:
         """MEMORY USAGE (exact: SAMPLES 0) of what one agent adds to Redis: its share of the
-        credentials hash and of the agents sorted set, and a stream with its consumer group (mean
-        of a sample of 100)."""
+        credentials hash, of the agents sorted set and of the stream secrets hash, and a stream
+        with its consumer group (mean of a sample of 100)."""
         r = self.redis
         members = [_text(m) for m in r.zrange(keys.agents(experiment), 0, -1)]
         sample = random.Random(0).sample(members, min(100, len(members)))
-        streams = [
-            int(r.memory_usage(keys.activations(experiment, a), samples=0) or 0) for a in sample
-        ]
+        streams = [int(r.memory_usage(s, samples=0) or 0) for s in _streams(r, experiment, sample)]
         result = {
             "credentials_hash_per_agent": round(
                 int(r.memory_usage(keys.credentials(experiment), samples=0) or 0) / len(members)
             ),
             "agents_zset_per_agent": round(
                 int(r.memory_usage(keys.agents(experiment), samples=0) or 0) / len(members)
+            ),
+            "stream_secrets_hash_per_agent": round(
+                int(r.memory_usage(keys.stream_secrets(experiment), samples=0) or 0) / len(members)
             ),
             "stream_with_group_mean": round(float(np.mean(streams))) if streams else 0,
         }
@@ -938,15 +936,21 @@ class Scale:
         experiments."""
         deadline = time.monotonic() + min(30.0, max(1.0, self.deadline.left()))
         fed = experiments[: self.args.fed] if self.many else ["demo"]
-        streams = [
-            keys.activations(e, _text(m))
-            for e in fed
-            for m in self.redis.zrange(keys.agents(e), 0, -1)
-        ]
+        streams = [s for e in fed for s in _streams(self.redis, e)]
         while time.monotonic() < deadline:
             if sum(trim_acknowledged(self.redis, streams)) == 0:  # as the load generator reads
                 return
             time.sleep(0.5)
+
+
+def _streams(r: Any, experiment: str, agents: list[str] | None = None) -> list[str]:
+    """The activation streams of `agents` (default: every enrolled agent), named as the load
+    generator names them: from the stream secrets the coordinator wrote at enrollment."""
+    if agents is None:
+        agents = [_text(m) for m in r.zrange(keys.agents(experiment), 0, -1)]
+    found = r.hmget(keys.stream_secrets(experiment), agents) if agents else []
+    pairs = zip(agents, found, strict=True)
+    return [keys.activations(experiment, a, _text(s)) for a, s in pairs if s is not None]
 
 
 def _text(value: Any) -> str:
@@ -1095,6 +1099,7 @@ def print_table(fig: dict[str, Any]) -> None:
                 "Redis per enrolled agent",
                 f"{mem['per_enrolled_agent']:,} B (used_memory delta); MEMORY USAGE: credentials "
                 f"{k['credentials_hash_per_agent']} + agents zset {k['agents_zset_per_agent']} + "
+                f"stream secrets {k['stream_secrets_hash_per_agent']} + "
                 f"stream and group {k['stream_with_group_mean']} = {k['sum_per_agent']} B",
             )
         )

@@ -8,9 +8,10 @@ the commands it sends, on the keys (common/redis_keys.py) and pub/sub channels i
   it is the only user that runs Lua, and it creates each enrolled agent's activation stream and
   consumer group;
 - load-generator: writes the agents' activation streams and deletes what the agents acknowledged
-  (load_generator/streams.py), reads the experiment's agent list, holds the experiment's lease
-  (load_generator/lease.py: optimistic transactions, no Lua);
-- agent: the agent host reads and acknowledges the activation streams (the simulated
+  (load_generator/streams.py), reads the experiment's agent list and their stream secrets (which
+  name their streams), holds the experiment's lease (load_generator/lease.py: optimistic
+  transactions, no Lua);
+- agent: the agent host reads and acknowledges its own agents' activation streams (the simulated
   environment), nothing more: it deletes no entry (XDEL, XTRIM), creates no key, runs no Lua. It
   follows the global set as a device does, over HTTP (the coordinator's event stream,
   agent/events.py), so it has no pub/sub channel, and it cannot read, let alone write, any key of
@@ -26,12 +27,16 @@ under them and shows what each user is refused.
 The rules work on Redis 6.2 (the redis-server of `dexp demo` and the tests) as on 7 and later:
 commands and key patterns only, no read-only key patterns (`%R~`) and no selectors, which are Redis
 7's. So a user may run each of its commands on each of its keys: the load generator, which must read
-the agent list (ZRANGE), could also delete or overwrite that one key with the SET and DEL its lease
-needs; and a key pattern cannot name the connecting user, so the agent host may read and acknowledge
-any agent's activations, not only its own agents' (docs/RELIABILITY.md, "Redis users"): it may take
-another agent's activations from its stream (XREADGROUP, then XACK), not delete them nor write any.
-One Redis user per agent host, each on its own agents' streams, would close that; it needs a service
-that holds ACL rights to issue them. Lua: whoever may SCRIPT LOAD runs code of its choosing, for as
+the agent list (ZRANGE) and the stream secrets (HMGET), could also delete or overwrite those two
+keys with the SET and DEL its lease needs. And a key pattern cannot name the connecting user, so the agent's pattern matches every
+agent's stream: what keeps an agent host to its own agents' streams is their names. Each ends with
+128 bits derived from its agent's token (redis_keys.stream_secret), which only the token's holder
+and the coordinator can compute, and the agent user may neither list keys (no SCAN, no KEYS) nor
+read the hash of the secrets (redis_keys.stream_secrets: the load generator's). So a host's Redis
+password and its agents' tokens buy the streams of that host's agents and nothing more
+(docs/RELIABILITY.md, "Redis users"). Streams still under an older version's name (no secret)
+match the pattern too, and their names can be guessed; nothing writes them any more (the load
+generator names the streams from the secrets) and they go with their agent or experiment. Lua: whoever may SCRIPT LOAD runs code of its choosing, for as
 long as it likes; Redis 7 cannot allow given SHAs only, and the coordinator must load its scripts
 again after a restart of Redis (which forgets them), so it keeps SCRIPT LOAD and is the only one
 that has it.
@@ -56,9 +61,13 @@ REPLICA = "replica"
 # the tests' inspection). No service is given its password.
 ADMIN = "admin"
 
-# An activation stream: dexp:{<experiment>~s<shard>}:activations:<agent> (redis_keys.activations).
-# No key of the coordinator's has a `~` (experiment ids are [A-Za-z0-9_-]), so none matches.
+# An activation stream: dexp:{<experiment>~s<shard>}:activations:<agent>:<secret>
+# (redis_keys.activations). No key of the coordinator's has a `~` (experiment ids are
+# [A-Za-z0-9_-]), so none matches.
 ACTIVATIONS = f"{PREFIX}:{{*~s*}}:activations:*"
+# The hash of the agents' stream secrets (redis_keys.stream_secrets): the load generator's, to name
+# the streams it writes; never the agent host's, which could then name every agent's stream.
+STREAM_SECRETS = f"{PREFIX}:{{*}}:streams"
 # What redis-py's cluster client sends on a Redis Cluster besides the commands it is asked for:
 # CLUSTER SLOTS (the topology), COMMAND (the command table, to find each command's keys), ASKING
 # (a slot being migrated). Nothing secret: given to every service, so one set of rules serves a
@@ -175,7 +184,12 @@ USERS: dict[str, RedisUser] = {
     ),
     LOAD_GENERATOR: RedisUser(
         LOAD_GENERATOR,
-        keys=(ACTIVATIONS, f"{PREFIX}:{{*}}:agents", f"{PREFIX}:{{*}}:load-generator"),
+        keys=(
+            ACTIVATIONS,
+            f"{PREFIX}:{{*}}:agents",
+            f"{PREFIX}:{{*}}:load-generator",
+            STREAM_SECRETS,
+        ),
         channels=(),
         commands=(
             "ping",
@@ -192,6 +206,7 @@ USERS: dict[str, RedisUser] = {
             "xlen",
             "xinfo|consumers",  # a stall's report: who reads each stream
             "zrange",  # the enrolled agents
+            "hmget",  # their stream secrets, which name their streams (redis_keys.stream_secrets)
             # the lease: optimistic transactions, no Lua (a script of its choosing could block
             # Redis for as long as it runs, and only an administrator may SCRIPT KILL it)
             *TRANSACTION,

@@ -10,6 +10,7 @@ transaction ever mixes a stream with the experiment's keys, or streams of two sh
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 
 PREFIX = "dexp"
@@ -116,11 +117,43 @@ def activation_shard(agent: str) -> int:
     return zlib.crc32(agent.encode()) % ACTIVATION_SHARDS
 
 
-def activations(exp: str, agent: str) -> str:
+# What sha256 hashes before an agent's token to derive its stream's secret: a domain of its own,
+# so the secret is no other digest of the token (credentials keeps sha256 of the token alone).
+STREAM_SECRET_DOMAIN = b"dexp activation stream\0"
+
+
+def stream_secret(token: str) -> str:
+    """The secret in the name of the activation stream of the agent holding `token`: the first 32
+    hex digits (128 bits) of sha256(STREAM_SECRET_DOMAIN + token). Only the token's holder (and the
+    coordinator, which drew it) can compute it, and it tells nothing of the token; so whoever may
+    touch the streams whose names it can build touches only the streams of the agents whose
+    tokens it holds (common/redis_acl.py)."""
+    return hashlib.sha256(STREAM_SECRET_DOMAIN + token.encode()).hexdigest()[:32]
+
+
+def activations(exp: str, agent: str, secret: str) -> str:
     """Stream of one agent's activations (written by the load generator, read by the agent), in
     the hash slot of the shard tag {exp~s<k>}, k = activation_shard(agent). `~` never occurs in an
     experiment id (^[A-Za-z0-9_-]{1,64}$), so the tag of one experiment's shard is no other
-    experiment's tag, nor the experiment's own {exp}."""
+    experiment's tag, nor the experiment's own {exp}. The name ends with the agent's stream
+    secret (stream_secret of its token): a key pattern cannot name the connecting user, so the
+    name itself is what keeps one agent host off another's streams."""
+    return f"{PREFIX}:{{{exp}~s{activation_shard(agent)}}}:activations:{agent}:{secret}"
+
+
+def stream_secrets(exp: str) -> str:
+    """Hash: agent id -> the secret of its activation stream (stream_secret of its token), written
+    by the enrollment script with the agent, deleted with it (its departure, its lease lapsed) and
+    with the experiment. The load generator reads it to name the streams it writes; the agent
+    host's Redis user may not (it names its own agents' streams from their tokens). An agent
+    without an entry (enrolled by an older version) gets no activations."""
+    return f"{PREFIX}:{{{exp}}}:streams"
+
+
+def unsecret_activations(exp: str, agent: str) -> str:
+    """The name an agent's stream had before it carried a secret (the shard tag, no secret): only
+    deleted, with the agent or the experiment, so that streams left by an older version do not
+    outlive them."""
     return f"{PREFIX}:{{{exp}~s{activation_shard(agent)}}}:activations:{agent}"
 
 

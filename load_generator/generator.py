@@ -252,9 +252,9 @@ class LoadGenerator:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def wait_for_agents(self, lease: Lease | None = None) -> tuple[list[str], dict[str, Any]]:
-        """Enrolled agents once there are enough (see agents_needed) and enrollment has been
-        quiet a moment."""
+    def wait_for_agents(self, lease: Lease | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+        """Enrolled agents (id -> its activation stream) once there are enough (see
+        agents_needed) and enrollment has been quiet a moment."""
         exp = self.settings.experiment
         deadline = time.monotonic() + self.settings.agent_wait_seconds
         last_count, quiet_since, last_note = -1, time.monotonic(), 0.0
@@ -269,8 +269,7 @@ class LoadGenerator:
             if count != last_count:
                 last_count, quiet_since = count, time.monotonic()
             if count >= needed and time.monotonic() - quiet_since >= self.settings.settle_seconds:
-                members = self._redis(lambda: self.redis.zrange(keys.agents(exp), 0, -1))
-                agents = [a.decode() if isinstance(a, bytes) else str(a) for a in members]
+                agents = self._streams_of_agents(exp)
                 for warning in state.get("warnings", []):
                     print(f"warning: {warning}", file=self.out)
                 return agents, state
@@ -302,6 +301,31 @@ class LoadGenerator:
                     file=self.out,
                 )
             time.sleep(0.2)
+
+    def _streams_of_agents(self, exp: str) -> dict[str, str]:
+        """The enrolled agents and their activation streams, named with the stream secrets the
+        coordinator wrote when it enrolled them (keys.stream_secrets). An agent without one
+        (enrolled by an older version of the coordinator) gets no activations: said once."""
+
+        def read() -> tuple[list[Any], list[Any]]:
+            members: list[Any] = list(self.redis.zrange(keys.agents(exp), 0, -1))  # type: ignore[arg-type]
+            found = self.redis.hmget(keys.stream_secrets(exp), members) if members else []
+            return members, found
+
+        members, found = self._redis(read)
+        streams = {
+            _text(a): keys.activations(exp, _text(a), _text(s))
+            for a, s in zip(members, found, strict=True)
+            if s is not None
+        }
+        if len(streams) < len(members):
+            print(
+                f"warning: {len(members) - len(streams)} agent(s) of {exp!r} have no stream "
+                "secret (enrolled by an older version of the coordinator): they get no "
+                "activations",
+                file=self.out,
+            )
+        return streams
 
     def run(self) -> Summary:
         """Take the experiment's lease (LeaseHeld if another load generator feeds it), play until
@@ -354,11 +378,11 @@ class LoadGenerator:
         params = state.get("params", {})
         return int(params.get("reports_per_agent", 1)) if params.get("algorithm") == "ldp" else 0
 
-    def _start_feed(self, agents: list[str], visits: int = 0) -> _Feed:
-        """The run's state before the first batch: every stream read once, the entries an earlier
-        run left included."""
+    def _start_feed(self, streams_of: dict[str, str], visits: int = 0) -> _Feed:
+        """The run's state before the first batch (`streams_of`: agent id -> its stream): every
+        stream read once, the entries an earlier run left included."""
         s = self.settings
-        streams = [keys.activations(s.experiment, a) for a in agents]
+        agents, streams = list(streams_of), list(streams_of.values())
         # Per stream, what this run delivered (of a stream's entries, at most that many are this
         # run's: the agents read in order, so entries left by an earlier run go first), and the
         # backlog, read from a sample of the streams when they are many (load_generator/backlog.py).
@@ -1059,3 +1083,7 @@ def certified_lines(summary: Summary) -> list[str]:
             + (f" (hit rate under a uniform prior at most {upper(hit)})" if hit is not None else "")
         )
     return lines
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -12,7 +12,7 @@ from typing import Any
 
 from common import redis_keys as keys
 from coordinator.errors import NotFound, Unauthorized
-from coordinator.store.core import StoreCore, agent_of, digest, experiment_of, too_late
+from coordinator.store.core import StoreCore, agent_of, digest, experiment_of, text, too_late
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,20 @@ def departure_keys(exp: str, n_arms: int) -> dict[str, Any]:
 
 async def delete_streams(core: StoreCore, exp: str, agents: list[str]) -> None:
     """The activation streams of agents that left: nobody reads them now. After the script: on a
-    cluster they live in other slots (as enrollment creates them)."""
-    names = [keys.activations(exp, a) for a in agents]
-    names += [keys.legacy_activations(exp, a) for a in agents]
-    if names:
-        await core.redis.delete(*names)
+    cluster they live in other slots (as enrollment creates them). Each stream is named from its
+    secret (keys.stream_secrets), which goes after the stream; and the names an older version gave
+    them go too."""
+    if not agents:
+        return
+    found = await core.redis.hmget(keys.stream_secrets(exp), agents)  # type: ignore[misc]
+    await core.redis.delete(*stream_names(exp, dict(zip(agents, found, strict=True))))
+    await core.redis.hdel(keys.stream_secrets(exp), *agents)  # type: ignore[misc]
+
+
+def stream_names(exp: str, secrets: dict[str, bytes | str | None]) -> list[str]:
+    """Every name the activation streams of these agents (id -> stream secret, None if it has
+    none) may have: each one's, and the names older versions gave them (without the secret,
+    without the shard tag)."""
+    names = [keys.activations(exp, a, text(s)) for a, s in secrets.items() if s is not None]
+    names += [keys.unsecret_activations(exp, a) for a in secrets]
+    return names + [keys.legacy_activations(exp, a) for a in secrets]

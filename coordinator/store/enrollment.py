@@ -113,12 +113,16 @@ class Enrollments:
                 simulated="1" if simulated else "0",
                 leases_key=keys.leases(exp),
                 lease_ms=lease_ms,
+                stream_secrets_key=keys.stream_secrets(exp),
+                stream_secret=keys.stream_secret(token),
             )
             index, value = int(code), int(value)
             if index == -7:
                 raise too_late()
             if index > 0:
-                await self._create_stream(exp, agent_id)
+                await self._create_stream(
+                    keys.activations(exp, agent_id, keys.stream_secret(token))
+                )
                 if lease:  # after the script (coordinator/store/leases.py says why)
                     await self.redis.sadd(keys.LEASE_INDEX, exp)
                 self.core.on_change(exp)
@@ -148,16 +152,15 @@ class Enrollments:
                 raise Unauthorized("invalid ticket: expired")
         raise RuntimeError("could not draw a free agent id")
 
-    async def _create_stream(self, exp: str, agent: str) -> None:
+    async def _create_stream(self, stream: str) -> None:
         """The agent's activation stream and its consumer group, created here rather than by the
         agent host, whose Redis user may then only read and acknowledge streams that exist: with
         XGROUP CREATE ... MKSTREAM it could create keys under any name its pattern matches, as
         many as it liked (common/redis_acl.py). Not in the enrollment script: on a Redis Cluster
-        the stream lives in another slot (common.redis_keys.activations)."""
+        the stream lives in another slot (common.redis_keys.activations). Its name carries the
+        agent's stream secret, which the script wrote first (keys.stream_secrets)."""
         try:
-            await self.redis.xgroup_create(
-                keys.activations(exp, agent), keys.ACTIVATION_GROUP, id="0", mkstream=True
-            )
+            await self.redis.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise

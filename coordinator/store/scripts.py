@@ -211,6 +211,7 @@ SCRIPTS: dict[str, ScriptInputs] = {
             "tickets_key",
             "simulated_key",
             "leases_key",
+            "stream_secrets_key",
         ),
         args=(
             "agent_id",
@@ -225,6 +226,7 @@ SCRIPTS: dict[str, ScriptInputs] = {
             "deadline_ms",
             "simulated",
             "lease_ms",
+            "stream_secret",
         ),
         helpers=LIMITED,
     ),

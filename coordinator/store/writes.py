@@ -31,6 +31,7 @@ from coordinator.store.core import (
     too_late,
 )
 from coordinator.store.decisions import Decisions
+from coordinator.store.departures import stream_names
 from coordinator.store.reads import ExperimentReads
 from coordinator.store.state import ExperimentState
 
@@ -134,17 +135,18 @@ class ScriptWrites:
     async def delete(self, exp: str) -> None:
         """Delete the experiment: its keys (one slot) at once, with the read of its agents, then
         its agents' activation streams, then its entry in the index. The streams are named from
-        the agents (each agent's stream, and the name it had before the shard tag): on a cluster
-        they live in other slots, on other nodes, and a read of the agents in the same transaction
-        as the deletion misses no agent (an enrollment after it finds no experiment)."""
+        the agents and their stream secrets, read with them (each agent's stream, and the names
+        older versions gave it: departures.stream_names): on a cluster they live in other slots,
+        on other nodes, and a read of the agents in the same transaction as the deletion misses
+        no agent (an enrollment after it finds no experiment)."""
         n_arms = int((await self.core.meta(exp))["n_arms"])
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.zrange(keys.agents(exp), 0, -1)
+            pipe.hgetall(keys.stream_secrets(exp))
             pipe.delete(*experiment_keys(exp, n_arms))
-            members = (await pipe.execute())[0]
-        agents = [text(a) for a in members]
-        streams = [keys.activations(exp, a) for a in agents]
-        streams += [keys.legacy_activations(exp, a) for a in agents]
+            members, found, _ = await pipe.execute()
+        secrets = {text(a): s for a, s in found.items()}
+        streams = stream_names(exp, {text(a): secrets.get(text(a)) for a in members})
         self.core.on_change(exp)
         await self.redis.publish(keys.changes(exp), "d")  # the event streams end
         for start in range(0, len(streams), DELETE_CHUNK):
@@ -402,6 +404,7 @@ def experiment_keys(exp: str, n_arms: int) -> list[str]:
         keys.agents(exp),
         keys.agent_seq(exp),
         keys.credentials(exp),  # every agent's token stops working with the experiment
+        keys.stream_secrets(exp),
         keys.vote_rate(exp),
         keys.enroll_rate(exp),
         keys.enrollers(exp),

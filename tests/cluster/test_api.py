@@ -104,14 +104,16 @@ def test_delete_removes_the_streams_on_every_node(
     exp = "api-delete"
     create_experiment(client, id=exp, arms=ARMS, **M2)
     agents = enroll_agents(client, exp, 40)
-    streams = {keys.activations(exp, a.agent_id) for a in agents}
+    streams = {a.stream(exp) for a in agents}
     for stream in streams:  # the groups made by enrollment; the load generator's activations
         cluster_client.xadd(stream, {"r": b"\x00"})
-    legacy = keys.legacy_activations(exp, agents[0].agent_id)  # an older version's name
-    cluster_client.xadd(legacy, {"r": b"\x00"})
+    legacy = keys.legacy_activations(exp, agents[0].agent_id)  # older versions' names
+    unsecret = keys.unsecret_activations(exp, agents[1].agent_id)
+    for old in (legacy, unsecret):
+        cluster_client.xadd(old, {"r": b"\x00"})
     assert vote(client, exp, agents[0], 1).status_code == 200
     before = keys_on(healthy_cluster, f"dexp:{{{exp}*")
-    assert set().union(*before.values()) >= streams | {keys.meta(exp), legacy}
+    assert set().union(*before.values()) >= streams | {keys.meta(exp), legacy, unsecret}
     assert sum(1 for found in before.values() if found & streams) == 3  # every master
 
     response = client.delete(f"/v1/experiments/{exp}", headers=admin_headers())
@@ -213,7 +215,9 @@ def test_a_lease_renewed_and_a_lease_lapsed_keep_to_the_experiment_s_slot(
 
         wait_until(renew_and_look, "the agent not renewed gone", timeout=30)
         assert cluster_client.zrange(keys.agents(exp), 0, -1) == [kept["agent_id"].encode()]
-        assert not cluster_client.exists(keys.activations(exp, lapsing["agent_id"]))
+        lapsed = Agent(lapsing["agent_id"], lapsing["token"], 2)
+        assert not cluster_client.exists(lapsed.stream(exp))
+        assert cluster_client.hget(keys.stream_secrets(exp), lapsed.agent_id) is None
         doc = client.get(f"/v1/experiments/{exp}").json()
         assert (doc["agents"], doc["agents_departed"]) == (2, 1)  # its vote stands
         assert client.delete("/v1/agents/me", headers=bearer(kept["token"])).status_code == 200

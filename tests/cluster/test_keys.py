@@ -3,6 +3,7 @@ streams spread over slots and masters (common/redis_keys.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 import zlib
 from collections import Counter
@@ -33,8 +34,12 @@ def test_the_shard_of_a_stream_is_crc32_of_the_agent_id() -> None:
     shard = zlib.crc32(agent.encode()) % 16
     assert keys.ACTIVATION_SHARDS == 16
     assert keys.activation_shard(agent) == shard == 10
-    assert keys.activations("demo", agent) == "dexp:{demo~s10}:activations:demo-0123456789"
-    assert keys.hash_tag(keys.activations("demo", agent)) == "demo~s10"
+    secret = keys.stream_secret(f"{agent}.token")
+    digest = hashlib.sha256(b"dexp activation stream\0" + f"{agent}.token".encode()).hexdigest()
+    assert secret == digest[:32] and len(secret) == 32
+    stream = keys.activations("demo", agent, secret)
+    assert stream == f"dexp:{{demo~s10}}:activations:demo-0123456789:{secret}"
+    assert keys.hash_tag(stream) == "demo~s10"
     # The tag of a shard is never another experiment's tag, nor the experiment's own.
     assert keys.hash_tag(keys.meta("demo~s10")) == "demo~s10"  # not an id the coordinator takes
     assert keys.hash_tag(keys.meta("demo")) == "demo"
@@ -90,7 +95,7 @@ def test_activation_streams_spread_over_slots_and_every_master(
     cluster client: every shard is used, each shard is one slot, and every master holds some."""
     exp = "keys-spread"
     agents = agent_ids(exp, 300, seed=5)
-    streams = {keys.activations(exp, a) for a in agents}
+    streams = {keys.activations(exp, a, keys.stream_secret(a)) for a in agents}
     for stream in streams:
         cluster_client.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
     shards = Counter(keys.activation_shard(a) for a in agents)

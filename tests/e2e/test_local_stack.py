@@ -24,6 +24,7 @@ from dexp.demo import LocalStack, local_stack, run_demo
 from load_generator.generator import LoadGenerator, exit_code, format_summary
 from load_generator.settings import LoadSettings
 from tests.e2e.proxy import RecordingProxy
+from tests.services.helpers import activation_streams
 
 
 def test_demo_identifies_an_eps_optimal_arm() -> None:
@@ -195,7 +196,8 @@ def test_a_killed_agent_process_stalls_the_run_and_the_load_generator_says_so() 
         raw = redis.Redis.from_url(stack.redis_url)
         try:
             ids = [a.decode() for a in raw.zrange(keys.agents("demo"), 0, -1)]
-            streams = [keys.activations("demo", agent) for agent in ids]
+            streams = activation_streams(raw, "demo", ids)
+            assert len(streams) == len(ids)
             while not all(read(raw, stream) for stream in streams):
                 assert time.monotonic() < deadline, "the agents do not read their streams"
                 time.sleep(0.05)

@@ -14,6 +14,7 @@ Redis Cluster with replicas shows the same users on every node, the replicas rep
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 import re
 import secrets
@@ -37,12 +38,22 @@ from dexp.demo import EXPERIMENT, LocalStack, local_stack
 from dexp.redis_cluster import start_cluster
 from load_generator.generator import LoadGenerator, Summary
 from load_generator.settings import LoadSettings
-from tests.services.helpers import admin_headers, coordinator, coordinator_settings, enroll_agents
+from tests.services.helpers import (
+    activation_streams,
+    admin_headers,
+    bearer,
+    coordinator,
+    coordinator_settings,
+    enroll_agents,
+)
 from tests.test_deploy_redis_memory import size_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = AlgorithmConfig(delta=0.05, eta=0.5)  # 3 arms: M = 5
 ARMS = ["arm-0", "arm-1", "arm-2"]
+# The functions of common/redis_keys.py that name an activation stream the agents' key pattern
+# matches (acl.ACTIVATIONS): not the coordinator's keys.
+STREAM_NAMES = ("activations", "unsecret_activations")
 MEANS = "0.9,0.5,0.1"  # gaps above epsilon: identified, never tied
 # redis-py sends CLIENT SETINFO on each new connection and ignores a refusal (Redis 6.2 and 7.0
 # do not even know it): the one command a service sends that its user does not allow.
@@ -52,13 +63,14 @@ IGNORED_REFUSAL = ("command", "client")
 def coordinator_keys(exp: str, arms: int) -> list[str]:
     """Every key of the coordinator's for one experiment: each function of common/redis_keys.py
     that names a key of `exp` (a new one is covered as soon as it is written), the agents'
-    activation streams excepted, and the index of experiments."""
+    activation streams excepted (under the names older versions gave them with the shard tag
+    too: the agents' pattern matches those), and the index of experiments."""
     found = [keys.EXPERIMENT_INDEX]
     for name, function in vars(keys).items():
         if not inspect.isfunction(function) or function.__module__ != keys.__name__:
             continue
         parameters = list(inspect.signature(function).parameters)
-        if not parameters or parameters[0] != "exp" or name == "activations":
+        if not parameters or parameters[0] != "exp" or name in STREAM_NAMES:
             continue
         if parameters == ["exp"]:
             found.append(function(exp))
@@ -76,7 +88,9 @@ def test_coordinator_keys_are_all_found() -> None:
     for key in ("meta", "voters:0", "voters:1", "credentials", "tickets", "events", "agents"):
         assert f"dexp:{{x}}:{key}" in found
     assert keys.EXPERIMENT_INDEX in found and keys.legacy_activations("x", "a1") in found
-    assert keys.activations("x", "a1") not in found
+    assert keys.stream_secrets("x") in found  # the agents' stream secrets: the agent host's not
+    assert keys.activations("x", "a1", keys.stream_secret("t")) not in found
+    assert keys.unsecret_activations("x", "a1") not in found
 
 
 def script_commands(text: str) -> set[str]:
@@ -324,7 +338,7 @@ def test_the_agent_host_reads_and_acknowledges_its_streams_and_no_more(
     agent) the agent host reads and acknowledges: it cannot delete an entry (XDEL, XTRIM), create
     a stream or a group, write an activation (XADD), publish or subscribe to any channel (it
     follows the global set over HTTP, like a device: agent/events.py), nor administer Redis."""
-    stream = keys.activations(EXPERIMENT, f"acl-{secrets.token_hex(4)}")
+    stream = keys.activations(EXPERIMENT, f"acl-{secrets.token_hex(4)}", secrets.token_hex(16))
     group = keys.ACTIVATION_GROUP
     admin.xgroup_create(stream, group, id="0", mkstream=True)
     mine = [
@@ -365,7 +379,7 @@ def test_the_agent_host_cannot_empty_another_agents_stream(
     """The attack: an agent host empties the stream of an agent it does not host (XTRIM MAXLEN 0,
     XTRIM MINID, XDEL), so that agent never sees its activations and the backlog the load
     generator sees shrinks. Refused (NOPERM), and the stream keeps every entry."""
-    stream = keys.activations(EXPERIMENT, f"other-{secrets.token_hex(4)}")
+    stream = keys.activations(EXPERIMENT, f"other-{secrets.token_hex(4)}", secrets.token_hex(16))
     admin.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
     ids = [admin.xadd(stream, {"r": "x"}) for _ in range(3)]
     ms, seq = ids[-1].split("-")
@@ -379,20 +393,111 @@ def test_the_agent_host_cannot_empty_another_agents_stream(
     admin.delete(stream)
 
 
+def test_the_agent_host_touches_only_the_streams_of_the_agents_whose_tokens_it_holds(
+    stack: LocalStack, admin: redis.Redis
+) -> None:
+    """Issue 36's attack: a host's agent Redis user takes another host's agent's activations
+    (XREADGROUP, XACK). Two agents enrolled over HTTP, one per host, each given an activation by
+    the load generator's user (which names their streams from the secrets' hash). The other
+    agent's id is public (a viewer's GET /v1/experiments/{id}/agents), and main's stream name was
+    built from it alone; now each name ends with 128 bits derived from the agent's token. Under
+    every name the attacker can build without the other agent's token nothing is read nor
+    acknowledged, and the other agent's entry stays undelivered; the attacker's own agent's
+    stream, named from its own token, is read and acknowledged; and the agent user can neither
+    read the hash of the secrets nor list keys."""
+    exp = f"acl-streams-{secrets.token_hex(3)}"
+    operator = {"Authorization": f"Bearer {stack.admin_token}"}
+    http = httpx.Client(base_url=stack.coordinator_url, timeout=30, headers=operator)
+    attacker = user_client(stack, acl.AGENT)
+    generator = user_client(stack, acl.LOAD_GENERATOR)
+    try:
+        assert http.post("/v1/experiments", json={"id": exp, "arms": ARMS}).status_code == 201
+        tickets = http.post(f"/v1/experiments/{exp}/tickets", json={"count": 2}).json()["tickets"]
+        mine, other = (
+            http.post("/v1/agents", json={"experiment": exp}, headers=bearer(t)).json()
+            for t in tickets
+        )
+        listed = http.get(f"/v1/experiments/{exp}/agents").json()["agents"]
+        assert other["agent_id"] in [a["agent_id"] for a in listed]  # its id is no secret
+        # the load generator's activations: one in each agent's stream, named as it names them
+        real = {}
+        for agent in (mine, other):
+            pattern = f"dexp:{{{exp}~s*}}:activations:{agent['agent_id']}*"
+            (real[agent["agent_id"]],) = set(admin.scan_iter(match=pattern))  # SCAN may repeat
+        entry = {a: generator.xadd(stream, {"r": "x"}) for a, stream in real.items()}
+
+        # the attack: every name the attacker can build from what it holds (its own token, the
+        # other agent's public id): main's name, and secrets that are not the other's
+        shard = f"dexp:{{{exp}~s{keys.activation_shard(other['agent_id'])}}}"
+        base = f"{shard}:activations:{other['agent_id']}"
+        derived = hashlib.sha256(b"dexp activation stream\0" + mine["token"].encode())
+        guesses = [
+            base,  # the name main's code gives it
+            f"{base}:{derived.hexdigest()[:32]}",  # its own token's secret
+            f"{base}:{hashlib.sha256(other['agent_id'].encode()).hexdigest()[:32]}",
+            f"{base}:{'0' * 32}",
+            f"{base}:{secrets.token_hex(16)}",
+            f"{base}:*",
+        ]
+        group = keys.ACTIVATION_GROUP
+        taken, acknowledged = [], 0
+        for name in guesses:
+            with contextlib.suppress(redis.ResponseError):  # NOGROUP: no such key
+                for _, entries in attacker.xreadgroup(group, "agent", {name: ">"}) or []:
+                    taken += entries
+            with contextlib.suppress(redis.ResponseError):
+                acknowledged += attacker.xack(name, group, entry[other["agent_id"]])
+        assert (taken, acknowledged) == ([], 0)
+        (groups,) = admin.xinfo_groups(real[other["agent_id"]])
+        assert (groups["pending"], groups["last-delivered-id"]) == (0, "0-0")  # never delivered
+
+        # its own agent's stream, named from its own token: read and acknowledged
+        assert sorted(real.values()) == sorted(activation_streams(generator, exp))
+        own = keys.activations(exp, mine["agent_id"], keys.stream_secret(mine["token"]))
+        assert own == real[mine["agent_id"]]
+        ((_, [(read, _)]),) = attacker.xreadgroup(group, "agent", {own: ">"})
+        assert read == entry[mine["agent_id"]]
+        assert attacker.xack(own, group, read) == 1
+
+        # nor may it learn a name: the secrets' hash and the key space are closed to it
+        hashed = keys.stream_secrets(exp)
+        lookups = [
+            ["HGET", hashed, other["agent_id"]],
+            ["HMGET", hashed, other["agent_id"]],
+            ["HGETALL", hashed],
+            ["HKEYS", hashed],
+            ["HVALS", hashed],
+            ["HSCAN", hashed, 0],
+            ["SCAN", 0],
+            ["SCAN", 0, "MATCH", f"{base}*"],
+            ["KEYS", f"{base}*"],
+            ["RANDOMKEY"],
+        ]
+        assert allowed(acl.AGENT, stack, lookups) == []
+    finally:
+        http.delete(f"/v1/experiments/{exp}")
+        http.close()
+        attacker.close()
+        generator.close()
+    assert not list(admin.scan_iter(match=f"dexp:{{{exp}*"))  # its streams went with it
+
+
 def test_the_load_generator_reaches_its_streams_its_lease_and_the_agent_list_only(
     stack: LocalStack, admin: redis.Redis
 ) -> None:
     """The load generator writes the activation streams (not read them as a consumer), reads the
-    agent list and holds the lease. Every other key of the coordinator's is refused to it, write
-    and read. (The agent list it could also delete with the DEL its lease needs: Redis 6.2 has no
-    read-only key patterns, see common/redis_acl.py.)"""
+    agent list and their stream secrets and holds the lease. Every other key of the
+    coordinator's is refused to it, write and read. (The agent list and the secrets it could also
+    delete with the DEL its lease needs: Redis 6.2 has no read-only key patterns, see
+    common/redis_acl.py.)"""
     before = snapshot(stack)
     its_own = {keys.agents(EXPERIMENT), keys.load_generator(EXPERIMENT)}
+    its_own.add(keys.stream_secrets(EXPERIMENT))
     others = [k for k in coordinator_keys(EXPERIMENT, len(ARMS)) if k not in its_own]
     tried = [c for key in others for c in probes(key).values()]
     assert allowed(acl.LOAD_GENERATOR, stack, tried) == []
     assert snapshot(stack) == before
-    stream = keys.activations(EXPERIMENT, f"acl-{secrets.token_hex(4)}")
+    stream = keys.activations(EXPERIMENT, f"acl-{secrets.token_hex(4)}", secrets.token_hex(16))
     mine = [
         ["XADD", stream, "*", "r", "x"],
         ["XLEN", stream],
@@ -402,6 +507,7 @@ def test_the_load_generator_reaches_its_streams_its_lease_and_the_agent_list_onl
         ["XTRIM", stream, "MINID", "0-1"],
         ["XINFO", "CONSUMERS", stream, keys.ACTIVATION_GROUP],  # a stall's report
         ["ZRANGE", keys.agents(EXPERIMENT), 0, -1],
+        ["HMGET", keys.stream_secrets(EXPERIMENT), "a1"],  # the secrets that name the streams
     ]
     assert len(allowed(acl.LOAD_GENERATOR, stack, mine)) == len(mine)
     admin.script_load("return 1")
@@ -487,17 +593,17 @@ def test_the_agent_host_cannot_fill_redis_with_streams(
     try:
         pipe = host.pipeline(transaction=False)
         for i in range(1000):
-            stream = keys.activations(f"flood{i % 7}", f"x{i}")
+            stream = keys.activations(f"flood{i % 7}", f"x{i}", keys.stream_secret(f"x{i}"))
             pipe.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
         replies = pipe.execute(raise_on_error=False)
     finally:
         host.close()
     assert all(isinstance(r, redis.exceptions.NoPermissionError) for r in replies), replies[:3]
     assert admin.dbsize() == before
-    agents = admin.zrange(keys.agents(EXPERIMENT), 0, -1)
-    assert len(agents) == 10
-    for agent in agents:
-        groups = admin.xinfo_groups(keys.activations(EXPERIMENT, agent))
+    streams = activation_streams(admin, EXPERIMENT)
+    assert len(streams) == 10
+    for stream in streams:
+        groups = admin.xinfo_groups(stream)
         assert [g["name"] for g in groups] == [keys.ACTIVATION_GROUP]
     assert memory_config(admin) == DEMO_MEMORY
 
@@ -537,11 +643,12 @@ def test_a_cluster_has_the_users_on_every_node_and_replicates_as_replica(
         generator = RedisCluster.from_url(url(acl.LOAD_GENERATOR))
         owner = RedisCluster.from_url(url(acl.COORDINATOR))
         # the enrolled agent's stream and group: the coordinator created them, in their own slot
-        enrolled = keys.activations("c", agent.agent_id)
+        enrolled = agent.stream("c")
         with RedisCluster.from_url(url(acl.ADMIN)) as operator:
             groups = operator.xinfo_groups(enrolled)
         assert [g["name"] for g in groups] == [keys.ACTIVATION_GROUP.encode()]
-        streams = [keys.activations("c", f"a{i}") for i in range(8)]  # over several masters
+        # over several masters
+        streams = [keys.activations("c", f"a{i}", keys.stream_secret(f"a{i}")) for i in range(8)]
         assert len({cluster.master_of(s).port for s in streams}) > 1
         for stream in streams:  # as the coordinator enrolling agents a0 ... a7 would
             owner.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)

@@ -32,6 +32,7 @@ from tests.faults.harness import (
     voters,
 )
 from tests.faults.latency_proxy import FaultProxy
+from tests.services.helpers import activation_streams
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
 
@@ -102,9 +103,10 @@ def test_redis_killed_and_restarted_from_its_append_only_file() -> None:
 def _pending_activations(stack: LocalStack, agent_ids: list[str]) -> int:
     client = redis.Redis.from_url(stack.redis_url)
     try:
+        streams = activation_streams(client, EXPERIMENT, agent_ids)
+        assert len(streams) == len(agent_ids)
         return sum(
-            int(client.xpending(keys.activations(EXPERIMENT, a), keys.ACTIVATION_GROUP)["pending"])
-            for a in agent_ids
+            int(client.xpending(stream, keys.ACTIVATION_GROUP)["pending"]) for stream in streams
         )
     finally:
         client.close()
@@ -303,10 +305,7 @@ def test_slow_coordinator_keeps_the_backlog_bounded() -> None:
                         samples["traced_peak_after_full"], traced
                     )
                 try:
-                    streams = [
-                        keys.activations(EXPERIMENT, a.decode())
-                        for a in client.zrange(keys.agents(EXPERIMENT), 0, -1)
-                    ]
+                    streams = activation_streams(client, EXPERIMENT)
                     pipe = client.pipeline(transaction=False)
                     for s in streams:
                         pipe.xlen(s)

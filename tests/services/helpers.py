@@ -24,6 +24,7 @@ import uvicorn
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
 
+from common import redis_keys as keys
 from common.algorithms import AlgorithmConfig
 from common.params import corrupted_local_confidence
 from common.redis_keys import AUDIT
@@ -250,6 +251,28 @@ class Agent:
     @property
     def headers(self) -> dict[str, str]:
         return bearer(self.token)
+
+    def stream(self, experiment: str) -> str:
+        """Its activation stream, named as its host names it: from its token."""
+        return keys.activations(experiment, self.agent_id, keys.stream_secret(self.token))
+
+
+def activation_streams(client: Any, experiment: str, agents: list[str] | None = None) -> list[str]:
+    """The activation streams of `agents` (default: every enrolled agent, in enrollment order),
+    named as the load generator names them: from the stream secrets the coordinator wrote
+    (keys.stream_secrets); an agent without one (it left meanwhile) is left out, as the load
+    generator leaves it. `client`: a Redis or RedisCluster client allowed to read them."""
+    if agents is None:
+        agents = [_text(a) for a in client.zrange(keys.agents(experiment), 0, -1)]
+    if not agents:
+        return []
+    found = client.hmget(keys.stream_secrets(experiment), agents)
+    pairs = zip(agents, found, strict=True)
+    return [keys.activations(experiment, a, _text(s)) for a, s in pairs if s is not None]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def enroll_agents(client: httpx.Client, experiment: str, n: int) -> list[Agent]:

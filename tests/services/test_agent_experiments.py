@@ -32,7 +32,13 @@ from common import redis_keys as keys
 from common.wire import encode_rewards
 from load_generator.streams import trim_acknowledged
 
-from .helpers import ENROLLMENT_SECRET, admin_headers, config_for_threshold, create_experiment
+from .helpers import (
+    ENROLLMENT_SECRET,
+    activation_streams,
+    admin_headers,
+    config_for_threshold,
+    create_experiment,
+)
 
 ARMS = ["A", "B", "C"]
 MEANS = np.array([0.9, 0.5, 0.1])
@@ -126,10 +132,7 @@ def feed(
                 if best["status"] != "exploring":
                     left.discard(experiment)
                     continue
-                ids = [
-                    a.decode() for a in cast(list[bytes], r.zrange(keys.agents(experiment), 0, -1))
-                ]
-                streams = [keys.activations(experiment, a) for a in ids]
+                streams = activation_streams(r, experiment)
                 if sum(trim_acknowledged(r, streams)) > 300 * len(streams):
                     continue
                 rewards = (rng.random((100 * len(streams), len(MEANS))) < MEANS).astype(float)
@@ -280,6 +283,47 @@ def test_a_restart_reuses_the_agents_of_every_experiment(
     assert {p.name for p in (tmp_path / "state").glob("agent-*.json")} == {
         f"agent-{i}.json" for ids in first.values() for i in ids
     }
+
+
+def test_agents_restored_from_an_older_versions_state_are_replaced(
+    client: httpx.Client, coordinator_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    """Agents saved by an older version: enrolled, but their streams under the name without a
+    secret (keys.unsecret_activations) and no stream secret kept for them. Restored, the streams
+    this version names from their tokens do not exist (NOGROUP), and the process may create none:
+    each agent leaves (its old stream goes with it), is forgotten with its saved state, and a new
+    one enrolls in its place (agent/discovery.py, Discovery.replace). The process runs on: no
+    crash, and the experiment is not dropped and restored over and over."""
+    make_experiment(client, "older")
+    state = {"state_dir": str(tmp_path / "state")}
+    with running(AgentService(settings(coordinator_url, redis_url, "older", **state))) as first:
+        old = {a.agent_id: a.token for a in first.discovery.hosted["older"].agents.values()}
+    store = redis.Redis.from_url(redis_url)
+    for agent, token in old.items():  # as an older version left them
+        stream = keys.activations("older", agent, keys.stream_secret(token))
+        store.rename(stream, keys.unsecret_activations("older", agent))
+        store.hdel(keys.stream_secrets("older"), agent)
+    restarted = AgentService(settings(coordinator_url, redis_url, "older", **state))
+    hosted = restarted.discovery.hosted["older"]
+    assert hosted.restored == PER_EXPERIMENT
+    with running(restarted):
+
+        def replaced() -> bool:
+            ids = set(hosted_ids(restarted).get("older", []))
+            fresh = len(ids) == PER_EXPERIMENT and not ids & set(old)
+            return fresh and enrolled(client, "older") == sorted(ids)
+
+        until(replaced, "new agents in the place of the older version's")
+        assert restarted.discovery.hosted["older"] is hosted  # never dropped
+    assert set(activation_streams(store, "older")) == {
+        keys.activations("older", a.agent_id, keys.stream_secret(a.token))
+        for a in hosted.agents.values()
+    }
+    assert not any(store.exists(keys.unsecret_activations("older", a)) for a in old)  # they left
+    assert {p.name for p in (tmp_path / "state").glob("agent-*.json")} == {
+        f"agent-{a.agent_id}.json" for a in hosted.agents.values()
+    }
+    store.close()
 
 
 def test_a_fixed_list_none_of_which_can_be_hosted_stops_the_process(

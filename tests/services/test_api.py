@@ -290,12 +290,15 @@ def test_an_experiments_keys_share_its_hash_slot_and_tokens_are_digests(
     a, b = enroll_agents(client, "slot", 2)
     assert vote(client, "slot", a, 0).status_code == 200
     state = redis_state()
-    streams = {keys.activations("slot", agent.agent_id) for agent in (a, b)}
+    streams = {agent.stream("slot") for agent in (a, b)}
     assert {k for k in state if "{slot}" not in k} == {"dexp:experiment-index", *streams}
     assert state["dexp:{slot}:credentials"] == {
         agent.agent_id: hashlib.sha256(agent.token.encode()).hexdigest() for agent in (a, b)
     }
     assert state["dexp:{slot}:agents"] == [(a.agent_id, 1.0), (b.agent_id, 2.0)]
+    assert state["dexp:{slot}:streams"] == {
+        agent.agent_id: keys.stream_secret(agent.token) for agent in (a, b)
+    }
     assert state["dexp:{slot}:agent-seq"] == "2"
     assert not [v for v in state.values() if a.token in str(v) or b.token in str(v)]
 

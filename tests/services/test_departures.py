@@ -48,7 +48,7 @@ def test_an_agent_that_leaves_is_gone_and_its_votes_stand_until_a_reset(
     )
     assert vote.status_code == 200, vote.text
     store = redis.Redis.from_url(clean_redis)
-    assert store.exists(keys.activations("fleet", voter.agent_id))
+    assert store.exists(voter.stream("fleet"))
 
     left = client.delete("/v1/agents/me", headers=voter.headers)
     assert left.status_code == 200, left.text
@@ -59,7 +59,8 @@ def test_an_agent_that_leaves_is_gone_and_its_votes_stand_until_a_reset(
     enrolled = {a.decode() for a in store.zrange(keys.agents("fleet"), 0, -1)}
     assert enrolled == {a.agent_id for a in others}
     assert voter.agent_id not in enrolled  # the load generator no longer feeds it
-    assert not store.exists(keys.activations("fleet", voter.agent_id))
+    assert not store.exists(voter.stream("fleet"))
+    assert store.hget(keys.stream_secrets("fleet"), voter.agent_id) is None
     doc = client.get("/v1/experiments/fleet").json()
     assert doc["votes"][2] == 1  # the vote stands
     # its token is dead: no vote, no second leave

@@ -125,7 +125,8 @@ def test_a_token_renews_its_own_agent_only_and_a_lapsed_agent_leaves_as_if_it_le
     assert counts(http, "fleet") == (3, 1, 1, 3)
     assert http.get("/v1/experiments/fleet").json()["votes"][2] == 1
     for gone in (voter, quiet):
-        assert not store.exists(keys.activations("fleet", gone.agent_id))
+        assert not store.exists(gone.stream("fleet"))
+        assert store.hget(keys.stream_secrets("fleet"), gone.agent_id) is None
         assert http.delete("/v1/agents/me", headers=gone.headers).status_code == 401
     again = http.post(
         "/v1/experiments/fleet/votes", json={"arm": 1, "epoch": 0}, headers=voter.headers
@@ -200,7 +201,9 @@ def test_a_host_killed_without_a_word_leaves_no_agent_enrolled(
         until(lambda: len(enrolled(store)) == PER_EXPERIMENT, "the killed host's agents gone")
         assert counts(http, "fleet")[:3] == (PER_EXPERIMENT, 0, PER_EXPERIMENT)
         for gone in before - enrolled(store):
-            assert not store.exists(keys.activations("fleet", gone))
+            # no stream under any name (its secret went with it)
+            assert not store.keys(f"dexp:{{fleet~s*}}:activations:{gone}*")
+            assert store.hget(keys.stream_secrets("fleet"), gone) is None
         # past the end of every lease of before the kill: the survivors were renewed
         until(lambda: redis_ms(store) > lapse_at, "every lease of before the kill over")
         survivors = enrolled(store)

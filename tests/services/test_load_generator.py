@@ -36,7 +36,13 @@ from load_generator.generator import (
 from load_generator.settings import LoadSettings
 from load_generator.streams import trim_acknowledged
 
-from .helpers import ENROLLMENT_SECRET, admin_headers, create_experiment, enroll_agents
+from .helpers import (
+    ENROLLMENT_SECRET,
+    activation_streams,
+    admin_headers,
+    create_experiment,
+    enroll_agents,
+)
 
 ARMS = ["A", "B", "C"]
 M3 = {"delta": 0.2, "eta": 0.5}  # DE: M = 3
@@ -462,7 +468,7 @@ def test_the_backlog_gauge_is_exact_on_few_streams_and_estimates_many(clean_redi
     and acknowledge; the polls delete what they acknowledged, and Redis never holds more than
     the gauge's bound."""
     raw = redis.Redis.from_url(clean_redis)
-    streams = [keys.activations("gauge", f"a{i}") for i in range(2000)]
+    streams = [keys.activations("gauge", f"a{i}", keys.stream_secret("t")) for i in range(2000)]
     pipe = raw.pipeline(transaction=False)
     for stream in streams:  # as the coordinator does when it enrolls an agent
         pipe.xgroup_create(stream, keys.ACTIVATION_GROUP, id="0", mkstream=True)
@@ -537,7 +543,7 @@ def test_a_poll_deletes_only_what_the_agents_acknowledged(clean_redis: str) -> N
     acknowledged), the acknowledged entries after the oldest pending one stay until it is
     acknowledged: the figure is above the backlog, never below."""
     raw = redis.Redis.from_url(clean_redis)
-    stream, group = keys.activations("trim", "a"), keys.ACTIVATION_GROUP
+    stream, group = keys.activations("trim", "a", keys.stream_secret("t")), keys.ACTIVATION_GROUP
     raw.xgroup_create(stream, group, id="0", mkstream=True)
     ids = [raw.xadd(stream, {"r": "x"}) for _ in range(8)]
 
@@ -546,7 +552,9 @@ def test_a_poll_deletes_only_what_the_agents_acknowledged(clean_redis: str) -> N
         return [entry_id for entry_id, _ in reply[0][1]]
 
     try:
-        assert trim_acknowledged(raw, [stream, keys.activations("trim", "none")]) == [8, 0]
+        assert trim_acknowledged(
+            raw, [stream, keys.activations("trim", "none", keys.stream_secret("t"))]
+        ) == [8, 0]
         raw.xack(stream, group, *read(2))  # processed
         lost = read(2)  # a read whose reply was lost: pending
         raw.xack(stream, group, *read(2))  # processed after it
@@ -574,9 +582,7 @@ def test_a_run_that_reads_a_sample_of_the_streams_ends_with_exact_figures(
     create_experiment(client, id="sampled", arms=ARMS, **M5)
     agent_process("sampled", 6)
     raw = redis.Redis.from_url(clean_redis)
-    streams = [
-        keys.activations("sampled", a.decode()) for a in raw.zrange(keys.agents("sampled"), 0, -1)
-    ]
+    streams = activation_streams(raw, "sampled")
     assert len(streams) == 6
     held: list[int] = []
     for budget, status in ((500, "budget"), (50_000_000, "identified")):

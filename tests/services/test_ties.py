@@ -515,17 +515,17 @@ def readers(clean_redis: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
     monkeypatch.setattr(LoadGenerator, "_stream_readers", stream_readers)
 
-    def start(exp: str, reading: str, stopped: str) -> None:
+    def start(exp: str, reading: Agent, stopped: Agent) -> None:
         client = redis.Redis.from_url(clean_redis)  # the groups: made by enrollment
         group, consumer = keys.ACTIVATION_GROUP, "agent"
         # The stopped one reads (and acknowledges) one entry now, then nothing more.
-        gone = keys.activations(exp, stopped)
+        gone = stopped.stream(exp)
         client.xadd(gone, {"t": 0})
         ((_, [(entry, _)]),) = client.xreadgroup(group, consumer, {gone: ">"}, count=1)
         client.xack(gone, group, entry)  # the load generator deletes it (it only reads)
 
         def read() -> None:
-            client.xreadgroup(group, consumer, {keys.activations(exp, reading): ">"}, count=5)
+            client.xreadgroup(group, consumer, {reading.stream(exp): ">"}, count=5)
 
         def keep_reading() -> None:
             while not stop.wait(0.2):
@@ -555,7 +555,7 @@ def test_a_stalled_run_says_what_it_sees_and_exits_5(
     deadline (DEXP_MAX_SECONDS, exit 1)."""
     create_experiment(client, id="stall", arms=ARMS, **M3)
     reading, stopped, never = enroll_agents(client, "stall", 3)
-    readers("stall", reading.agent_id, stopped.agent_id)
+    readers("stall", reading, stopped)
     # The stopped one's last read is older than the stall limit at the end: it came before the
     # run, which stalls DEXP_STALL_SECONDS (1 s) at least; this is margin for Redis's whole ms.
     time.sleep(0.2)
@@ -590,7 +590,7 @@ def test_a_run_whose_coordinator_stops_answering_ends_stalled(clean_redis: str) 
         with httpx.Client(base_url=server.url, timeout=10.0, trust_env=False) as client:
             create_experiment(client, id="gone", arms=ARMS, **M3)
             agents = enroll_agents(client, "gone", 3)
-        streams = [keys.activations("gone", a.agent_id) for a in agents]
+        streams = [a.stream("gone") for a in agents]
         load = LoadSettings(
             coordinator_url=server.url,
             redis_url=clean_redis,

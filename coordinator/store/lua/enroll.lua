@@ -16,6 +16,10 @@ local enrollers_key = KEYS[6]  -- enrollers hash (client -> agents)
 local tickets_key = KEYS[7]  -- tickets zset (digest -> expiry, unix ms)
 local simulated_key = KEYS[8]  -- simulated set (the agents that said they are simulated)
 local leases_key = KEYS[9]  -- leases zset (agent id -> when its lease lapses, unix ms)
+-- stream secrets hash (agent id -> the secret in its activation stream's name): written with the
+-- agent, so that nobody sees the agent enrolled without it (the load generator names the streams
+-- it writes from it; the coordinator creates the stream after this script)
+local stream_secrets_key = KEYS[10]
 local agent_id = ARGV[1]  -- the new agent id
 local token_digest = ARGV[2]  -- the SHA-256 digest of its token
 local client = ARGV[3]  -- the client's address
@@ -35,6 +39,7 @@ local simulated = ARGV[11]  -- '1': the agent says it is simulated (the agent se
 -- the lease's length in ms ('0': no lease): the agent asked for one (the agent service's agents
 -- do), so it leaves unless its host renews it in time (renew.lua, lapse.lua)
 local lease_ms = ARGV[12]
+local stream_secret = ARGV[13]  -- the secret in its activation stream's name (redis_keys)
 
 if expired(deadline_ms) then return {-7, 0} end
 
@@ -65,6 +70,7 @@ end
 local index = redis.call('INCR', agent_seq_key)
 redis.call('HSET', credentials_key, agent_id, token_digest)
 redis.call('ZADD', agents_key, index, agent_id)
+redis.call('HSET', stream_secrets_key, agent_id, stream_secret)
 if simulated == '1' then redis.call('SADD', simulated_key, agent_id) end
 if tonumber(lease_ms) > 0 then
   local clock = redis.call('TIME')
